@@ -1,0 +1,168 @@
+"""Checkpoint files: atomic writes, safe reads, and rebuilding a model from one.
+
+A checkpoint is a dict of plain tensors and containers only (no pickled classes), so it is
+read with ``torch.load(path, weights_only=True)``, which refuses to run code. Entries:
+
+- ``format_version``: int, :data:`FORMAT_VERSION`
+- ``model``: the model's ``state_dict()``
+- ``config``: the resolved run config as plain dicts/lists/scalars
+- ``tokenizers``: ``{"joint": bool, "src": uint8 tensor, "tgt": uint8 tensor}`` (sentencepiece
+  model bytes)
+- training only: ``optimizer``, ``schedule``, ``scaler``, ``trainer_state``, ``sampler``, ``rng``
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used; the message says why in one line."""
+
+
+def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write ``payload`` to ``path`` atomically.
+
+    The bytes go to a temporary file in the same directory, are flushed and fsynced, and the
+    file is renamed over ``path``: a crash at any moment leaves either the old or the new
+    checkpoint, never a half-written one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    # Make the rename itself durable.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` on bad files.
+
+    A file that carries pickled Python objects is refused without running them; a truncated or
+    corrupted file, or one from an unknown format version, gets a clear message.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(
+            f"refusing to load {path}: it contains Python objects other than tensors and plain "
+            f"containers, which could run code ({first_line})"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: the file is truncated or corrupted "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
+    if not isinstance(checkpoint, dict) or "model" not in checkpoint:
+        raise CheckpointError(f"{path} is not a seq2seq checkpoint (no 'model' entry)")
+    version = checkpoint.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format version {version}; this seq2seq reads version "
+            f"{FORMAT_VERSION}"
+        )
+    return checkpoint
+
+
+def tokenizers_to_payload(tokenizers) -> dict[str, Any]:
+    """Sentencepiece models as uint8 tensors, so the checkpoint stays weights-only readable."""
+
+    def as_tensor(data: bytes) -> torch.Tensor:
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+    return {
+        "joint": bool(tokenizers.joint),
+        "src": as_tensor(tokenizers.src.to_bytes()),
+        "tgt": as_tensor(tokenizers.tgt.to_bytes()),
+    }
+
+
+def tokenizers_from_payload(payload: dict[str, Any]):
+    from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
+
+    src = SentencePieceTokenizer.from_bytes(payload["src"].numpy().tobytes())
+    tgt = src if payload["joint"] else SentencePieceTokenizer.from_bytes(
+        payload["tgt"].numpy().tobytes()
+    )
+    return Tokenizers(src=src, tgt=tgt, joint=bool(payload["joint"]))
+
+
+SAFE_TARGET_PREFIXES = ("seq2seq.", "torch.nn.")
+
+
+def check_targets(node: Any, trusted: tuple[str, ...] | None = None) -> None:
+    """Refuse ``_target_`` classes from outside seq2seq and torch.nn in a checkpoint's config.
+
+    Building the model instantiates the classes its config names, so a crafted checkpoint
+    could otherwise name any callable. Your own classes are allowed by listing their module
+    prefixes, comma-separated, in the environment variable ``SEQ2SEQ_TRUSTED_TARGETS``.
+    """
+    if trusted is None:
+        extra = os.environ.get("SEQ2SEQ_TRUSTED_TARGETS", "")
+        trusted = SAFE_TARGET_PREFIXES + tuple(p.strip() for p in extra.split(",") if p.strip())
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if isinstance(target, str) and not target.startswith(trusted):
+            raise CheckpointError(
+                f"the checkpoint's config names the class {target!r}, outside the trusted "
+                f"prefixes {', '.join(trusted)}; if you trust it, add its module to "
+                "SEQ2SEQ_TRUSTED_TARGETS"
+            )
+        for value in node.values():
+            check_targets(value, trusted)
+    elif isinstance(node, list):
+        for value in node:
+            check_targets(value, trusted)
+
+
+def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):
+    """Rebuild the model and tokenizers a checkpoint was trained with.
+
+    Returns:
+        ``(model, tokenizers, config)``, the model in eval mode on ``device``.
+    """
+    from omegaconf import OmegaConf
+
+    from seq2seq.models.build import build_model
+
+    config = OmegaConf.create(checkpoint["config"])
+    check_targets(OmegaConf.to_container(config.model))
+    tokenizers = tokenizers_from_payload(checkpoint["tokenizers"])
+    model = build_model(
+        config.model,
+        src_vocab_size=tokenizers.src.vocab_size,
+        tgt_vocab_size=tokenizers.tgt.vocab_size,
+    )
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"the checkpoint's weights do not fit the model its config describes: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
+    return model.to(device).eval(), tokenizers, config

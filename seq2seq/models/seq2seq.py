@@ -1,0 +1,100 @@
+"""The encoder-decoder model: encoder, attention decoder and output projection.
+
+Read top to bottom, a translation is::
+
+    encoded = model.encode(src, src_lengths)        # memory, mask, final state, keys
+    state = model.init_state(encoded)
+    logits, weights, state = model.decode_step(prev_tokens, state, encoded)   # per step
+
+and training is ``features, weights = model(src, src_lengths, tgt_in)`` followed by
+``model.project(features)`` on the positions that carry a target token.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from seq2seq.models.decoders import AttentionDecoder, State
+from seq2seq.models.encoder import RNNEncoder
+
+
+class EncodedSource(NamedTuple):
+    """The encoder's output plus the attention keys, computed once per source batch.
+
+    Attributes:
+        memory: encoder outputs, the attention values. Shape (B, S, D).
+        mask: True at real source positions. Shape (B, S).
+        final: the encoder's final state. Shape (B, D).
+        keys: the scorer's precomputed keys (e.g. W_k k for additive attention). Shape (B, S, *).
+    """
+
+    memory: Tensor
+    mask: Tensor
+    final: Tensor
+    keys: Tensor
+
+    def index_select(self, index: Tensor) -> EncodedSource:
+        """Reorder or repeat sentences (dim 0), e.g. to expand a batch into beams."""
+        return EncodedSource(*(t.index_select(0, index) for t in self))
+
+
+def select_state(state: State, index: Tensor) -> State:
+    """Reorder or repeat the sentences of a decoder state (every entry is batch-first)."""
+    return {name: value.index_select(0, index) for name, value in state.items()}
+
+
+class Seq2Seq(nn.Module):
+    """Attention-based encoder-decoder.
+
+    Args:
+        encoder: the source encoder.
+        decoder: an attention decoder (its ``attention`` precomputes the keys).
+        tie_embeddings: share the decoder's embedding matrix with the output projection
+            (requires ``decoder.output_dim == decoder.embed_dim``).
+
+    Shape:
+        - src: (B, S), src_lengths: (B,) on the CPU, tgt_in: (B, T)
+        - forward output: features (B, T, D) and attention weights (B, T, S)
+        - project: (..., D) -> logits (..., V)
+    """
+
+    def __init__(
+        self, *, encoder: RNNEncoder, decoder: AttentionDecoder, tie_embeddings: bool = False
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        vocab_size = decoder.embedding.num_embeddings
+        self.generator = nn.Linear(decoder.output_dim, vocab_size, bias=not tie_embeddings)
+        if tie_embeddings:
+            if decoder.output_dim != decoder.embed_dim:
+                raise ValueError(
+                    "tie_embeddings needs the decoder's output size "
+                    f"({decoder.output_dim}) to equal its embedding size ({decoder.embed_dim})"
+                )
+            self.generator.weight = decoder.embedding.weight
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> EncodedSource:
+        memory, mask, final = self.encoder(src, src_lengths)
+        keys = self.decoder.attention.precompute_keys(memory)
+        return EncodedSource(memory=memory, mask=mask, final=final, keys=keys)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced features and attention weights for a batch of pairs."""
+        return self.decoder(tgt_in, self.encode(src, src_lengths))
+
+    def project(self, features: Tensor) -> Tensor:
+        """Output layer: features (..., D) -> logits (..., V)."""
+        return self.generator(features)
+
+    def init_state(self, encoded: EncodedSource) -> State:
+        return self.decoder.init_state(encoded.final)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: State, encoded: EncodedSource
+    ) -> tuple[Tensor, Tensor, State]:
+        """One decoding step: logits (B, V), attention weights (B, S) and the new state."""
+        features, weights, state = self.decoder.step(prev_tokens, state, encoded)
+        return self.project(features), weights, state

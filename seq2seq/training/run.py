@@ -1,0 +1,168 @@
+"""Put a training run together from the composed config: data, model, optimizer, trainer.
+
+This is the composition root of ``train.py``: the only place in training that turns config
+nodes into objects (``hydra.utils.instantiate`` for the optimizer and the schedule, and
+:func:`~seq2seq.models.build.build_model` for the model).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
+from seq2seq.models.build import build_model, count_parameters
+from seq2seq.training.distributed import available_cores, cleanup_distributed, init_distributed
+from seq2seq.training.trainer import BatchSettings, Trainer, TrainerSettings
+
+log = logging.getLogger(__name__)
+
+# Config entries that must match for a checkpoint to be resumed; everything else (learning
+# rate, max_steps, validation settings, ...) may change between runs.
+RESUME_MUST_MATCH = ("model", "tokenizer", "data.kind", "data.src_lang", "data.tgt_lang",
+                     "data.filter")
+
+
+def _lookup(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def config_differences(old, new, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every leaf where two plain configs differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        differences = []
+        for key in sorted(set(old) | set(new), key=str):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            differences += config_differences(old.get(key), new.get(key), name)
+        return differences
+    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
+
+
+def check_resume_compatible(checkpoint: dict, config: dict, tokenizers, path: Path) -> None:
+    """Stop with a message that says what differs when a checkpoint does not fit this run."""
+    differences = []
+    for key in RESUME_MUST_MATCH:
+        differences += config_differences(
+            _lookup(checkpoint["config"], key), _lookup(config, key), key
+        )
+    ours = tokenizers_to_payload(tokenizers)
+    theirs = checkpoint["tokenizers"]
+    if any(not torch.equal(ours[side], theirs[side]) for side in ("src", "tgt")):
+        differences.append("the sentencepiece vocabulary (data or tokenizer changed)")
+    if differences:
+        raise CheckpointError(
+            f"cannot resume from {path}: the run's config differs in "
+            + "; ".join(differences[:10])
+            + (f" (and {len(differences) - 10} more)" if len(differences) > 10 else "")
+        )
+
+
+def resolve_resume(resume: str | None, run_dir: Path) -> Path | None:
+    if resume in (None, "", "null", "none"):
+        return None
+    if resume == "auto":
+        last = run_dir / "checkpoints" / "last.pt"
+        if last.is_file():
+            return last
+        log.info("trainer.resume=auto: no %s yet, starting from scratch", last)
+        return None
+    path = Path(resume)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt" if (path / "checkpoints").is_dir() else path / "last.pt"
+    if not path.is_file():
+        raise CheckpointError(f"trainer.resume={resume}: no checkpoint at {path}")
+    return path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def prepare(cfg: DictConfig, *, is_main: bool, barrier):
+    """Run the data stage; under torchrun rank 0 builds the cache and the others then read it."""
+    from seq2seq.data.prepare import prepare_from_config
+
+    if is_main:
+        prepared = prepare_from_config(cfg)
+        barrier()
+    else:
+        barrier()
+        prepared = prepare_from_config(cfg)
+    return prepared
+
+
+def train(cfg: DictConfig, run_dir: Path) -> dict:
+    """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers."""
+    settings = TrainerSettings.from_dict(OmegaConf.to_container(cfg.trainer, resolve=True))
+    batch = BatchSettings(**OmegaConf.to_container(cfg.batch, resolve=True))
+    context = init_distributed(settings.device)
+    try:
+        threads = settings.num_threads or max(available_cores() // context.world_size, 1)
+        if context.device.type == "cpu":
+            torch.set_num_threads(threads)
+        log.info("device %s, %d CPU threads, rank %d of %d", context.device,
+                 torch.get_num_threads(), context.rank, context.world_size)
+        prepared = prepare(cfg, is_main=context.is_main, barrier=context.barrier)
+        if context.is_main:
+            log.info("data:\n%s", prepared.format_summary())
+        tokenizers = prepared.tokenizers
+
+        seed_everything(settings.seed)
+        model = build_model(
+            cfg.model,
+            src_vocab_size=tokenizers.src.vocab_size,
+            tgt_vocab_size=tokenizers.tgt.vocab_size,
+        ).to(context.device)
+        log.info("model: %s parameters\n%s", f"{count_parameters(model):,}", model)
+        optimizer = instantiate(cfg.optimizer)(model.parameters())
+        schedule_cfg = OmegaConf.to_container(cfg.scheduler, resolve=True)
+        if "total_steps" in schedule_cfg and schedule_cfg["total_steps"] is None:
+            schedule_cfg["total_steps"] = settings.max_steps
+        schedule = instantiate(schedule_cfg)
+
+        config = OmegaConf.to_container(cfg, resolve=True)
+        if context.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(OmegaConf.create(config), run_dir / "config.yaml")
+
+        from seq2seq.data.corpus import read_lines
+
+        references = list(read_lines(prepared.raw_files["valid"][1]))
+        trainer = Trainer(
+            model=model,
+            optimizer=optimizer,
+            schedule=schedule,
+            train_data=prepared.splits["train"],
+            valid_data=prepared.splits["valid"],
+            valid_references=references,
+            tokenizers=tokenizers,
+            settings=settings,
+            batch=batch,
+            run_dir=run_dir,
+            config=config,
+            context=context,
+        )
+        resume_path = resolve_resume(settings.resume, run_dir)
+        if resume_path is not None:
+            checkpoint = load_checkpoint(resume_path, map_location=context.device)
+            check_resume_compatible(checkpoint, config, tokenizers, resume_path)
+            trainer.load_training_state(checkpoint)
+            log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)", resume_path,
+                     trainer.state.step, trainer.state.epoch + 1, trainer.state.batches_in_epoch)
+        state = trainer.fit()
+        return {"best_bleu": state.best_bleu, "best_step": state.best_step, "steps": state.step}
+    finally:
+        cleanup_distributed()

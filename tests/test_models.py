@@ -1,0 +1,198 @@
+"""Encoder x decoder x scorer: equivalence of the two decoding paths, masking, learning."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.models.build import build_model
+from seq2seq.models.seq2seq import EncodedSource, select_state
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ENCODERS = ["gru", "lstm"]
+DECODERS = ["bahdanau", "luong", "luong_no_feed"]
+SCORERS = ["additive", "dot", "scaled_dot", "general", "multihead"]
+COMBINATIONS = list(itertools.product(ENCODERS, DECODERS, SCORERS))
+VOCAB = 12  # 0-3 are special, 4-11 are "words"
+
+
+def model_config(encoder_type: str, decoder_type: str, scorer_type: str, **overrides):
+    """The real YAML files of the three groups, shrunk to a tiny model."""
+    encoder, decoder, scorer = encoder_type, decoder_type, scorer_type
+    decoder_file = "luong" if decoder.startswith("luong") else decoder
+    cfg = OmegaConf.create(
+        {
+            "embed_dim": 16,
+            "dropout": 0.0,
+            "tie_embeddings": False,
+            "encoder": OmegaConf.load(CONFIGS / f"model/encoder/{encoder}.yaml"),
+            "decoder": OmegaConf.load(CONFIGS / f"model/decoder/{decoder_file}.yaml"),
+            "attention": OmegaConf.load(CONFIGS / f"model/attention/{scorer}.yaml"),
+        }
+    )
+    cfg.encoder.hidden_size = 8  # bidirectional: memory vectors of 16
+    cfg.decoder.hidden_size = 16
+    if decoder == "luong_no_feed":
+        cfg.decoder.input_feeding = False
+    if scorer == "multihead":
+        cfg.attention.heads = 2
+    # The group files interpolate ${model.*}; resolve them against this small root.
+    root = OmegaConf.create({"model": cfg})
+    root.merge_with({"model": overrides})
+    return root.model
+
+
+def make_model(encoder_type, decoder_type, scorer_type, seed=0, **overrides):
+    torch.manual_seed(seed)
+    cfg = model_config(encoder_type, decoder_type, scorer_type, **overrides)
+    return build_model(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+
+
+def random_batch(batch_size=4, max_len=7, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    src_lengths = torch.randint(1, max_len + 1, (batch_size,), generator=generator)
+    src_lengths[0] = max_len  # at least one full row; others padded
+    src = torch.full((batch_size, max_len), PAD_ID)
+    for i, length in enumerate(src_lengths.tolist()):
+        src[i, :length] = torch.randint(4, VOCAB, (length,), generator=generator)
+    tgt_in = torch.randint(4, VOCAB, (batch_size, 5), generator=generator)
+    tgt_in[:, 0] = BOS_ID
+    return src, src_lengths, tgt_in
+
+
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+def test_teacher_forcing_equals_step_by_step(encoder, decoder, scorer):
+    model = make_model(encoder, decoder, scorer).eval()
+    src, src_lengths, tgt_in = random_batch()
+    with torch.no_grad():
+        features, weights = model(src, src_lengths, tgt_in)
+        logits = model.project(features)  # (B, T, V)
+        encoded = model.encode(src, src_lengths)
+        state = model.init_state(encoded)
+        for t in range(tgt_in.size(1)):
+            step_logits, step_weights, state = model.decode_step(tgt_in[:, t], state, encoded)
+            torch.testing.assert_close(step_logits, logits[:, t], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(step_weights, weights[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+def test_padding_gets_zero_weight_and_changes_nothing(encoder, decoder, scorer):
+    model = make_model(encoder, decoder, scorer).eval()
+    src, src_lengths, tgt_in = random_batch()
+    padded = torch.arange(src.size(1)).unsqueeze(0) >= src_lengths.unsqueeze(1)  # (B, S)
+    assert padded.any()
+    with torch.no_grad():
+        features, weights = model(src, src_lengths, tgt_in)
+        assert torch.all(weights.masked_select(padded.unsqueeze(1).expand_as(weights)) == 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]))
+        garbage = src.masked_scatter(padded, torch.randint(4, VOCAB, (int(padded.sum()),)))
+        features_garbage, weights_garbage = model(garbage, src_lengths, tgt_in)
+    assert not torch.equal(garbage, src)
+    torch.testing.assert_close(features_garbage, features, atol=1e-6, rtol=0)
+    torch.testing.assert_close(weights_garbage, weights, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+def test_every_parameter_gets_a_gradient(encoder, decoder, scorer):
+    model = make_model(encoder, decoder, scorer).train()
+    src, src_lengths, tgt_in = random_batch()
+    features, _ = model(src, src_lengths, tgt_in)
+    model.project(features).logsumexp(-1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
+    assert not missing, f"no gradient for {missing}"
+
+
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+def test_batch_of_one_and_source_of_length_one(encoder, decoder, scorer):
+    model = make_model(encoder, decoder, scorer).eval()
+    src = torch.tensor([[5]])
+    with torch.no_grad():
+        features, weights = model(src, torch.tensor([1]), torch.tensor([[BOS_ID, 6, 7]]))
+        encoded = model.encode(src, torch.tensor([1]))
+        logits, step_weights, _ = model.decode_step(
+            torch.tensor([BOS_ID]), model.init_state(encoded), encoded
+        )
+    assert features.shape == (1, 3, model.decoder.output_dim)
+    assert torch.allclose(weights, torch.ones(1, 3, 1))
+    assert logits.shape == (1, VOCAB) and step_weights.shape == (1, 1)
+
+
+def reversal_batch(generator, batch_size=32):
+    """Random words 4..11 of length 2..6; the target is the source reversed."""
+    lengths = torch.randint(2, 7, (batch_size,), generator=generator)
+    src = torch.full((batch_size, 7), PAD_ID)
+    tgt_in = torch.full((batch_size, 7), PAD_ID)
+    tgt_out = torch.full((batch_size, 7), PAD_ID)
+    for i, length in enumerate(lengths.tolist()):
+        words = torch.randint(4, VOCAB, (length,), generator=generator)
+        src[i, :length], src[i, length] = words, EOS_ID
+        tgt_in[i, 0], tgt_in[i, 1 : length + 1] = BOS_ID, words.flip(0)
+        tgt_out[i, :length], tgt_out[i, length] = words.flip(0), EOS_ID
+    return src, lengths + 1, tgt_in, tgt_out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+def test_learns_to_reverse(encoder, decoder, scorer):
+    """Reversal needs attention (a fixed-size summary cannot reorder); bounded to 600 steps."""
+    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
+    model = make_model(
+        encoder, decoder, scorer, embed_dim=32,
+        encoder={"hidden_size": 32}, decoder={"hidden_size": 64},
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_ID)
+    held_out_batch = reversal_batch(torch.Generator().manual_seed(99), 256)
+
+    def held_out_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            src, src_lengths, tgt_in, tgt_out = held_out_batch
+            features, _ = model(src, src_lengths, tgt_in)
+            loss = loss_fn(model.project(features).flatten(0, 1), tgt_out.flatten()).item()
+        model.train()
+        return loss
+
+    for step in range(1, 601):
+        src, src_lengths, tgt_in, tgt_out = reversal_batch(generator)
+        features, _ = model(src, src_lengths, tgt_in)
+        loss = loss_fn(model.project(features).flatten(0, 1), tgt_out.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if step % 50 == 0 and held_out_loss() < 0.05:
+            break
+    final = held_out_loss()
+    assert final < 0.05, f"held-out loss {final:.3f} after {step} steps"
+
+
+def test_tied_embeddings_share_the_matrix():
+    model = make_model("gru", "luong", "general", tie_embeddings=True)
+    assert model.generator.weight is model.decoder.embedding.weight
+    assert model.decoder.output_dim == model.decoder.embedding.embedding_dim
+
+
+def test_index_select_reorders_encoded_source_and_state():
+    model = make_model("lstm", "luong", "additive").eval()
+    src, src_lengths, _ = random_batch()
+    encoded = model.encode(src, src_lengths)
+    order = torch.tensor([2, 2, 0])
+    picked = encoded.index_select(order)
+    assert isinstance(picked, EncodedSource)
+    assert torch.equal(picked.memory, encoded.memory[order])
+    state = select_state(model.init_state(encoded), order)
+    assert all(value.size(0) == 3 for value in state.values())
+
+
+def test_unknown_rnn_type_is_a_clear_error():
+    cfg = model_config("gru", "bahdanau", "additive")
+    cfg.encoder.rnn_type = "transformer"
+    with pytest.raises(Exception, match="rnn_type must be one of"):
+        build_model(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
