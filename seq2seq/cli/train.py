@@ -23,10 +23,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from seq2seq.cli import CONFIG_DIR
+
 log = logging.getLogger("seq2seq.train")
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError

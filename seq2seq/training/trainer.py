@@ -174,8 +174,8 @@ class Trainer:
         self.objective = objective
 
         self.sampler = TokenBucketSampler(
-            src_lengths=train_data.src_lengths + 1,  # + the eos appended to every source
-            tgt_lengths=train_data.tgt_lengths + 1,  # + bos / eos
+            src_lengths=train_data.src_lengths,
+            tgt_lengths=train_data.tgt_lengths,
             max_tokens=batch.max_tokens,
             max_sentences=batch.max_sentences,
             bucket_size=batch.bucket_size,
@@ -210,14 +210,14 @@ class Trainer:
             "config": self.config,
             "tokenizers": tokenizers_to_payload(self.tokenizers),
             "trainer_state": self.state.state_dict(),
-            "torch_version": torch.__version__,
+            "torch_version": str(torch.__version__),
         }
         if with_training_state:
             payload.update(
                 optimizer=self.optimizer.state_dict(),
                 schedule=self.schedule.state_dict(),
                 scaler=self.scaler.state_dict(),
-                sampler=self.sampler.state_dict(),
+                sampler=self.sampler.state_dict(batches_consumed=self.state.batches_in_epoch),
                 rng=capture_rng_state(),
             )
         return payload
@@ -287,8 +287,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         tokens = 0
         sampler = TokenBucketSampler(
-            src_lengths=self.valid_data.src_lengths[:count] + 1,
-            tgt_lengths=self.valid_data.tgt_lengths[:count] + 1,
+            src_lengths=self.valid_data.src_lengths[:count],
+            tgt_lengths=self.valid_data.tgt_lengths[:count],
             max_tokens=settings.max_tokens,
             shuffle=False,
         )

@@ -1,0 +1,466 @@
+"""Tests of the attention scorers and the shared Attention module.
+
+Every scorer is checked against a direct, loop-based computation of its formula from its own
+parameters (float64), then for the properties the decoders rely on: masking, shapes, T steps at
+once == T single steps, precomputed keys returned (not stored) and batch-first, gradients.
+"""
+
+import math
+import textwrap
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from torch import nn
+
+import seq2seq.models.attention as attention_module
+from seq2seq.models.attention import (
+    AdditiveScorer,
+    Attention,
+    DotScorer,
+    GeneralScorer,
+    MultiHeadScorer,
+    ScaledDotScorer,
+    Scorer,
+)
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "model" / "attention"
+
+
+class CosineScorer(Scorer):  # e = scale * cos(q, W k); the example of the module docstring
+    def __init__(self, *, query_dim: int, key_dim: int, scale: float = 10.0):
+        super().__init__()
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
+        self.scale = scale  # cosines lie in [-1, 1]: unscaled, the softmax is nearly flat
+
+    def precompute_keys(self, keys):
+        return F.normalize(self.key_proj(keys), dim=-1)  # (B, S, Dq)
+
+    def score(self, query, keys):
+        return self.scale * F.normalize(query, dim=-1) @ keys.transpose(1, 2)  # (B, T, S)
+
+
+# name -> (factory, query_dim, key_dim). Values have key_dim entries (they are the keys).
+CASES = {
+    "additive": (partial(AdditiveScorer, hidden_size=5), 6, 4),
+    "dot": (DotScorer, 4, 4),
+    "dot_projected": (partial(DotScorer, project_keys=True), 6, 4),
+    "scaled_dot": (ScaledDotScorer, 4, 4),
+    "scaled_dot_projected": (partial(ScaledDotScorer, project_keys=True), 6, 4),
+    "general": (GeneralScorer, 6, 4),
+    "multihead_additive": (
+        partial(MultiHeadScorer, heads=2, scorer=partial(AdditiveScorer, hidden_size=3)),
+        6,
+        4,
+    ),
+    "multihead_dot": (partial(MultiHeadScorer, heads=2, head_dim=3, scorer=DotScorer), 6, 4),
+    "cosine": (CosineScorer, 6, 4),
+}
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def make(name: str) -> tuple[nn.Module, int, int]:
+    """A float64 scorer with non-trivial parameters, and its query and key sizes."""
+    factory, query_dim, key_dim = CASES[name]
+    scorer = factory(query_dim=query_dim, key_dim=key_dim).double()
+    return scorer, query_dim, key_dim
+
+
+def inputs(B: int, T: int, S: int, query_dim: int, key_dim: int, lengths=None):
+    """query (B, T, Dq), keys = values (B, S, Dk), mask (B, S) from per-sentence lengths."""
+    query = torch.randn(B, T, query_dim, dtype=torch.float64)
+    keys = torch.randn(B, S, key_dim, dtype=torch.float64)
+    lengths = torch.full((B,), S) if lengths is None else torch.tensor(lengths)
+    mask = torch.arange(S)[None, :] < lengths[:, None]
+    return query, keys, mask
+
+
+# ---------------------------------------------------------------- loop-based references
+
+
+def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Energy of one query vector (Dq,) and one raw key vector (Dk,), straight from the formula.
+
+    Returns a scalar, or one energy per head (H,) for a multi-head scorer.
+    """
+    if isinstance(scorer, MultiHeadScorer):
+        d = scorer.head_dim
+        qp, kp = scorer.query_proj.weight @ q, scorer.key_proj.weight @ k
+        heads = [slice(h * d, (h + 1) * d) for h in range(scorer.num_heads)]
+        return torch.stack([ref_pair(scorer.inner, qp[h], kp[h]) for h in heads])
+    if isinstance(scorer, AdditiveScorer):  # v^T tanh(W_q q + W_k k + b)
+        hidden = torch.tanh(
+            scorer.query_proj.weight @ q + scorer.key_proj.weight @ k + scorer.key_proj.bias
+        )
+        return scorer.v.weight[0] @ hidden
+    if isinstance(scorer, DotScorer):  # q^T k (or q^T P k), / sqrt(d) when scaled
+        if scorer.key_proj is not None:
+            k = scorer.key_proj.weight @ k
+        energy = sum(q[i] * k[i] for i in range(q.numel()))
+        return energy / math.sqrt(q.numel()) if isinstance(scorer, ScaledDotScorer) else energy
+    if isinstance(scorer, GeneralScorer):  # q^T W k
+        return q @ (scorer.key_proj.weight @ k)
+    if isinstance(scorer, CosineScorer):  # scale * cos(q, W k)
+        wk = scorer.key_proj.weight @ k
+        return scorer.scale * (q @ wk) / (q.norm() * wk.norm())
+    raise TypeError(type(scorer))
+
+
+def ref_energies(scorer, query, keys):
+    """Energies (B, T, S) or (B, T, H, S) by explicit loops over batch, step and position."""
+    B, T, S = query.size(0), query.size(1), keys.size(1)
+    return torch.stack(
+        [
+            torch.stack(
+                [
+                    torch.stack([ref_pair(scorer, query[b, t], keys[b, s]) for s in range(S)], -1)
+                    for t in range(T)
+                ]
+            )
+            for b in range(B)
+        ]
+    )
+
+
+def ref_attention(scorer, query, keys, values, mask):
+    """Context (B, T, Dv) and head-averaged weights (B, T, S) by explicit loops."""
+    B, T, S = query.size(0), query.size(1), keys.size(1)
+    H, Dv = scorer.num_heads, values.size(-1)
+    d = Dv // H
+    energies = ref_energies(scorer, query, keys).view(B, T, H, S)  # single head: H = 1
+    context = torch.zeros(B, T, Dv, dtype=values.dtype)
+    weights = torch.zeros(B, T, S, dtype=values.dtype)
+    for b in range(B):
+        real = [s for s in range(S) if mask[b, s]]
+        for t in range(T):
+            for h in range(H):
+                exps = {s: math.exp(energies[b, t, h, s].item()) for s in real}
+                total = sum(exps.values())
+                for s in real:
+                    w = exps[s] / total
+                    context[b, t, h * d : (h + 1) * d] += w * values[b, s, h * d : (h + 1) * d]
+                    weights[b, t, s] += w / H
+    return context, weights
+
+
+# ---------------------------------------------------------------- formulas
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_energies_match_loop_reference(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, _ = inputs(2, 3, 5, query_dim, key_dim)
+    energies = scorer.score(query, scorer.precompute_keys(keys))
+    torch.testing.assert_close(energies, ref_energies(scorer, query, keys), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_attention_matches_loop_reference(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])
+    attention = Attention(scorer)
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    ref_context, ref_weights = ref_attention(scorer, query, keys, keys, mask)
+    torch.testing.assert_close(context, ref_context, rtol=0, atol=1e-6)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-6)
+
+
+def test_scaled_dot_is_dot_over_sqrt_d():
+    query, keys, _ = inputs(2, 3, 4, 9, 9)
+    dot = DotScorer(query_dim=9, key_dim=9).score(query, keys)
+    scaled = ScaledDotScorer(query_dim=9, key_dim=9).score(query, keys)
+    torch.testing.assert_close(scaled, dot / 3.0)
+
+
+# ---------------------------------------------------------------- masking
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_padding_gets_exactly_zero_weight(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(3, 4, 6, query_dim, key_dim, lengths=[6, 2, 4])
+    attention = Attention(scorer)
+    _, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    mask = mask[:, None, :].expand_as(weights)
+    assert torch.all(weights[~mask] == 0)
+    assert torch.all(weights[mask] > 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_padded_keys_and_values_do_not_matter(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(2, 3, 5, query_dim, key_dim, lengths=[5, 2])
+    attention = Attention(scorer)
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+
+    noisy = keys.clone()
+    noisy[~mask] = 100 * torch.randn_like(noisy[~mask])
+    noisy_context, noisy_weights = attention(query, attention.precompute_keys(noisy), noisy, mask)
+    torch.testing.assert_close(noisy_context, context)
+    torch.testing.assert_close(noisy_weights, weights)
+
+
+# ---------------------------------------------------------------- shapes and steps
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("B,T,S", [(2, 1, 5), (2, 4, 5), (1, 3, 4), (3, 2, 1), (1, 1, 1)])
+def test_shapes(name, B, T, S):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(B, T, S, query_dim, key_dim)
+    attention = Attention(scorer)
+    precomputed = attention.precompute_keys(keys)
+    assert precomputed.size(0) == B  # batch-first, for beam search's index_select
+    energies = scorer.score(query, precomputed)
+    H = scorer.num_heads
+    assert energies.shape == ((B, T, S) if H == 1 else (B, T, H, S))
+    context, weights = attention(query, precomputed, keys, mask)
+    assert context.shape == (B, T, key_dim)
+    assert weights.shape == (B, T, S)
+    if S == 1:  # a single source position takes all the weight
+        assert torch.all(weights == 1)
+        torch.testing.assert_close(context, keys.expand(B, T, key_dim))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_all_steps_at_once_equal_single_steps(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(2, 4, 5, query_dim, key_dim, lengths=[5, 3])
+    attention = Attention(scorer)
+    precomputed = attention.precompute_keys(keys)
+    context, weights = attention(query, precomputed, keys, mask)
+    for t in range(4):
+        step_context, step_weights = attention(query[:, t : t + 1], precomputed, keys, mask)
+        torch.testing.assert_close(step_context, context[:, t : t + 1])
+        torch.testing.assert_close(step_weights, weights[:, t : t + 1])
+        torch.testing.assert_close(
+            scorer.score(query[:, t : t + 1], precomputed),
+            scorer.score(query, precomputed)[:, t : t + 1],
+        )
+
+
+# ---------------------------------------------------------------- precomputed keys
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_precomputed_keys_are_returned_not_stored(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys1, _ = inputs(2, 3, 5, query_dim, key_dim)
+    keys2 = torch.randn_like(keys1)
+    attributes = {id(m): set(vars(m)) for m in scorer.modules()}
+    state = set(scorer.state_dict())
+
+    pre1 = scorer.precompute_keys(keys1)
+    energies1 = scorer.score(query, pre1)
+    pre2 = scorer.precompute_keys(keys2)
+
+    assert {id(m): set(vars(m)) for m in scorer.modules()} == attributes
+    assert set(scorer.state_dict()) == state
+    for module in scorer.modules():
+        for value in vars(module).values():
+            assert value is not pre1 and value is not pre2
+    # score reads only the keys it is given: old keys still give the old energies
+    assert not torch.allclose(scorer.score(query, pre2), energies1)
+    torch.testing.assert_close(scorer.score(query, pre1), energies1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_precomputed_keys_can_be_reordered_by_sentence(name):
+    # Beam search reorders/repeats the precomputed keys with index_select(0, ...).
+    scorer, query_dim, key_dim = make(name)
+    query, keys, _ = inputs(2, 3, 5, query_dim, key_dim)
+    index = torch.tensor([1, 0, 1, 1])
+    selected = scorer.score(query[index], scorer.precompute_keys(keys).index_select(0, index))
+    direct = scorer.score(query[index], scorer.precompute_keys(keys[index]))
+    torch.testing.assert_close(selected, direct)
+
+
+# ---------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_parameter_gets_a_gradient(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(2, 3, 5, query_dim, key_dim, lengths=[5, 3])
+    query.requires_grad_()
+    keys.requires_grad_()
+    attention = Attention(scorer)
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    ((context * torch.randn_like(context)).sum() + (weights**2).sum()).backward()
+    for param_name, param in attention.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, param_name
+    assert query.grad.abs().sum() > 0
+    assert keys.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(2, 2, 3, query_dim, key_dim, lengths=[3, 2])
+    values = torch.randn(2, 3, key_dim, dtype=torch.float64)
+    attention = Attention(scorer)
+
+    def attend(query, keys, values):
+        return attention(query, attention.precompute_keys(keys), values, mask)
+
+    tensors = tuple(t.requires_grad_() for t in (query, keys, values))
+    assert torch.autograd.gradcheck(attend, tensors)
+
+
+# ---------------------------------------------------------------- constructor options
+
+
+@pytest.mark.parametrize("cls", [DotScorer, ScaledDotScorer])
+def test_dot_size_mismatch_error_names_sizes_and_fix(cls):
+    message = r"query_dim=6.*key_dim=4.*model\.attention\.project_keys=true"
+    with pytest.raises(ValueError, match=message):
+        cls(query_dim=6, key_dim=4)
+
+
+@pytest.mark.parametrize("cls", [DotScorer, ScaledDotScorer])
+def test_dot_project_keys(cls):
+    scorer = cls(query_dim=6, key_dim=4, project_keys=True)
+    assert scorer.key_proj.weight.shape == (6, 4) and scorer.key_proj.bias is None
+    assert cls(query_dim=4, key_dim=4).key_proj is None  # no parameters unless asked
+    keys = torch.randn(2, 5, 4)
+    assert scorer.precompute_keys(keys).shape == (2, 5, 6)
+
+
+def test_scaled_dot_divides_by_dot_product_length():
+    assert ScaledDotScorer(query_dim=6, key_dim=4, project_keys=True).scale == 1 / math.sqrt(6)
+
+
+def test_additive_hidden_size_defaults_to_query_dim():
+    assert AdditiveScorer(query_dim=6, key_dim=4).v.in_features == 6
+    assert AdditiveScorer(query_dim=6, key_dim=4, hidden_size=3).v.in_features == 3
+
+
+def test_multihead_options():
+    scorer = MultiHeadScorer(query_dim=6, key_dim=8, heads=4, scorer=DotScorer)
+    assert scorer.num_heads == Attention(scorer).num_heads == 4
+    assert scorer.head_dim == 2 and scorer.query_proj.out_features == 8
+    with pytest.raises(ValueError, match=r"key_dim=5.*heads=2"):
+        MultiHeadScorer(query_dim=6, key_dim=5, heads=2, scorer=DotScorer)
+    with pytest.raises(ValueError, match="heads >= 1"):
+        MultiHeadScorer(query_dim=6, key_dim=4, heads=0, scorer=DotScorer)
+
+
+@pytest.mark.parametrize("inner", [AdditiveScorer, GeneralScorer, ScaledDotScorer])
+def test_single_identity_head_is_the_inner_scorer(inner):
+    scorer = MultiHeadScorer(query_dim=4, key_dim=4, heads=1, scorer=inner).double()
+    with torch.no_grad():
+        scorer.query_proj.weight.copy_(torch.eye(4))
+        scorer.key_proj.weight.copy_(torch.eye(4))
+    query, keys, mask = inputs(2, 3, 5, 4, 4, lengths=[5, 2])
+
+    energies = scorer.score(query, scorer.precompute_keys(keys))
+    inner_energies = scorer.inner.score(query, scorer.inner.precompute_keys(keys))
+    torch.testing.assert_close(energies, inner_energies.unsqueeze(2))  # (B, T, 1, S)
+
+    multi, single = Attention(scorer), Attention(scorer.inner)
+    context, weights = multi(query, multi.precompute_keys(keys), keys, mask)
+    ref_context, ref_weights = single(query, single.precompute_keys(keys), keys, mask)
+    torch.testing.assert_close(context, ref_context)
+    torch.testing.assert_close(weights, ref_weights)
+
+
+def test_multihead_heads_read_their_own_value_slice():
+    # Head 0 attends only to position 0, head 1 only to position 1 (energies of +-inf-ish size).
+    class Fixed(nn.Module):
+        num_heads = 2
+
+        def precompute_keys(self, keys):
+            return keys
+
+        def score(self, query, keys):
+            e = torch.full((1, 1, 2, 2), -1e4)
+            e[0, 0, 0, 0] = e[0, 0, 1, 1] = 0.0
+            return e
+
+    values = torch.tensor([[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]])  # (1, 2, 4)
+    context, weights = Attention(Fixed())(torch.zeros(1, 1, 3), values, values)
+    torch.testing.assert_close(context, torch.tensor([[[1.0, 2.0, 7.0, 8.0]]]))
+    torch.testing.assert_close(weights, torch.tensor([[[0.5, 0.5]]]))  # averaged over heads
+
+
+# ---------------------------------------------------------------- mixed precision
+
+
+@pytest.mark.parametrize("name", ["additive", "general", "multihead_additive"])
+def test_autocast_bfloat16(name):
+    scorer, query_dim, key_dim = make(name)
+    scorer.float()
+    query, keys, mask = inputs(2, 3, 5, query_dim, key_dim, lengths=[5, 3])
+    query, keys = query.float(), keys.float()
+    attention = Attention(scorer)
+    ref_context, ref_weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    assert torch.all(weights[~mask[:, None, :].expand_as(weights)] == 0)
+    torch.testing.assert_close(weights.float(), ref_weights, rtol=0, atol=3e-2)
+    torch.testing.assert_close(context.float(), ref_context, rtol=0, atol=5e-2)
+
+
+def test_half_precision_weights_follow_values_dtype():
+    scorer, query_dim, key_dim = make("multihead_additive")
+    query, keys, mask = inputs(2, 3, 5, query_dim, key_dim, lengths=[5, 3])
+    attention = Attention(scorer.to(torch.bfloat16))
+    query, keys = query.to(torch.bfloat16), keys.to(torch.bfloat16)
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    assert context.dtype == weights.dtype == torch.bfloat16
+    assert torch.all(weights[~mask[:, None, :].expand_as(weights)] == 0)
+    torch.testing.assert_close(weights.float().sum(-1), torch.ones(2, 3), rtol=0, atol=2e-2)
+
+
+# ---------------------------------------------------------------- configs and user scorers
+
+
+@pytest.mark.parametrize(
+    "file,cls",
+    [
+        ("additive", AdditiveScorer),
+        ("dot", DotScorer),
+        ("scaled_dot", ScaledDotScorer),
+        ("general", GeneralScorer),
+        ("multihead", MultiHeadScorer),
+    ],
+)
+def test_config_instantiates(file, cls):
+    cfg = OmegaConf.load(CONFIG_DIR / f"{file}.yaml")
+    assert "query_dim" not in cfg and "key_dim" not in cfg  # the builder passes them
+    scorer = instantiate(cfg, query_dim=16, key_dim=16)
+    assert type(scorer) is cls
+    query, keys, mask = torch.randn(2, 3, 16), torch.randn(2, 4, 16), torch.ones(2, 4, dtype=bool)
+    attention = Attention(scorer)
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    assert context.shape == (2, 3, 16) and weights.shape == (2, 3, 4)
+    if cls is MultiHeadScorer:
+        assert scorer.num_heads == 4 and isinstance(scorer.inner, AdditiveScorer)
+
+
+def test_user_scorer_plugs_in_by_target():
+    cfg = OmegaConf.create({"_target_": f"{CosineScorer.__module__}.CosineScorer", "scale": 5.0})
+    scorer = instantiate(cfg, query_dim=6, key_dim=4)
+    assert isinstance(scorer, CosineScorer) and scorer.scale == 5.0 and scorer.num_heads == 1
+
+
+def test_docstring_example_is_the_test_helper():
+    code = textwrap.dedent(attention_module.__doc__.split("::\n", 1)[1])
+    namespace = {}
+    exec(code, namespace)
+    query, keys, mask = inputs(2, 3, 5, 6, 4, lengths=[5, 2])
+    outputs = []
+    for cls in (namespace["CosineScorer"], CosineScorer):
+        torch.manual_seed(1)
+        attention = Attention(cls(query_dim=6, key_dim=4).double())
+        outputs.append(attention(query, attention.precompute_keys(keys), keys, mask))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
