@@ -226,3 +226,25 @@ def test_print_composed_config(tmp_path):
                              "model/attention=dot"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "_target_: seq2seq.models.attention.DotScorer" in result.stdout
+
+
+@pytest.mark.slow
+def test_two_process_gloo_torchrun_keeps_ranks_identical(corpus, tmp_path):
+    run_dir = tmp_path / "ddp"
+    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.max_steps": 20,
+                                                    "trainer.valid_every": 10})
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "parameters identical on all 2 ranks" in output
+    assert "rank 0 of 2 joined the gloo process group" in (run_dir / "train.log").read_text()
+    # Only rank 0 logs to the file and writes checkpoints.
+    log_text = (run_dir / "train.log").read_text()
+    assert "rank 1 of 2" not in log_text
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[0] == "best.pt"
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
+    assert state["step"] == 20

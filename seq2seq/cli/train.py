@@ -16,6 +16,7 @@ Several GPUs or machines (each rank reads its own shard of every batch list)::
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -28,13 +29,32 @@ from seq2seq.cli import CONFIG_DIR
 log = logging.getLogger("seq2seq.train")
 
 
+def _quiet_other_ranks() -> None:
+    """Under torchrun only rank 0 writes the log file and prints INFO lines."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
+def _shared_run_dir_for_torchrun() -> None:
+    """Give all torchrun ranks one run folder (each would otherwise stamp its own ${now})."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "SEQ2SEQ_RUN_DIR" not in os.environ:
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
+        os.environ["SEQ2SEQ_RUN_DIR"] = f"outputs/torchrun-{run_id}"
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def _main(cfg: DictConfig) -> float | None:
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.training.run import train
     from seq2seq.training.trainer import TrainingError
 
+    _quiet_other_ranks()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         result = train(cfg, run_dir)
@@ -43,6 +63,11 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(1)
     log.info("run folder: %s", run_dir)
     return result["best_bleu"]  # what a Hydra sweeper would optimise
+
+
+def main() -> None:
+    _shared_run_dir_for_torchrun()
+    _main()
 
 
 if __name__ == "__main__":

@@ -499,12 +499,26 @@ class Trainer:
         if self.last_validated_step != state.step:
             self._validate_and_keep()
         self.save_last()
+        if self.context.is_distributed:
+            self._check_ranks_in_sync()
         if self.writer is not None:
             self.writer.close()
         log.info("done: %d steps, %d epochs started, %.1f min training, best BLEU %.2f at step %d",
                  state.step, state.epoch + 1, state.train_seconds / 60, state.best_bleu,
                  state.best_step)
         return state
+
+    def _check_ranks_in_sync(self) -> None:
+        """All ranks must end with the same parameters; a difference means a DDP bug."""
+        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        flat = torch.cat([p.detach().reshape(-1).float() for p in self.model.parameters()])
+        flat = flat.to(device)
+        gathered = [torch.empty_like(flat) for _ in range(self.context.world_size)]
+        dist.all_gather(gathered, flat)
+        differing = [rank for rank, other in enumerate(gathered) if not torch.equal(other, gathered[0])]
+        if differing:
+            raise TrainingError(f"ranks {differing} ended with parameters that differ from rank 0")
+        log.info("parameters identical on all %d ranks", self.context.world_size)
 
     def _optimizer_step(self, tokens: int, started: float) -> bool:
         """Clip, skip on NaN/inf, set the lr and step; True if training must stop."""

@@ -1,0 +1,306 @@
+"""Encoded corpora as memory-mapped token arrays.
+
+A side of a split is two `.npy` files: one flat array of all piece ids (no bos/eos) and an
+int64 offsets array of length n + 1, sentence i being tokens[offsets[i]:offsets[i + 1]].
+Both are opened with `np.load(mmap_mode="r")`, so a corpus costs almost no memory until read,
+and DataLoader workers share the operating system's page cache instead of copies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TOKENS_SUFFIX = ".tokens.npy"
+OFFSETS_SUFFIX = ".offsets.npy"
+
+
+class TokenArray:
+    """A sequence of token-id sentences stored as one flat array plus offsets."""
+
+    def __init__(
+        self,
+        *,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        tokens_path: Path | None = None,
+        offsets_path: Path | None = None,
+    ) -> None:
+        """Wraps existing arrays.
+
+        Args:
+            tokens: 1-D integer array of all sentences' ids, concatenated.
+            offsets: 1-D int64 array, non-decreasing, offsets[0] == 0 and
+                offsets[-1] == len(tokens).
+            tokens_path: File `tokens` was mapped from, if any (pickling then reopens the file
+                instead of copying the data into every DataLoader worker).
+            offsets_path: Likewise for `offsets`.
+
+        Raises:
+            ValueError: If the arrays are inconsistent.
+        """
+        if tokens.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
+            raise ValueError("tokens and offsets must be 1-D, offsets non-empty")
+        if offsets[0] != 0 or offsets[-1] != len(tokens):
+            raise ValueError(
+                f"offsets must run from 0 to len(tokens)={len(tokens)}, "
+                f"got {int(offsets[0])}..{int(offsets[-1])}"
+            )
+        self._tokens = tokens
+        self._offsets = offsets
+        self._tokens_path = tokens_path
+        self._offsets_path = offsets_path
+        self._lengths: np.ndarray | None = None
+
+    @classmethod
+    def load(cls, prefix: Path) -> TokenArray:
+        """Memory-maps `<prefix>.tokens.npy` and `<prefix>.offsets.npy` read-only.
+
+        Args:
+            prefix: Path without the suffixes, e.g. `cache/ab12/train.src`.
+        """
+        tokens_path = Path(f"{prefix}{TOKENS_SUFFIX}")
+        offsets_path = Path(f"{prefix}{OFFSETS_SUFFIX}")
+        return cls(
+            tokens=np.load(tokens_path, mmap_mode="r"),
+            offsets=np.load(offsets_path, mmap_mode="r"),
+            tokens_path=tokens_path,
+            offsets_path=offsets_path,
+        )
+
+    @classmethod
+    def from_sequences(cls, sequences: list[list[int]], *, dtype: Any = np.int32) -> TokenArray:
+        """Builds an in-memory array from Python lists (for tests and small data)."""
+        lengths = np.fromiter((len(ids) for ids in sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.fromiter(
+            (token for ids in sequences for token in ids), dtype=dtype, count=int(offsets[-1])
+        )
+        return cls(tokens=tokens, offsets=offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        """Returns sentence `index`'s ids (a read-only view; negative indices count back)."""
+        count = len(self)
+        index = int(index)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(f"index {index} out of range for {count} sentences")
+        return self._tokens[self._offsets[index] : self._offsets[index + 1]]
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The flat token array."""
+        return self._tokens
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """The offsets array (length len(self) + 1)."""
+        return self._offsets
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Number of pieces of every sentence (int64, computed once)."""
+        if self._lengths is None:
+            self._lengths = np.diff(np.asarray(self._offsets))
+        return self._lengths
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self._tokens_path is not None and self._offsets_path is not None:
+            # Pickling a memmap copies its whole content; reopen the files instead.
+            state["_tokens"] = None
+            state["_offsets"] = None
+        state["_lengths"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._tokens is None:
+            self._tokens = np.load(self._tokens_path, mmap_mode="r")
+            self._offsets = np.load(self._offsets_path, mmap_mode="r")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sentences={len(self)}, tokens={len(self._tokens)})"
+
+
+class IndexedSamples(list):
+    """A list of dataset items that also carries their dataset indices."""
+
+    def __init__(self, items: list[Any], *, indices: list[int]) -> None:
+        super().__init__(items)
+        self.indices = list(indices)
+
+
+class ParallelDataset:
+    """Aligned source and target sentences; a map-style dataset for torch's DataLoader.
+
+    Items are numpy arrays of piece ids without bos/eos; `seq2seq.data.batching.collate` pads
+    them and adds the special ids.
+    """
+
+    def __init__(self, *, src: TokenArray, tgt: TokenArray) -> None:
+        """Pairs two token arrays.
+
+        Args:
+            src: Source sentences.
+            tgt: Target sentences, line i translating src line i.
+
+        Raises:
+            ValueError: If the sides have different numbers of sentences.
+        """
+        if len(src) != len(tgt):
+            raise ValueError(f"source has {len(src)} sentences but target has {len(tgt)}")
+        self.src = src
+        self.tgt = tgt
+
+    @classmethod
+    def load(cls, prefix: Path) -> ParallelDataset:
+        """Memory-maps `<prefix>.src.*.npy` and `<prefix>.tgt.*.npy`."""
+        return cls(
+            src=TokenArray.load(Path(f"{prefix}.src")), tgt=TokenArray.load(Path(f"{prefix}.tgt"))
+        )
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.src[index], self.tgt[index]
+
+    def __getitems__(self, indices: list[int]) -> IndexedSamples:
+        """Fetches a batch of items; torch's DataLoader calls this with a batch sampler.
+
+        The result remembers the indices, so `collate` can fill Batch.indices.
+        """
+        return IndexedSamples([self[index] for index in indices], indices=indices)
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        """Source pieces per sentence (without eos)."""
+        return self.src.lengths
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        """Target pieces per sentence (without bos/eos)."""
+        return self.tgt.lengths
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pairs={len(self)})"
+
+
+class _NpyAppender:
+    """Writes a 1-D `.npy` file whose length is only known at the end.
+
+    The header is written first with a zero length and rewritten on close: numpy pads 1-D
+    headers so that the length can grow in place, which keeps writing a single streaming pass.
+    """
+
+    def __init__(self, *, path: Path, dtype: Any) -> None:
+        self._path = Path(path)
+        self._dtype = np.dtype(dtype)
+        self._count = 0
+        self._file = open(self._path, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._header_length = self._write_header(0)
+
+    def _write_header(self, count: int) -> int:
+        start = self._file.tell()
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self._dtype),
+            "fortran_order": False,
+            "shape": (count,),
+        }
+        np.lib.format.write_array_header_1_0(self._file, header)
+        return self._file.tell() - start
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self._dtype)
+        self._file.write(values.tobytes())
+        self._count += len(values)
+
+    def close(self) -> None:
+        self._file.seek(0)
+        if self._write_header(self._count) != self._header_length:
+            # Only numpy versions without header padding get here: copy behind a new header.
+            self._file.close()
+            self._rewrite_with_header()
+            return
+        self._file.close()
+
+    def _rewrite_with_header(self) -> None:
+        final = np.lib.format.open_memmap(
+            self._path.with_suffix(".rewrite.npy"),
+            mode="w+",
+            dtype=self._dtype,
+            shape=(self._count,),
+        )
+        source = np.memmap(
+            self._path,
+            dtype=self._dtype,
+            mode="r",
+            offset=self._header_length,
+            shape=(self._count,),
+        )
+        block = 1 << 24
+        for start in range(0, self._count, block):
+            final[start : start + block] = source[start : start + block]
+        final.flush()
+        del final, source
+        self._path.with_suffix(".rewrite.npy").replace(self._path)
+
+    def abort(self) -> None:
+        self._file.close()
+
+
+class TokenArrayWriter:
+    """Streams sentences into the `<prefix>.tokens.npy` / `<prefix>.offsets.npy` pair.
+
+    Sentences are appended chunk by chunk, so a corpus never needs to fit in memory.
+    """
+
+    def __init__(self, *, prefix: Path, dtype: Any) -> None:
+        """Creates (truncates) both files.
+
+        Args:
+            prefix: Path without suffixes, e.g. `cache/tmp/train.src`.
+            dtype: Token dtype, e.g. np.uint16 for vocabularies below 65535 pieces.
+        """
+        self.prefix = Path(prefix)
+        self._tokens = _NpyAppender(path=Path(f"{prefix}{TOKENS_SUFFIX}"), dtype=dtype)
+        self._offsets = _NpyAppender(path=Path(f"{prefix}{OFFSETS_SUFFIX}"), dtype=np.int64)
+        self._offsets.append(np.zeros(1, dtype=np.int64))
+        self._total = 0
+        self.sentences = 0
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Appends a chunk of sentences.
+
+        Args:
+            tokens: The chunk's ids, concatenated.
+            lengths: Pieces per sentence of the chunk; they must sum to len(tokens).
+        """
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != len(tokens):
+            raise ValueError(
+                f"lengths sum to {int(lengths.sum())} but there are {len(tokens)} tokens"
+            )
+        self._tokens.append(tokens)
+        self._offsets.append(self._total + np.cumsum(lengths))
+        self._total += len(tokens)
+        self.sentences += len(lengths)
+
+    def close(self) -> TokenArray:
+        """Finishes both files and returns them memory-mapped."""
+        self._tokens.close()
+        self._offsets.close()
+        return TokenArray.load(self.prefix)
+
+    def abort(self) -> None:
+        """Closes the files without finishing them (their directory is about to be deleted)."""
+        self._tokens.abort()
+        self._offsets.abort()

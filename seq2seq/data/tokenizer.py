@@ -1,0 +1,338 @@
+"""sentencepiece tokenizers with the framework's fixed special ids, trained from streams."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.data.corpus import DataError, apply_default_permissions
+from seq2seq.data.vocab import (
+    BOS_ID,
+    BOS_PIECE,
+    EOS_ID,
+    EOS_PIECE,
+    PAD_ID,
+    PAD_PIECE,
+    UNK_ID,
+    UNK_PIECE,
+)
+
+logger = logging.getLogger(__name__)
+
+MODEL_TYPES = ("bpe", "unigram")
+
+# sentencepiece refuses 1..100 for input_sentence_size (its sampler needs more than 100).
+_MIN_SAMPLED_SENTENCES = 101
+_VOCAB_TOO_HIGH = re.compile(
+    r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)"
+)
+
+
+class _SentenceFeed:
+    """Wraps the sentence stream handed to sentencepiece's C++ trainer.
+
+    sentencepiece turns any exception raised by the iterator into a generic RuntimeError; this
+    keeps the original (e.g. a DataError naming a bad line) so it can be re-raised as is.
+    """
+
+    def __init__(self, *, sentences: Iterable[str]) -> None:
+        self._iterator = iter(sentences)
+        self.error: BaseException | None = None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            sentence = next(self._iterator)
+        except StopIteration:
+            raise
+        except BaseException as error:
+            self.error = error
+            raise
+        self.count += 1
+        return sentence
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model whose pad/unk/bos/eos ids are PAD_ID, UNK_ID, BOS_ID, EOS_ID.
+
+    Encoding returns the pieces of a sentence only: adding bos/eos is the batching code's job.
+    """
+
+    def __init__(self, *, model_proto: bytes) -> None:
+        """Loads a serialized sentencepiece model.
+
+        Args:
+            model_proto: The model file's bytes.
+
+        Raises:
+            ValueError: If the bytes are not a sentencepiece model or its special ids differ
+                from the framework's fixed ones.
+        """
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError) as error:
+            raise ValueError(f"not a sentencepiece model: {error}") from None
+        special_ids = (
+            processor.pad_id(),
+            processor.unk_id(),
+            processor.bos_id(),
+            processor.eos_id(),
+        )
+        if special_ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"sentencepiece model has special ids (pad, unk, bos, eos) = {special_ids}, "
+                f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            )
+        self._processor = processor
+        self._model_proto = bytes(model_proto)
+
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        *,
+        model_type: str = "bpe",
+        vocab_size: int,
+        character_coverage: float = 1.0,
+        seed: int = 1,
+        max_sentences: int = 2_000_000,
+    ) -> SentencePieceTokenizer:
+        """Trains a model on a stream of sentences.
+
+        When the text supports fewer pieces than `vocab_size`, the vocabulary is lowered to
+        what it supports and a warning is logged.
+
+        Args:
+            sentences: The training sentences. Streamed, never held in Python; it must be
+                re-iterable (a list, or an object whose __iter__ restarts) in the rare case
+                that sentencepiece rejects the vocabulary size and training must be repeated.
+            model_type: "bpe" or "unigram".
+            vocab_size: Wanted number of pieces, special pieces included.
+            character_coverage: Share of characters the model must cover (1.0: all).
+            seed: Seed of sentencepiece's random generator (sentence sampling).
+            max_sentences: At most this many sentences, sampled uniformly from the stream,
+                are used (<= 0: all of them; at least 101 otherwise).
+
+        Returns:
+            The trained tokenizer.
+
+        Raises:
+            ValueError: On an unknown model type or a non-positive vocabulary size.
+            DataError: When training is impossible with this data (no sentences, fewer pieces
+                allowed than distinct characters, ...), or the stream raised DataError.
+        """
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"unknown model_type {model_type!r}: expected one of {MODEL_TYPES}")
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+        sampled = 0 if max_sentences <= 0 else max(max_sentences, _MIN_SAMPLED_SENTENCES)
+        requested = vocab_size
+        attempt_size = vocab_size
+        for attempt in range(2):
+            feed = _SentenceFeed(sentences=sentences)
+            writer = io.BytesIO()
+            spm.set_random_generator_seed(seed)
+            try:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=feed,
+                    model_writer=writer,
+                    model_type=model_type,
+                    vocab_size=attempt_size,
+                    # A soft limit lets sentencepiece stop at what the text supports instead of
+                    # failing; older BPE trainers ignore it, hence the retry below.
+                    hard_vocab_limit=False,
+                    character_coverage=character_coverage,
+                    input_sentence_size=sampled,
+                    shuffle_input_sentence=True,
+                    pad_id=PAD_ID,
+                    unk_id=UNK_ID,
+                    bos_id=BOS_ID,
+                    eos_id=EOS_ID,
+                    pad_piece=PAD_PIECE,
+                    unk_piece=UNK_PIECE,
+                    bos_piece=BOS_PIECE,
+                    eos_piece=EOS_PIECE,
+                    num_threads=max(1, os.cpu_count() or 1),
+                    minloglevel=2,
+                )
+            except RuntimeError as error:
+                if feed.error is not None:
+                    raise feed.error from None
+                if feed.count == 0:
+                    raise DataError("cannot train a tokenizer: no training sentences") from None
+                message = " ".join(str(error).split())
+                too_high = _VOCAB_TOO_HIGH.search(message)
+                if too_high is None or attempt > 0:
+                    raise DataError(f"sentencepiece training failed: {message}") from None
+                if iter(sentences) is sentences:
+                    raise ValueError(
+                        "sentencepiece needs a second pass to lower the vocabulary size, but the "
+                        "sentences are a one-shot iterator; pass a re-iterable collection"
+                    ) from None
+                attempt_size = int(too_high.group(2))
+                continue
+            tokenizer = cls(model_proto=writer.getvalue())
+            if tokenizer.vocab_size < requested:
+                logger.warning(
+                    "vocabulary size lowered from %d to %d: the training text (%d sentences) "
+                    "supports no more %s pieces",
+                    requested,
+                    tokenizer.vocab_size,
+                    feed.count,
+                    model_type,
+                )
+            return tokenizer
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @classmethod
+    def from_bytes(cls, model_proto: bytes) -> SentencePieceTokenizer:
+        """Loads a model from its serialized bytes (see `to_bytes`)."""
+        return cls(model_proto=model_proto)
+
+    def to_bytes(self) -> bytes:
+        """Returns the serialized model (the content of a .model file)."""
+        return self._model_proto
+
+    def save(self, path: Path) -> None:
+        """Writes the model file atomically (a crash leaves no half-written file).
+
+        Args:
+            path: Destination, conventionally ending in `.model`.
+        """
+        path = Path(path)
+        descriptor, temporary_name = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+        )
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(self._model_proto)
+            apply_default_permissions(Path(temporary_name))
+            os.replace(temporary_name, path)
+        finally:
+            Path(temporary_name).unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> SentencePieceTokenizer:
+        """Reads a model file written by `save` (or by sentencepiece itself)."""
+        return cls(model_proto=Path(path).read_bytes())
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special pieces included."""
+        return self._processor.get_piece_size()
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Encodes a batch of sentences to piece ids, without bos/eos.
+
+        Args:
+            sentences: The sentences.
+
+        Returns:
+            One list of ids per sentence (empty for an empty or blank sentence).
+        """
+        if not sentences:
+            return []
+        return self._processor.encode(list(sentences), out_type=int)
+
+    def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
+        """Decodes a batch of id sequences to text.
+
+        Each sequence is cut at its first EOS_ID; PAD_ID and BOS_ID are skipped wherever they
+        are, so decoder output can be passed as is.
+
+        Args:
+            batch_ids: One id sequence per sentence (lists, arrays or 1-D tensors' lists).
+
+        Returns:
+            One sentence per sequence.
+        """
+        cleaned = []
+        for ids in batch_ids:
+            kept = []
+            for token in ids:
+                token = int(token)
+                if token == EOS_ID:
+                    break
+                if token not in (PAD_ID, BOS_ID):
+                    kept.append(token)
+            cleaned.append(kept)
+        if not cleaned:
+            return []
+        return self._processor.decode(cleaned)
+
+    def id_to_piece(self, token_id: int) -> str:
+        """Returns the piece of one id.
+
+        Raises:
+            IndexError: If the id is outside the vocabulary.
+        """
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise IndexError(f"id {token_id} outside the vocabulary of {self.vocab_size} pieces")
+        return self._processor.id_to_piece(token_id)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """Returns the pieces of a sequence of ids (special pieces included, for display)."""
+        return [self.id_to_piece(token_id) for token_id in ids]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tokenizers:
+    """The tokenizer(s) of a language pair: one shared model, or one per side.
+
+    Attributes:
+        src: Source-side tokenizer.
+        tgt: Target-side tokenizer (the same object as `src` when joint).
+        joint: Whether one model serves both sides.
+    """
+
+    src: SentencePieceTokenizer
+    tgt: SentencePieceTokenizer
+    joint: bool
+
+    def to_bytes_dict(self) -> dict[str, bytes]:
+        """Serializes the model(s) for a checkpoint.
+
+        Returns:
+            {"joint": bytes} for a joint model, else {"src": bytes, "tgt": bytes}.
+        """
+        if self.joint:
+            return {"joint": self.src.to_bytes()}
+        return {"src": self.src.to_bytes(), "tgt": self.tgt.to_bytes()}
+
+    @classmethod
+    def from_bytes_dict(cls, models: Mapping[str, bytes]) -> Tokenizers:
+        """Rebuilds the tokenizers from `to_bytes_dict` output.
+
+        Args:
+            models: {"joint": bytes} or {"src": bytes, "tgt": bytes}. Values may be any
+                bytes-like object (e.g. `tensor.numpy().tobytes()` of a uint8 tensor).
+
+        Raises:
+            ValueError: If the keys are neither of the two layouts.
+        """
+        if set(models) == {"joint"}:
+            shared = SentencePieceTokenizer.from_bytes(bytes(models["joint"]))
+            return cls(src=shared, tgt=shared, joint=True)
+        if set(models) == {"src", "tgt"}:
+            return cls(
+                src=SentencePieceTokenizer.from_bytes(bytes(models["src"])),
+                tgt=SentencePieceTokenizer.from_bytes(bytes(models["tgt"])),
+                joint=False,
+            )
+        raise ValueError(f"expected keys {{'joint'}} or {{'src', 'tgt'}}, got {sorted(models)}")
