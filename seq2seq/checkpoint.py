@@ -65,13 +65,21 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):
+        # torch.save writes zip archives; anything else is damaged or not a checkpoint (and
+        # torch would read it as a legacy pickle and misreport it as unsafe).
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: the file is truncated or corrupted (not a zip archive)"
+        )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        # Keep torch's reason (the offending global), not its advice to disable the check.
+        reason = next((line.strip() for line in str(error).splitlines()
+                       if "Unsupported global" in line), "unsupported content")
         raise CheckpointError(
             f"refusing to load {path}: it contains Python objects other than tensors and plain "
-            f"containers, which could run code ({first_line})"
+            f"containers, which could run code ({reason})"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
         raise CheckpointError(

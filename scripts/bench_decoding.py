@@ -1,0 +1,157 @@
+"""Decoding speed of a checkpoint: sentences per second with greedy search and beam search.
+
+    python scripts/bench_decoding.py --checkpoint runs/x/checkpoints/best.pt
+    python scripts/bench_decoding.py --checkpoint best.pt --split valid --max-sentences 500 \\
+        --device cuda --json bench/decoding.json
+
+The sentences are the source side of a split of the checkpoint's own data config (the same
+files ``evaluate.py`` scores). For each search (``--beam-sizes``, default greedy and beam 5):
+
+- *startup*: reading the data, loading the checkpoint and building the model, plus a
+  warm-up translation of a few sentences (CUDA kernels, allocator), each search on its own
+  fresh model so that both pay the same startup;
+- *generation*: translating all sentences (tokenize, batched search, detokenize);
+- sentences/s from generation alone and from startup + generation.
+
+Prints a table on stdout, then the results as JSON (or writes the JSON to ``--json FILE``).
+BLEU is reported too, as a check that the fast settings still translate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+WARMUP_SENTENCES = 8
+
+
+def bench_one(
+    *,
+    checkpoint: Path,
+    sources: list[str],
+    references: list[str],
+    data_seconds: float,
+    beam_size: int,
+    device: str,
+    max_tokens: int,
+) -> dict:
+    """Time one search setting on a freshly loaded model."""
+    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+    from seq2seq.inference.translator import Translator, resolve_device
+    from seq2seq.metrics import corpus_scores
+
+    started = time.perf_counter()
+    torch_device = resolve_device(device)
+    model, tokenizers, _ = model_from_checkpoint(load_checkpoint(checkpoint), torch_device)
+    translator = Translator(
+        model, tokenizers, device=torch_device, beam_size=beam_size, max_tokens=max_tokens
+    )
+    translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
+    startup = time.perf_counter() - started + data_seconds
+
+    generation_started = time.perf_counter()
+    translations = translator.translate(sources, return_attention=False)
+    generation = time.perf_counter() - generation_started
+    hypotheses = [n_best[0].text for n_best in translations]
+    return {
+        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
+        "beam_size": beam_size,
+        "sentences": len(sources),
+        "startup_seconds": startup,
+        "generation_seconds": generation,
+        "sentences_per_second": len(sources) / max(generation, 1e-9),
+        "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
+        "bleu": corpus_scores(hypotheses, references)["bleu"],
+        "device": str(torch_device),
+    }
+
+
+def format_table(results: Sequence[dict]) -> str:
+    lines = [
+        f"{'search':<8} {'sentences':>9} {'startup s':>9} {'generation s':>12} "
+        f"{'sent/s':>8} {'sent/s total':>12} {'BLEU':>6}"
+    ]
+    lines += [
+        f"{r['search']:<8} {r['sentences']:>9d} {r['startup_seconds']:>9.2f} "
+        f"{r['generation_seconds']:>12.2f} {r['sentences_per_second']:>8.1f} "
+        f"{r['sentences_per_second_with_startup']:>12.1f} {r['bleu']:>6.2f}"
+        for r in results
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint file")
+    parser.add_argument("--split", default="test", choices=["valid", "test"])
+    parser.add_argument("--max-sentences", type=int, default=None, help="use the first N only")
+    parser.add_argument("--beam-sizes", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--max-tokens", type=int, default=4000, help="padded source ids per batch")
+    parser.add_argument("--num-threads", type=int, default=None, help="CPU threads for torch")
+    parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    from omegaconf import OmegaConf
+
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint
+    from seq2seq.cli.evaluate import read_parallel, split_files
+    from seq2seq.data.corpus import DataError
+
+    try:
+        data_started = time.perf_counter()
+        config = load_checkpoint(args.checkpoint)["config"]
+        src_path, ref_path = split_files(
+            OmegaConf.to_container(OmegaConf.create(config)), args.split
+        )
+        sources, references = read_parallel(src_path, ref_path)
+        if args.max_sentences is not None:
+            sources, references = sources[: args.max_sentences], references[: args.max_sentences]
+        data_seconds = time.perf_counter() - data_started
+        results = [
+            bench_one(
+                checkpoint=Path(args.checkpoint),
+                sources=sources,
+                references=references,
+                data_seconds=data_seconds,
+                beam_size=beam_size,
+                device=args.device,
+                max_tokens=args.max_tokens,
+            )
+            for beam_size in args.beam_sizes
+        ]
+    except (CheckpointError, DataError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+    report = {
+        "checkpoint": args.checkpoint,
+        "split": args.split,
+        "src": str(src_path),
+        "max_tokens": args.max_tokens,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "results": results,
+    }
+    print(format_table(results), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
+    else:
+        print(json.dumps(report, indent=2), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""``python evaluate.py checkpoint=PATH [overrides]`` / ``seq2seq-evaluate``: score checkpoints.
+
+Translates a test set with beam search and prints sacreBLEU's BLEU and chrF (default
+settings, detokenized hypotheses against the raw reference lines) with their signatures, so
+the numbers equal what ``sacrebleu REF -i HYP`` prints for the written hypotheses.
+
+The test set is either a split (``split=valid|test``, default test) of the data config stored
+in the checkpoint, rebuilt with the data package's
+:func:`~seq2seq.data.prepare.corpus_files_from_config` (Multi30k is fetched when missing;
+relative data paths are taken from the current directory), or any pair of files
+(``src=FILE ref=FILE``).
+
+``checkpoint=`` is a file, a run folder (every ``*.pt`` in its ``checkpoints/``) or a glob
+(quote it); with several checkpoints each is scored and a table is printed, best BLEU first.
+
+Outputs, per checkpoint (see ``configs/evaluate.yaml`` for the default ``output_dir``)::
+
+    <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.hyp    # one hypothesis a line
+    <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.json   # scores, settings, timings
+
+Timings: *startup* is loading the checkpoint, building the model and reading the data (for
+the first checkpoint also Hydra's config composition and importing torch); *generation* is
+the translation alone (tokenize, search, detokenize); *total* is startup, generation, scoring
+and writing the files.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.cli.translate import set_num_threads
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+log = logging.getLogger("seq2seq.evaluate")
+# The first checkpoint's startup time counts from here: Hydra's config composition and the
+# torch import come after this point.
+MODULE_LOADED = time.perf_counter()
+
+SPLITS = ("valid", "test")
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def find_checkpoints(spec: str) -> list[Path]:
+    """Checkpoint files named by a file, a run folder or a glob, sorted, without duplicates.
+
+    Raises:
+        CheckpointError: when nothing matches.
+    """
+    from seq2seq.checkpoint import CheckpointError
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = sorted(p for p in folder.glob("*.pt") if p.is_file())
+        if not found:
+            raise CheckpointError(f"no *.pt checkpoint in {folder}")
+        return found
+    if glob.has_magic(spec):
+        found = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
+        if not found:
+            raise CheckpointError(f"no checkpoint file matches {spec}")
+        unique = {p.resolve(): p for p in found}  # a glob may reach one file twice via links
+        return sorted(unique.values())
+    raise CheckpointError(f"checkpoint not found: {spec}")
+
+
+def split_files(
+    checkpoint_config: Mapping[str, Any], split: str, overrides: Mapping[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """The (source, reference) files of a split of a checkpoint's data config.
+
+    Args:
+        checkpoint_config: the ``config`` entry of a checkpoint.
+        split: ``valid`` or ``test``.
+        overrides: merged onto the stored ``data`` node first (e.g. another ``dir``).
+
+    Raises:
+        DataError: on an unknown split, a config without it, or missing files.
+    """
+    from seq2seq.data.corpus import DataError
+    from seq2seq.data.prepare import corpus_files_from_config
+
+    if split not in SPLITS:
+        raise DataError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if "data" not in checkpoint_config:
+        raise DataError("the checkpoint stores no data config: score files with src=... ref=...")
+    data = OmegaConf.merge(OmegaConf.create(checkpoint_config["data"]), overrides or {})
+    files = corpus_files_from_config(OmegaConf.to_container(data, resolve=True))
+    if split not in files:
+        raise DataError(
+            f"the checkpoint's data config has no {split!r} split: score files with src=... ref=..."
+        )
+    return files[split]
+
+
+def read_parallel(src_path: Path, ref_path: Path) -> tuple[list[str], list[str]]:
+    """All source and reference lines of a pair of files, checked to have equal counts.
+
+    Raises:
+        DataError: on a missing file, invalid UTF-8 or different line counts.
+    """
+    from seq2seq.data.corpus import iter_parallel_chunks
+
+    sources: list[str] = []
+    references: list[str] = []
+    for src_chunk, ref_chunk in iter_parallel_chunks(Path(src_path), Path(ref_path)):
+        sources.extend(src_chunk)
+        references.extend(ref_chunk)
+    return sources, references
+
+
+def default_output_dir(checkpoint: Path) -> Path:
+    """``RUN/eval`` for ``RUN/checkpoints/x.pt``; ``<folder>/eval`` for any other file."""
+    folder = checkpoint.resolve().parent
+    return folder.parent / "eval" if folder.name == "checkpoints" else folder / "eval"
+
+
+def evaluate_checkpoint(
+    path: Path, cfg: DictConfig, *, started: float | None = None
+) -> dict[str, Any]:
+    """Translate and score one checkpoint; write its hypotheses and summary; return the summary.
+
+    Args:
+        path: the checkpoint file.
+        cfg: the evaluate config.
+        started: ``time.perf_counter()`` value the startup time counts from (default: now).
+    """
+    started = time.perf_counter() if started is None else started
+    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+    from seq2seq.inference.translator import Translator, resolve_device
+    from seq2seq.metrics import corpus_scores
+
+    device = resolve_device(cfg.device)
+    checkpoint = load_checkpoint(path)
+    model, tokenizers, config = model_from_checkpoint(checkpoint, device)
+    if cfg.src is not None:
+        src_path, ref_path = Path(cfg.src), Path(cfg.ref)
+        test_name = src_path.name
+    else:
+        overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.data else None
+        src_path, ref_path = split_files(
+            OmegaConf.to_container(config, resolve=True), cfg.split, overrides
+        )
+        test_name = cfg.split
+    sources, references = read_parallel(src_path, ref_path)
+    translator = Translator(
+        model,
+        tokenizers,
+        device=device,
+        beam_size=cfg.beam_size,
+        length_penalty=cfg.length_penalty,
+        max_len_a=cfg.max_len_a,
+        max_len_b=cfg.max_len_b,
+        max_tokens=cfg.batch.max_tokens,
+        max_source_length=cfg.max_source_length,
+    )
+    startup = time.perf_counter() - started
+
+    generation_started = time.perf_counter()
+    # The searches copy their results to the CPU, so no GPU work is still queued after this.
+    translations = translator.translate(sources, return_attention=False)
+    generation = time.perf_counter() - generation_started
+    hypotheses = [n_best[0].text for n_best in translations]
+    scores = corpus_scores(hypotheses, references)
+
+    output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(path)
+    stem = f"{path.stem}.{test_name}.beam{cfg.beam_size}"
+    hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    hyp_path.write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
+    summary = {
+        "checkpoint": str(path),
+        "split": None if cfg.src is not None else cfg.split,
+        "src": str(src_path),
+        "ref": str(ref_path),
+        "sentences": len(sources),
+        "bleu": scores["bleu"],
+        "bleu_detail": scores["bleu_detail"],
+        "bleu_signature": scores["bleu_signature"],
+        "chrf": scores["chrf"],
+        "chrf_signature": scores["chrf_signature"],
+        "beam_size": cfg.beam_size,
+        "length_penalty": cfg.length_penalty,
+        "max_len_a": cfg.max_len_a,
+        "max_len_b": cfg.max_len_b,
+        "max_tokens": cfg.batch.max_tokens,
+        "device": str(device),
+        "startup_seconds": startup,
+        "generation_seconds": generation,
+        "sentences_per_second": len(sources) / max(generation, 1e-9),
+        "hypotheses": str(hyp_path),
+    }
+    summary["total_seconds"] = time.perf_counter() - started
+    json_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary["summary"] = str(json_path)
+    return summary
+
+
+def print_summary(summary: Mapping[str, Any]) -> None:
+    print(f"checkpoint: {summary['checkpoint']}")
+    test_set = summary["split"] or summary["src"]
+    print(f"test set:   {test_set} ({summary['sentences']} sentences), beam {summary['beam_size']}")
+    print(summary["bleu_detail"])
+    print(f"BLEU signature: {summary['bleu_signature']}")
+    print(f"chrF2 = {summary['chrf']:.2f}")
+    print(f"chrF signature: {summary['chrf_signature']}")
+    print(
+        f"time: startup {summary['startup_seconds']:.1f}s, generation "
+        f"{summary['generation_seconds']:.1f}s ({summary['sentences_per_second']:.1f} "
+        f"sentences/s), total {summary['total_seconds']:.1f}s"
+    )
+    print(f"hypotheses: {summary['hypotheses']}")
+    print(f"summary:    {summary['summary']}", flush=True)
+
+
+def format_table(summaries: list[Mapping[str, Any]]) -> str:
+    """One row per checkpoint, best BLEU first."""
+    rows = sorted(summaries, key=lambda s: -s["bleu"])
+    lines = [f"{'BLEU':>7} {'chrF':>7} {'sent/s':>8}  checkpoint"]
+    lines += [
+        f"{s['bleu']:7.2f} {s['chrf']:7.2f} {s['sentences_per_second']:8.1f}  {s['checkpoint']}"
+        for s in rows
+    ]
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig) -> list[dict[str, Any]]:
+    """Score every checkpoint named by ``cfg.checkpoint``; returns their summaries."""
+    from seq2seq.checkpoint import CheckpointError
+    from seq2seq.data.corpus import DataError
+
+    if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
+        _fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
+    if (cfg.src is None) != (cfg.ref is None):
+        _fail("give both src=FILE and ref=FILE, or neither (to score a split)")
+    set_num_threads(cfg.get("num_threads"))
+    summaries = []
+    try:
+        paths = find_checkpoints(str(cfg.checkpoint))
+        for number, path in enumerate(paths):
+            summary = evaluate_checkpoint(path, cfg, started=MODULE_LOADED if number == 0 else None)
+            print_summary(summary)
+            if len(paths) > 1:
+                print(flush=True)
+            summaries.append(summary)
+    except (CheckpointError, DataError, ValueError) as error:
+        _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    if len(summaries) > 1:
+        print(format_table(summaries), flush=True)
+    return summaries
+
+
+# The configs folder as an absolute path ("../../configs" from this file): Hydra would read a
+# relative config_path as the package "configs" whenever main is imported (root evaluate.py,
+# the seq2seq-evaluate entry point) rather than run with -m, and fail to find it.
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+def main(cfg: DictConfig) -> float:
+    """Entry point; see the module docstring. Returns the best BLEU (for Hydra sweepers)."""
+    summaries = run(cfg)
+    return max(s["bleu"] for s in summaries)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""``python translate.py checkpoint=PATH [overrides]`` / ``seq2seq-translate``: translate text.
+
+Reads one sentence a line (stdin, ``input=FILE`` or ``text="..."``) and writes one
+translation a line (stdout or ``output=FILE``), in input order. Stdout carries the
+translations and nothing else: every log line goes to stderr, and Hydra writes no
+``outputs/`` or ``.hydra/`` folder (see ``configs/translate.yaml``).
+
+Examples::
+
+    cat test.de | python translate.py checkpoint=runs/x/checkpoints/best.pt > test.hyp
+    python translate.py checkpoint=best.pt 'text="Zwei Hunde, ein Ball."' beam_size=10
+    python translate.py checkpoint=best.pt input=test.de.gz output=test.hyp device=cuda
+    python translate.py checkpoint=best.pt nbest=3 < test.de     # 3 lines per input line
+    python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
+
+Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
+each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
+length-penalised log-probability with 4 decimals; missing hypotheses (an empty input line has
+only one, the empty translation with score 0.0) are filled with ``-inf<TAB>`` lines.
+
+An empty input line gives an empty output line; a line longer than ``max_source_length``
+pieces is translated from its first ``max_source_length`` pieces, with a warning. When stdin
+is a terminal and neither ``text`` nor ``input`` is given, it runs interactively: a prompt on
+stderr, a translation after each line, until end of input (Ctrl-D).
+
+Exit status 1 with a one-line ``error: ...`` on stderr (no traceback) for a missing,
+corrupted or unsafe checkpoint, a missing input file, or an invalid option.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TextIO
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from seq2seq.inference.translator import Translation
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+log = logging.getLogger("seq2seq.translate")
+# Startup counts from here: Hydra's config composition and the torch import come later.
+MODULE_LOADED = time.perf_counter()
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def set_num_threads(num_threads: int | None) -> None:
+    """Limit torch's CPU threads (a small model on a busy machine decodes faster on fewer)."""
+    if num_threads:
+        import torch
+
+        torch.set_num_threads(int(num_threads))
+
+
+def _stdin_lines() -> Iterator[str]:
+    """Stdin as UTF-8 lines without terminators, split at ``\\n`` only (like the files)."""
+    for raw in sys.stdin.buffer:
+        yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(lines)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+def format_translations(n_best: Sequence[Translation], *, nbest: int) -> list[str]:
+    """The output lines of one input sentence (see the module docstring for the format)."""
+
+    def one_line(text: str) -> str:
+        # A stray line break inside a translation would shift every following line.
+        return text.replace("\r", " ").replace("\n", " ")
+
+    if nbest == 1:
+        return [one_line(n_best[0].text)]
+    lines = [f"{t.score:.4f}\t{one_line(t.text)}" for t in n_best[:nbest]]
+    return lines + ["-inf\t"] * (nbest - len(lines))
+
+
+class _Writer:
+    """Writes output lines and the optional attention plots, numbering input lines."""
+
+    def __init__(self, *, stream: TextIO, nbest: int, plot_dir: Path | None) -> None:
+        self.stream = stream
+        self.nbest = nbest
+        self.plot_dir = plot_dir
+        self.count = 0
+
+    def write(self, translations: Sequence[Sequence[Translation]]) -> None:
+        for n_best in translations:
+            self.count += 1
+            self.stream.write(
+                "".join(line + "\n" for line in format_translations(n_best, nbest=self.nbest))
+            )
+            if self.plot_dir is not None and n_best[0].attention is not None:
+                self._plot(n_best[0])
+        # Flushing after each chunk lets a pipeline downstream (or a terminal) see it now.
+        self.stream.flush()
+
+    def _plot(self, best: Translation) -> None:
+        from seq2seq.inference.attention_plot import save_attention_plot
+
+        path = self.plot_dir / f"line{self.count:06d}.png"
+        save_attention_plot(
+            path,
+            best.attention,
+            best.source_pieces + ["</s>"],
+            best.target_pieces + ["</s>"],
+            title=f"line {self.count} (score {best.score:.3f})",
+        )
+
+
+def _interactive(translator, writer: _Writer) -> float:
+    """Prompt on stderr, translate each line as it comes; returns the seconds spent decoding."""
+    print(
+        f"Type a sentence and Enter to translate it (beam {translator.beam_size}); Ctrl-D to quit.",
+        file=sys.stderr,
+        flush=True,
+    )
+    decode_seconds = 0.0
+    while True:
+        print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:  # end of input
+            print(file=sys.stderr)
+            return decode_seconds
+        started = time.perf_counter()
+        want_attention = writer.plot_dir is not None
+        writer.write(translator.translate([line.rstrip("\r\n")], return_attention=want_attention))
+        decode_seconds += time.perf_counter() - started
+
+
+def run(cfg: DictConfig) -> int:
+    """Translate as configured; returns the number of input lines translated."""
+    from seq2seq.checkpoint import CheckpointError
+    from seq2seq.data.corpus import DataError, iter_lines
+    from seq2seq.inference.translator import Translator
+
+    started = MODULE_LOADED
+    if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
+        _fail("no checkpoint given: add checkpoint=PATH")
+    if cfg.text is not None and cfg.input is not None:
+        _fail("give either text=... or input=FILE, not both")
+    if cfg.chunk_lines < 1:
+        _fail(f"chunk_lines must be positive, got {cfg.chunk_lines}")
+    if cfg.input is not None and not Path(cfg.input).is_file():
+        _fail(f"input file not found: {cfg.input}")
+    set_num_threads(cfg.get("num_threads"))
+    try:
+        translator = Translator.from_checkpoint(
+            cfg.checkpoint,
+            device=cfg.device,
+            beam_size=cfg.beam_size,
+            length_penalty=cfg.length_penalty,
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            nbest=cfg.nbest,
+            max_tokens=cfg.batch.max_tokens,
+            max_source_length=cfg.max_source_length,
+        )
+    except (CheckpointError, ValueError) as error:
+        _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    startup = time.perf_counter() - started
+    log.info("loaded %s on %s in %.1fs", cfg.checkpoint, translator.device, startup)
+
+    plot_dir = Path(cfg.attention_plot) if cfg.attention_plot else None
+    interactive = cfg.text is None and cfg.input is None and sys.stdin.isatty()
+    if cfg.text is not None:
+        lines: Iterable[str] = [str(cfg.text)]
+    elif cfg.input is not None:
+        lines = iter_lines(Path(cfg.input))
+    else:
+        lines = _stdin_lines()
+
+    output_file = None
+    try:
+        if cfg.output is not None:
+            output_path = Path(cfg.output)
+            output_path.parent.mkdir(parents=True, exist_ok=True)
+            output_file = open(output_path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
+            stream: TextIO = output_file
+        else:
+            # UTF-8 and "\n" whatever the locale, so the output matches the files' encoding.
+            if hasattr(sys.stdout, "reconfigure"):
+                sys.stdout.reconfigure(encoding="utf-8", newline="\n")
+            stream = sys.stdout
+        writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
+        decode_seconds = 0.0
+        if interactive:
+            decode_seconds = _interactive(translator, writer)
+        else:
+            for chunk in _chunks(lines, cfg.chunk_lines):
+                chunk_started = time.perf_counter()
+                writer.write(translator.translate(chunk, return_attention=plot_dir is not None))
+                decode_seconds += time.perf_counter() - chunk_started
+        stream.flush()
+    except DataError as error:
+        _fail(str(error))
+    except OSError as error:
+        if isinstance(error, BrokenPipeError):
+            raise
+        _fail(f"cannot write {cfg.output or 'the output'}: {error.strerror or error}")
+    finally:
+        if output_file is not None:
+            output_file.close()
+    total = time.perf_counter() - started
+    log.info(
+        "translated %d lines: %.1fs decoding, %.1fs in total (startup %.1fs)",
+        writer.count,
+        decode_seconds,
+        total,
+        startup,
+    )
+    return writer.count
+
+
+# The configs folder as an absolute path ("../../configs" from this file): Hydra would read a
+# relative config_path as the package "configs" whenever main is imported (root translate.py,
+# the seq2seq-translate entry point) rather than run with -m, and fail to find it.
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
+def main(cfg: DictConfig) -> None:
+    """Entry point; see the module docstring."""
+    try:
+        run(cfg)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, like other Unix filters.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

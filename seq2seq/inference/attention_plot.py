@@ -1,0 +1,97 @@
+"""Attention heatmaps: target pieces down the side, source pieces along the top.
+
+Only matplotlib's object API is used, on figures created directly from
+:class:`matplotlib.figure.Figure` with an Agg canvas: no pyplot state machine, no GUI backend,
+no global ``rcParams`` changes. Safe in worker threads, headless servers and TensorBoard's
+``add_figure``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# Inches per source/target piece, and limits so that long sentences stay readable.
+_CELL_INCHES = 0.32
+_MIN_INCHES, _MAX_INCHES = 3.0, 30.0
+
+
+def plot_attention(
+    weights,
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    *,
+    title: str | None = None,
+) -> Figure:
+    """Draw an attention matrix as a heatmap.
+
+    Args:
+        weights: attention weights, one row per target step (a NumPy array or a tensor).
+        source_pieces: labels of the columns (e.g. source pieces plus ``"</s>"``).
+        target_pieces: labels of the rows (e.g. output pieces plus ``"</s>"``).
+        title: optional figure title.
+
+    Returns:
+        A matplotlib Figure (with an Agg canvas) that the caller saves or logs.
+
+    Raises:
+        ValueError: if the weights are not 2-D or the labels do not match their shape.
+
+    Shape:
+        - weights: (T, S) with ``T == len(target_pieces)`` and ``S == len(source_pieces)``
+    """
+    if hasattr(weights, "detach"):  # a torch tensor
+        weights = weights.detach().float().cpu().numpy()
+    weights = np.asarray(weights, dtype=np.float32)
+    if weights.ndim != 2:
+        raise ValueError(f"attention weights must be 2-D (T, S), got shape {weights.shape}")
+    if weights.shape != (len(target_pieces), len(source_pieces)):
+        raise ValueError(
+            f"attention weights of shape {weights.shape} do not match {len(target_pieces)} "
+            f"target and {len(source_pieces)} source pieces"
+        )
+    rows, columns = weights.shape
+    width = min(max(_CELL_INCHES * columns + 1.5, _MIN_INCHES), _MAX_INCHES)
+    height = min(max(_CELL_INCHES * rows + 1.2, _MIN_INCHES), _MAX_INCHES)
+    figure = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(figure)  # attaches itself to the figure: savefig works without pyplot
+    axes = figure.add_subplot()
+    image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    axes.set_xticks(np.arange(columns), labels=list(source_pieces), rotation=90, fontsize=8)
+    axes.set_yticks(np.arange(rows), labels=list(target_pieces), fontsize=8)
+    axes.xaxis.tick_top()  # source reads left to right above the matrix
+    axes.set_xlabel("source")
+    axes.set_ylabel("target")
+    if title:
+        axes.set_title(title, fontsize=10, pad=12)
+    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    return figure
+
+
+def save_attention_plot(
+    path: str | os.PathLike,
+    weights,
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    *,
+    title: str | None = None,
+) -> Path:
+    """Draw the heatmap (see :func:`plot_attention`) and write it to ``path`` (e.g. a PNG).
+
+    Returns:
+        The path written; its folder is created when missing.
+
+    Shape:
+        - weights: (T, S)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure = plot_attention(weights, source_pieces, target_pieces, title=title)
+    figure.savefig(path)
+    return path

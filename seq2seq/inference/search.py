@@ -1,0 +1,361 @@
+"""Greedy and beam search over a batch of source sentences.
+
+Both searches decode every sentence of a batch (and, for beam search, every beam of every
+sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened into the batch
+dimension, the source is encoded once (memory and attention keys) and repeated ``K`` times
+with ``index_select``, and after each step the decoder state is reordered to follow the
+surviving beams with :func:`~seq2seq.models.seq2seq.select_state`.
+
+Conventions shared by both searches:
+
+- Decoding starts from ``BOS_ID``; a hypothesis ends at ``EOS_ID``. Returned tokens exclude
+  both. ``PAD_ID`` and ``BOS_ID`` are never generated.
+- Output length limit: a sentence whose source has ``n`` real positions (its length in
+  ``src_lengths``, i.e. padding excluded and the source's own EOS included when the caller
+  appended one) gets at most ``floor(max_len_a * n + max_len_b)`` output tokens, **EOS not
+  counted**. At that point EOS is forced, so every hypothesis ends with a scored EOS.
+- Scores are summed log-probabilities (EOS included), divided by the GNMT length penalty
+  ``((5 + length) / 6) ** alpha`` where ``length`` counts the tokens plus the EOS;
+  ``alpha = 0`` means no normalisation.
+- Every sentence is searched independently of the others in its batch: the bookkeeping of
+  finished hypotheses and the stopping decision are per sentence, so a sentence gets the same
+  result (up to floating-point noise of batched matrix products) whatever it is batched with.
+
+The model only needs ``encode``, ``init_state`` and ``decode_step`` (see
+:class:`~seq2seq.models.seq2seq.Seq2Seq`); the searches do not switch it to eval mode, call
+``model.eval()`` first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.models.seq2seq import select_state
+
+
+class Hypothesis(NamedTuple):
+    """One output of a search.
+
+    Attributes:
+        tokens: the output ids, without BOS and EOS.
+        score: the length-penalised log-probability used for ranking.
+        attention: attention weights when requested, else None. Shape (T_out, S) with
+            ``T_out = len(tokens) + 1`` (the last row is the step that produced EOS) and ``S``
+            the source's real length (padding excluded).
+    """
+
+    tokens: list[int]
+    score: float
+    attention: Tensor | None
+
+
+def length_penalty_factor(length: Tensor | float, alpha: float) -> Tensor | float:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha``; a score is divided by it."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: float) -> Tensor:
+    """Per-sentence limit on output tokens (EOS not counted): ``floor(a * n + b)``, at least 0.
+
+    Shape:
+        - src_lengths: (B,)
+        - output: (B,) int64, on the device of ``src_lengths``
+    """
+    limits = torch.floor(max_len_a * src_lengths.double() + max_len_b).long()
+    return limits.clamp(min=0)
+
+
+def _next_token_log_probs(logits: Tensor, force_eos: Tensor) -> Tensor:
+    """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
+
+    Forbidden tokens get -inf after the softmax, so the allowed tokens keep the model's own
+    log-probabilities (they are not renormalised).
+
+    Shape:
+        - logits: (N, V)
+        - force_eos: (N,) bool, True where only EOS may follow
+        - output: (N, V) float32
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    log_probs[:, PAD_ID] = -math.inf
+    log_probs[:, BOS_ID] = -math.inf
+    eos_only = torch.full_like(log_probs, -math.inf)
+    eos_only[:, EOS_ID] = log_probs[:, EOS_ID]
+    return torch.where(force_eos.unsqueeze(1), eos_only, log_probs)
+
+
+@torch.inference_mode()
+def greedy_search(
+    model,
+    src: Tensor,
+    src_lengths: Tensor,
+    *,
+    max_len_a: float,
+    max_len_b: float,
+    return_attention: bool = False,
+    length_penalty: float = 1.0,
+) -> list[list[Hypothesis]]:
+    """Decode a batch by always taking the most probable next token.
+
+    Args:
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or any object with the same
+            ``encode`` / ``init_state`` / ``decode_step`` interface), in eval mode.
+        src: source ids, padded with PAD_ID.
+        src_lengths: real source lengths, on the CPU.
+        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
+        max_len_b: see ``max_len_a``.
+        return_attention: also return each hypothesis' attention weights.
+        length_penalty: GNMT alpha used for the reported score only (it cannot change a
+            greedy output); the default matches :func:`beam_search`, so that beam size 1
+            reports the same scores.
+
+    Returns:
+        One single-element list of :class:`Hypothesis` per sentence, in input order.
+
+    Shape:
+        - src: (B, S) int64
+        - src_lengths: (B,) int64 on the CPU
+    """
+    batch_size = src.size(0)
+    if batch_size == 0:
+        return []
+    device = src.device
+    encoded = model.encode(src, src_lengths)
+    state = model.init_state(encoded)
+    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
+    max_lengths = max_lengths.to(device)
+
+    prev_tokens = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)  # (B,)
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (B,)
+    log_prob_sums = torch.zeros(batch_size, device=device)  # (B,)
+    step_tokens: list[Tensor] = []  # each (B,)
+    step_weights: list[Tensor] = []  # each (B, S)
+    for step in range(max_steps):
+        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (B, V), (B, S)
+        log_probs = _next_token_log_probs(logits, force_eos=max_lengths <= step)  # (B, V)
+        best_log_probs, tokens = log_probs.max(dim=-1)  # (B,), (B,)
+        # Finished sentences keep running (the batch keeps its shape) but add nothing.
+        tokens = tokens.masked_fill(finished, PAD_ID)
+        log_prob_sums += best_log_probs.masked_fill(finished, 0.0)
+        finished = finished | (tokens == EOS_ID)
+        step_tokens.append(tokens)
+        if return_attention:
+            step_weights.append(weights.float())
+        prev_tokens = tokens
+        if bool(finished.all()):  # the one host sync per step
+            break
+
+    all_tokens = torch.stack(step_tokens, dim=1).cpu()  # (B, T)
+    all_weights = torch.stack(step_weights, dim=1).cpu() if return_attention else None  # (B, T, S)
+    log_prob_sums = log_prob_sums.cpu()
+    results = []
+    for index in range(batch_size):
+        row = all_tokens[index].tolist()
+        length = row.index(EOS_ID)  # always present: EOS is forced at the length limit
+        # Divided as a float32 tensor by a Python float, exactly like beam_search's scores.
+        score = float(log_prob_sums[index] / length_penalty_factor(length + 1.0, length_penalty))
+        attention = None
+        if all_weights is not None:
+            attention = all_weights[index, : length + 1, : int(src_lengths[index])].clone()
+        results.append([Hypothesis(tokens=row[:length], score=score, attention=attention)])
+    return results
+
+
+@torch.inference_mode()
+def beam_search(
+    model,
+    src: Tensor,
+    src_lengths: Tensor,
+    *,
+    beam_size: int,
+    length_penalty: float = 1.0,
+    max_len_a: float,
+    max_len_b: float,
+    nbest: int = 1,
+    return_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Batched beam search with per-sentence finished-hypothesis bookkeeping.
+
+    At each step every sentence ranks the ``2 K`` best (beam, next token) candidates by summed
+    log-probability. EOS candidates ranked among the first ``K`` become finished hypotheses
+    (scored with the length penalty); the ``K`` best non-EOS candidates form the next beam.
+    Ranking ``2 K`` candidates guarantees ``K`` non-EOS ones are among them.
+
+    A sentence is done, and adds no more finished hypotheses, when any of these holds:
+
+    - it has ``K`` finished hypotheses (so beam size 1 is exactly greedy search);
+    - it has ``nbest`` finished hypotheses and no live beam can beat the ``nbest``-th of
+      them even at the longest allowed length (the summed log-probability only decreases, so
+      ``best live sum / max(lp(next length), lp(max length))`` bounds every continuation);
+    - its output length limit was reached (EOS was forced on every beam).
+
+    The search stops when every sentence is done.
+
+    Args:
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or any object with the same
+            ``encode`` / ``init_state`` / ``decode_step`` interface), in eval mode.
+        src: source ids, padded with PAD_ID.
+        src_lengths: real source lengths, on the CPU.
+        beam_size: beams per sentence (K).
+        length_penalty: GNMT alpha; 0 ranks by summed log-probability.
+        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
+        max_len_b: see ``max_len_a``.
+        nbest: hypotheses returned per sentence (at most ``beam_size``).
+        return_attention: also return each hypothesis' attention weights.
+
+    Returns:
+        Per sentence, in input order, up to ``nbest`` distinct hypotheses, best first. Fewer
+        than ``nbest`` only happens when the length limit or a tiny vocabulary leaves fewer
+        live beams.
+
+    Raises:
+        ValueError: if ``beam_size < 1`` or ``nbest`` is not in ``1..beam_size``.
+
+    Shape:
+        - src: (B, S) int64
+        - src_lengths: (B,) int64 on the CPU
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    batch_size, source_len = src.shape
+    if batch_size == 0:
+        return []
+    beams = beam_size
+    device = src.device
+
+    encoded = model.encode(src, src_lengths)  # once per batch, keys included
+    state = model.init_state(encoded)
+    # Sentence b's beams are rows b*K .. b*K+K-1 of the flattened (B*K) batch.
+    repeat = torch.arange(batch_size, device=device).repeat_interleave(beams)  # (B*K,)
+    encoded = encoded.index_select(repeat)
+    state = select_state(state, repeat)
+    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
+    max_lengths = max_lengths.to(device)  # (B,)
+    max_length_penalty = length_penalty_factor(max_lengths.float() + 1.0, length_penalty)  # (B,)
+
+    # Only beam 0 is live at the start, so the first step does not pick K copies of one token.
+    beam_scores = torch.full((batch_size, beams), -math.inf, device=device)  # (B, K)
+    beam_scores[:, 0] = 0.0
+    prev_tokens = torch.full((batch_size * beams,), BOS_ID, dtype=torch.long, device=device)
+    beam_offsets = (torch.arange(batch_size, device=device) * beams).unsqueeze(1)  # (B, 1)
+    done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (B,)
+    finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
+    best_finished = torch.full((batch_size, nbest), -math.inf, device=device)  # (B, nbest)
+
+    # History, kept on the device and read back once at the end (no per-step host copies).
+    history_tokens: list[Tensor] = []  # token chosen into each beam slot, each (B, K)
+    history_parents: list[Tensor] = []  # the slot it extends, each (B, K)
+    history_weights: list[Tensor] = []  # attention of each slot at that step, each (B, K, S)
+    finals_mask: list[Tensor] = []  # EOS candidates that became finished hypotheses, (B, K)
+    finals_scores: list[Tensor] = []  # their length-penalised scores, (B, K)
+    finals_parents: list[Tensor] = []  # the slot they extend, (B, K)
+
+    for step in range(max_steps):
+        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (B*K, V)
+        vocab_size = logits.size(-1)
+        force_eos = (max_lengths <= step).repeat_interleave(beams)  # (B*K,)
+        log_probs = _next_token_log_probs(logits, force_eos=force_eos)
+        candidates = beam_scores.unsqueeze(2) + log_probs.view(batch_size, beams, vocab_size)
+        top_scores, top_index = candidates.view(batch_size, -1).topk(2 * beams, dim=1)  # (B, 2K)
+        top_parents = top_index // vocab_size  # (B, 2K)
+        top_tokens = top_index % vocab_size  # (B, 2K)
+        is_eos = top_tokens == EOS_ID  # (B, 2K)
+
+        # Finish the EOS candidates ranked among the first K, for sentences still searching.
+        finalize = is_eos[:, :beams] & torch.isfinite(top_scores[:, :beams]) & ~done.unsqueeze(1)
+        scores = top_scores[:, :beams] / length_penalty_factor(step + 1.0, length_penalty)
+        scores = scores.masked_fill(~finalize, -math.inf)  # (B, K)
+        finals_mask.append(finalize)
+        finals_scores.append(scores)
+        finals_parents.append(top_parents[:, :beams])
+        finished_count += finalize.sum(dim=1)
+        best_finished = torch.cat([best_finished, scores], dim=1).topk(nbest, dim=1).values
+
+        # Continue with the K best non-EOS candidates.
+        live_scores, live_rank = top_scores.masked_fill(is_eos, -math.inf).topk(beams, dim=1)
+        parents = top_parents.gather(1, live_rank)  # (B, K)
+        tokens = top_tokens.gather(1, live_rank)  # (B, K)
+        history_tokens.append(tokens)
+        history_parents.append(parents)
+        if return_attention:
+            history_weights.append(weights.float().reshape(batch_size, beams, source_len))
+        beam_scores = live_scores
+        state = select_state(state, (beam_offsets + parents).view(-1))
+        prev_tokens = tokens.view(-1)
+
+        # Per-sentence stopping; see the docstring for the bound.
+        next_penalty = length_penalty_factor(step + 2.0, length_penalty)
+        bound = beam_scores.max(dim=1).values / torch.clamp(max_length_penalty, min=next_penalty)
+        cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
+        done = done | (finished_count >= beams) | cannot_improve | (max_lengths <= step)
+        if bool(done.all()):  # the one host sync per step
+            break
+
+    return _collect_hypotheses(
+        src_lengths=src_lengths,
+        nbest=nbest,
+        history_tokens=torch.stack(history_tokens).cpu(),  # (T, B, K)
+        history_parents=torch.stack(history_parents).cpu(),  # (T, B, K)
+        history_weights=torch.stack(history_weights).cpu() if return_attention else None,
+        finals_mask=torch.stack(finals_mask).cpu(),  # (T, B, K)
+        finals_scores=torch.stack(finals_scores).cpu(),  # (T, B, K)
+        finals_parents=torch.stack(finals_parents).cpu(),  # (T, B, K)
+    )
+
+
+def _collect_hypotheses(
+    *,
+    src_lengths: Tensor,
+    nbest: int,
+    history_tokens: Tensor,
+    history_parents: Tensor,
+    history_weights: Tensor | None,
+    finals_mask: Tensor,
+    finals_scores: Tensor,
+    finals_parents: Tensor,
+) -> list[list[Hypothesis]]:
+    """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens.
+
+    Shape:
+        - history_tokens, history_parents, finals_*: (T, B, K) on the CPU
+        - history_weights: (T, B, K, S) on the CPU, or None
+    """
+    batch_size = finals_mask.size(1)
+    tokens_array = history_tokens.numpy()
+    parents_array = history_parents.numpy()
+    results = []
+    for sentence in range(batch_size):
+        steps, slots = finals_mask[:, sentence].nonzero(as_tuple=True)  # finished, (step, rank)
+        scores = finals_scores[steps, sentence, slots]
+        # Stable sort: equal scores keep the earlier (shorter) hypothesis first.
+        order = torch.sort(scores, descending=True, stable=True).indices[:nbest]
+        source_len = int(src_lengths[sentence])
+        hypotheses = []
+        for position in order.tolist():
+            end_step = int(steps[position])
+            slot = int(finals_parents[end_step, sentence, slots[position]])
+            # Walk back from the slot the EOS extends: step t's token sits in slot `slot`.
+            tokens, rows = [], []
+            if history_weights is not None:
+                rows.append(history_weights[end_step, sentence, slot, :source_len])
+            for step in range(end_step - 1, -1, -1):
+                tokens.append(int(tokens_array[step, sentence, slot]))
+                slot = int(parents_array[step, sentence, slot])
+                if history_weights is not None:
+                    rows.append(history_weights[step, sentence, slot, :source_len])
+            tokens.reverse()
+            attention = torch.stack(rows[::-1]) if history_weights is not None else None
+            hypotheses.append(
+                Hypothesis(tokens=tokens, score=float(scores[position]), attention=attention)
+            )
+        results.append(hypotheses)
+    return results

@@ -1,0 +1,292 @@
+"""Text in, text out: tokenize, batch by length, search, detokenize, restore the input order.
+
+Typical use::
+
+    translator = Translator.from_checkpoint("runs/x/checkpoints/best.pt", beam_size=5)
+    best = [n_best[0].text for n_best in translator.translate(["Ein Hund läuft."])]
+
+Decisions worth knowing:
+
+- Sources are the sentence's pieces followed by EOS_ID, as in training.
+- Sentences are sorted by length and cut into batches whose padded source
+  (``sentences x (longest + 1)`` ids) fits ``max_tokens``; the budget does not scale with the
+  beam size. Results come back in input order.
+- A sentence with no pieces (an empty or blank line) is not fed to the model: it gets one
+  empty translation with score 0.0 and no attention. Running the model on a lone EOS would
+  only invent a sentence that nothing in the input asked for.
+- A source longer than ``max_source_length`` pieces is cut to its first
+  ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
+  the output always has one entry per input.
+- ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+
+logger = logging.getLogger(__name__)
+
+
+class Translation(NamedTuple):
+    """One translation of one input sentence.
+
+    Attributes:
+        text: the detokenized translation.
+        score: the length-penalised log-probability the search ranked it by.
+        source_pieces: the source pieces the model read (after any cut), without EOS.
+        target_pieces: the output pieces, without EOS.
+        attention: attention weights when requested, else None. Shape
+            (len(target_pieces) + 1, len(source_pieces) + 1): the last row is the step that
+            produced EOS, the last column the source's EOS.
+    """
+
+    text: str
+    score: float
+    source_pieces: list[str]
+    target_pieces: list[str]
+    attention: Tensor | None
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """``"auto"``: CUDA, then Apple MPS, then the CPU; anything else as ``torch.device``.
+
+    Raises:
+        ValueError: if CUDA is asked for but not available.
+    """
+    if isinstance(name, torch.device):
+        return name
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but CUDA is not available here")
+    return device
+
+
+@contextmanager
+def _eval_mode(model) -> Iterator[None]:
+    """Switch a module to eval mode and back to what it was (the trainer lends its model)."""
+    was_training = bool(getattr(model, "training", False))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+class Translator:
+    """Translates sentences (or piece ids) with greedy or beam search.
+
+    Args:
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, already on ``device``.
+        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
+        device: where the model lives; source batches are moved there.
+        beam_size: beams per sentence; 1 is greedy search.
+        length_penalty: GNMT alpha (0: rank by summed log-probability).
+        max_len_a: output length limit ``floor(a * source length + b)`` pieces (EOS not
+            counted; the source length counts its EOS).
+        max_len_b: see ``max_len_a``.
+        nbest: translations returned per sentence (at most ``beam_size``).
+        max_tokens: budget of padded source ids per batch.
+        max_source_length: longer sources are cut to this many pieces (with a warning).
+
+    Raises:
+        ValueError: on a non-positive size or ``nbest > beam_size``.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizers,
+        *,
+        device: str | torch.device,
+        beam_size: int = 5,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.5,
+        max_len_b: float = 10,
+        nbest: int = 1,
+        max_tokens: int = 4000,
+        max_source_length: int = 250,
+    ) -> None:
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        if not 1 <= nbest <= beam_size:
+            raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if max_source_length < 1:
+            raise ValueError(f"max_source_length must be positive, got {max_source_length}")
+        self.model = model
+        self.tokenizers = tokenizers
+        self.device = resolve_device(device)
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.max_len_a = max_len_a
+        self.max_len_b = max_len_b
+        self.nbest = nbest
+        self.max_tokens = max_tokens
+        self.max_source_length = max_source_length
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | os.PathLike, device: str | torch.device = "cpu", **options
+    ) -> Translator:
+        """Load a checkpoint safely (weights only) and wrap its model.
+
+        Args:
+            path: a checkpoint file.
+            device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
+            **options: any keyword argument of :class:`Translator`.
+
+        Raises:
+            CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
+        """
+        from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+
+        device = resolve_device(device)
+        checkpoint = load_checkpoint(path)
+        model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
+        return cls(model, tokenizers, device=device, **options)
+
+    # -- ids ------------------------------------------------------------------------------
+    def translate_ids(
+        self, src_ids: Sequence[np.ndarray], *, return_attention: bool = False
+    ) -> list[list[Hypothesis]]:
+        """Translate sentences given as source piece ids (without EOS).
+
+        Args:
+            src_ids: one 1-D integer array (or list) of piece ids per sentence.
+            return_attention: also return each hypothesis' attention weights.
+
+        Returns:
+            Per sentence, in input order, up to ``nbest`` hypotheses, best first. An empty
+            source gives ``[Hypothesis(tokens=[], score=0.0, attention=None)]``.
+        """
+        sources = [
+            self._cut(np.asarray(ids, dtype=np.int64).reshape(-1), i)
+            for i, ids in enumerate(src_ids)
+        ]
+        results: list[list[Hypothesis] | None] = [None] * len(sources)
+        for index, source in enumerate(sources):
+            if source.size == 0:
+                results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
+        with _eval_mode(self.model):
+            for batch in self._batches(sources):
+                batch_results = self._search(
+                    [sources[i] for i in batch], return_attention=return_attention
+                )
+                for index, hypotheses in zip(batch, batch_results, strict=True):
+                    results[index] = hypotheses
+        return results  # type: ignore[return-value]  # every slot is filled above
+
+    def _cut(self, ids: np.ndarray, index: int) -> np.ndarray:
+        if ids.size > self.max_source_length:
+            logger.warning(
+                "source sentence %d has %d pieces: translating only its first %d "
+                "(max_source_length)",
+                index + 1,
+                ids.size,
+                self.max_source_length,
+            )
+            return ids[: self.max_source_length]
+        return ids
+
+    def _batches(self, sources: list[np.ndarray]) -> list[list[int]]:
+        """Indices of the non-empty sources, longest first, cut to the token budget."""
+        order = sorted(
+            (i for i, source in enumerate(sources) if source.size > 0),
+            key=lambda i: -sources[i].size,
+        )
+        batches: list[list[int]] = []
+        current: list[int] = []
+        width = 0  # padded source length of the current batch (EOS included)
+        for index in order:
+            new_width = max(width, sources[index].size + 1)
+            if current and (len(current) + 1) * new_width > self.max_tokens:
+                batches.append(current)
+                current, new_width = [], sources[index].size + 1
+            current.append(index)
+            width = new_width
+        if current:
+            batches.append(current)
+        return batches
+
+    def _search(
+        self, sources: list[np.ndarray], *, return_attention: bool
+    ) -> list[list[Hypothesis]]:
+        """Run the search on one batch of non-empty sources."""
+        lengths = np.array([source.size + 1 for source in sources], dtype=np.int64)  # + EOS
+        src = np.full((len(sources), int(lengths.max())), PAD_ID, dtype=np.int64)
+        for row, source in enumerate(sources):
+            src[row, : source.size] = source
+            src[row, source.size] = EOS_ID
+        src_tensor = torch.from_numpy(src).to(self.device)  # (B, S)
+        src_lengths = torch.from_numpy(lengths)  # (B,) stays on the CPU for packing
+        options = {
+            "max_len_a": self.max_len_a,
+            "max_len_b": self.max_len_b,
+            "length_penalty": self.length_penalty,
+            "return_attention": return_attention,
+        }
+        if self.beam_size == 1:
+            return greedy_search(self.model, src_tensor, src_lengths, **options)
+        return beam_search(
+            self.model,
+            src_tensor,
+            src_lengths,
+            beam_size=self.beam_size,
+            nbest=self.nbest,
+            **options,
+        )
+
+    # -- text -----------------------------------------------------------------------------
+    def translate(
+        self, sentences: Sequence[str], *, return_attention: bool = True
+    ) -> list[list[Translation]]:
+        """Translate sentences of raw text.
+
+        Args:
+            sentences: one sentence per entry (no line breaks inside).
+            return_attention: keep the attention weights (a little slower; off for scoring).
+
+        Returns:
+            Per sentence, in input order, up to ``nbest`` translations, best first. An empty
+            or blank sentence gives one empty translation (score 0.0, no attention).
+        """
+        src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
+        results = self.translate_ids(src_ids, return_attention=return_attention)
+        # Detokenize every hypothesis in one sentencepiece call.
+        texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
+        translations = []
+        for ids, n_best in zip(src_ids, results, strict=True):
+            source_pieces = self.tokenizers.src.pieces(ids[: self.max_source_length].tolist())
+            translations.append(
+                [
+                    Translation(
+                        text=next(texts),
+                        score=hypothesis.score,
+                        source_pieces=source_pieces,
+                        target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
+                        attention=hypothesis.attention,
+                    )
+                    for hypothesis in n_best
+                ]
+            )
+        return translations

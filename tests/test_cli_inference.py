@@ -1,0 +1,243 @@
+"""translate.py, evaluate.py and scripts/average_checkpoints.py, run as the user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_translator import make_checkpoint, sentences, trained_checkpoint
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.inference.translator import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+# One thread: the test machine's cores are shared and the model is tiny.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Decode on one thread: these models are tiny and the test machine's cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_tool(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=ENV,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path, tmp_path_factory) -> Path:
+    """A fresh folder holding a run with the copy model and the corpus it names (relatively)."""
+    checkpoint = trained_checkpoint(tmp_path_factory)
+    shutil.copytree(checkpoint.parents[1] / "corpus", tmp_path / "corpus")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copy(checkpoint, tmp_path / "run" / "checkpoints" / "best.pt")
+    return tmp_path
+
+
+def assert_no_hydra_folders(directory: Path) -> None:
+    assert not (directory / "outputs").exists()
+    assert not list(directory.rglob(".hydra"))
+    assert not list(directory.glob("*.log"))
+
+
+def test_translate_stdin_keeps_lines_in_order(workdir):
+    long_line = " ".join(["small tree"] * 150)  # 300 pieces, cut to 250 with a warning
+    lines = ["red cat", "", "one two big house", long_line, "blue bird sun", "", "moon"]
+    before = sorted(p.name for p in workdir.iterdir())
+    result = run_tool(
+        [str(ROOT / "translate.py"), "checkpoint=run/checkpoints/best.pt", "beam_size=3"],
+        cwd=workdir,
+        stdin="".join(f"{line}\n" for line in lines),
+    )
+    assert result.returncode == 0, result.stderr
+    output = result.stdout.split("\n")
+    assert output[-1] == "" and len(output) == len(lines) + 1  # N lines, each newline-ended
+    output = output[:-1]
+    assert output[0] == "red cat" and output[2] == "one two big house"
+    assert output[4] == "blue bird sun" and output[6] == "moon"
+    assert output[1] == output[5] == ""
+    assert output[3].startswith("small tree")
+    assert "has 300 pieces: translating only its first 250" in result.stderr
+    assert sorted(p.name for p in workdir.iterdir()) == before
+    assert_no_hydra_folders(workdir)
+
+
+def test_translate_nbest_text_files_and_attention_plots(workdir):
+    (workdir / "in.txt").write_text("green dog\n\nfish\n", encoding="utf-8")
+    result = run_tool(
+        [
+            str(ROOT / "translate.py"),
+            "checkpoint=run/checkpoints/best.pt",
+            "input=in.txt",
+            "output=out/translations.txt",
+            "beam_size=3",
+            "nbest=2",
+            "attention_plot=plots",
+        ],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    lines = (workdir / "out" / "translations.txt").read_text("utf-8").splitlines()
+    assert len(lines) == 6  # nbest lines per input line
+    scores, texts = zip(*(line.split("\t") for line in lines), strict=True)
+    assert texts[0] == "green dog" and float(scores[0]) >= float(scores[1])
+    assert lines[2:4] == ["0.0000\t", "-inf\t"]  # the empty line
+    assert texts[4] == "fish"
+    assert sorted(p.name for p in (workdir / "plots").iterdir()) == [
+        "line000001.png",
+        "line000003.png",
+    ]
+    assert (workdir / "plots" / "line000001.png").read_bytes().startswith(b"\x89PNG")
+
+    result = run_tool(
+        [str(ROOT / "translate.py"), "checkpoint=run/checkpoints/best.pt", 'text="red, blue car"'],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1 and result.stdout.strip()
+    assert_no_hydra_folders(workdir)
+
+
+def test_translate_missing_checkpoint_is_one_line_error(tmp_path):
+    result = run_tool([str(ROOT / "translate.py"), "checkpoint=nowhere.pt"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip() == "error: checkpoint not found: nowhere.pt"
+    assert_no_hydra_folders(tmp_path)
+
+
+def test_evaluate_bleu_equals_the_sacrebleu_command(workdir):
+    result = run_tool(
+        [str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt", "beam_size=2"],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    hyp = workdir / "run" / "eval" / "best.test.beam2.hyp"
+    summary = json.loads((workdir / "run" / "eval" / "best.test.beam2.json").read_text("utf-8"))
+    assert len(hyp.read_text("utf-8").splitlines()) == summary["sentences"] == 60
+    assert f"BLEU = {summary['bleu']:.2f}" in result.stdout
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in result.stdout
+    assert "chrF2 = " in result.stdout and "generation" in result.stdout
+    assert summary["bleu"] > 50  # the copy model translates
+
+    sacrebleu = Path(sys.executable).with_name("sacrebleu")
+    command = [str(sacrebleu), "corpus/test.tgt", "-i", str(hyp), "-b"]
+    printed = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=True)
+    assert float(printed.stdout) == round(summary["bleu"], 1)
+    precise = subprocess.run(
+        [*command, "-w", "4"], cwd=workdir, capture_output=True, text=True, check=True
+    )
+    assert float(precise.stdout) == pytest.approx(summary["bleu"], abs=1e-4)
+    assert_no_hydra_folders(workdir)
+
+
+def test_evaluate_run_folder_files_and_table(workdir):
+    average = ROOT / "scripts" / "average_checkpoints.py"
+    checkpoints = workdir / "run" / "checkpoints"
+    # A second checkpoint: the average of the model with itself (same weights).
+    result = run_tool(
+        [
+            str(average),
+            str(checkpoints / "best.pt"),
+            str(checkpoints / "best.pt"),
+            "--output",
+            str(checkpoints / "avg.pt"),
+        ],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    result = run_tool(
+        [
+            str(ROOT / "evaluate.py"),
+            "checkpoint=run",
+            "src=corpus/valid.src",
+            "ref=corpus/valid.tgt",
+            "beam_size=1",
+            "output_dir=scores",
+        ],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("checkpoint\n")[-1].splitlines()
+    assert len(table) == 2 and {line.split()[-1] for line in table} == {
+        "run/checkpoints/avg.pt",
+        "run/checkpoints/best.pt",
+    }
+    assert sorted(p.name for p in (workdir / "scores").iterdir()) == [
+        "avg.valid.src.beam1.hyp",
+        "avg.valid.src.beam1.json",
+        "best.valid.src.beam1.hyp",
+        "best.valid.src.beam1.json",
+    ]
+
+
+def test_average_of_two_checkpoints_loads_and_translates(tmp_path, tmp_path_factory):
+    first = trained_checkpoint(tmp_path_factory)
+    payload = load_checkpoint(first)
+    generator = torch.Generator().manual_seed(0)
+    payload["model"] = {
+        name: tensor + 0.01 * torch.randn(tensor.shape, generator=generator)
+        for name, tensor in payload["model"].items()
+    }
+    second = tmp_path / "second.pt"
+    torch.save(payload, second)
+    output = tmp_path / "averaged.pt"
+    result = run_tool(
+        [
+            str(ROOT / "scripts" / "average_checkpoints.py"),
+            str(first),
+            str(second),
+            "--output",
+            str(output),
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+
+    averaged = load_checkpoint(output)
+    assert "optimizer" not in averaged and averaged["averaged_from"] == [str(first), str(second)]
+    for name, tensor in load_checkpoint(first)["model"].items():
+        expected = (tensor + payload["model"][name]) / 2
+        torch.testing.assert_close(averaged["model"][name], expected)
+    inputs = sentences(10, seed=11)
+    translated = Translator.from_checkpoint(output, beam_size=2).translate(inputs)
+    assert sum(n_best[0].text == text for n_best, text in zip(translated, inputs, strict=True)) >= 7
+
+
+def test_average_refuses_mismatched_shapes(tmp_path, tmp_path_factory):
+    first = trained_checkpoint(tmp_path_factory)
+    bigger = make_checkpoint(tmp_path, decoder_hidden_size=48)
+    result = run_tool(
+        [
+            str(ROOT / "scripts" / "average_checkpoints.py"),
+            str(first),
+            str(bigger),
+            "--output",
+            str(tmp_path / "out.pt"),
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: cannot average: ")
+    assert "has shape" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out.pt").exists()

@@ -1,0 +1,262 @@
+"""Greedy and beam search: beam 1 is greedy, beam beats greedy, batching changes nothing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.inference.search import (
+    Hypothesis,
+    beam_search,
+    greedy_search,
+    length_penalty_factor,
+    max_output_lengths,
+)
+from seq2seq.models.build import build_model
+from seq2seq.models.seq2seq import EncodedSource
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+VOCAB = 16
+# (encoder, decoder, scorer, seed of the EOS table that gives a mix of output lengths)
+ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihead", 0)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Decode on one thread: these models are tiny and the test machine's cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class EosAfterToken:
+    """Wraps a model and adds ``table[previous token]`` to the EOS logit.
+
+    A random untrained model's wish to stop hardly depends on what it has produced; this
+    makes some prefixes end early and others run to the length limit, so the searches
+    meet finished and unfinished beams side by side.
+    """
+
+    def __init__(self, model, table: torch.Tensor) -> None:
+        self.model, self.table = model, table
+
+    def encode(self, src, src_lengths):
+        return self.model.encode(src, src_lengths)
+
+    def init_state(self, encoded):
+        return self.model.init_state(encoded)
+
+    def decode_step(self, prev_tokens, state, encoded):
+        logits, weights, state = self.model.decode_step(prev_tokens, state, encoded)
+        logits = logits.clone()
+        logits[:, EOS_ID] += self.table[prev_tokens]
+        return logits, weights, state
+
+
+def tiny_model(
+    encoder: str, decoder: str, scorer: str, table_seed: int | None = None, *, eos_bias: float = 0.0
+):
+    """A random tiny model from the real YAML groups; ``eos_bias`` shifts EOS's logit.
+
+    With ``table_seed``, EOS also gets a random push depending on the previous token.
+    """
+    torch.manual_seed(0)
+    cfg = OmegaConf.create(
+        {
+            "embed_dim": 16,
+            "dropout": 0.0,
+            "tie_embeddings": False,
+            "encoder": OmegaConf.load(CONFIGS / f"model/encoder/{encoder}.yaml"),
+            "decoder": OmegaConf.load(CONFIGS / f"model/decoder/{decoder}.yaml"),
+            "attention": OmegaConf.load(CONFIGS / f"model/attention/{scorer}.yaml"),
+        }
+    )
+    cfg.encoder.hidden_size = 8
+    cfg.decoder.hidden_size = 16
+    if scorer == "multihead":
+        cfg.attention.heads = 2
+    model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations
+    model = build_model(model_cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB).eval()
+    with torch.no_grad():
+        # A flatter output layer gives many near-competitive continuations (a harder test).
+        model.generator.weight.mul_(3.0)
+        model.decoder.embedding.weight.mul_(3.0)
+        model.generator.bias[EOS_ID] += eos_bias
+    if table_seed is None:
+        return model
+    table = torch.randn(VOCAB, generator=torch.Generator().manual_seed(table_seed)) * 4
+    return EosAfterToken(model, table)
+
+
+def random_sources(batch_size: int, *, max_len: int = 7, seed: int = 1):
+    """Padded random sources ending in EOS, as the translator builds them."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len, (batch_size,), generator=generator)
+    src = torch.full((batch_size, max_len), PAD_ID)
+    for row, length in enumerate(lengths.tolist()):
+        src[row, :length] = torch.randint(4, VOCAB, (length,), generator=generator)
+        src[row, length] = EOS_ID
+    return src, lengths + 1
+
+
+def unpadded(src: torch.Tensor, src_lengths: torch.Tensor, rows: list[int]):
+    """The given rows as their own batch, padded only to their own longest length."""
+    width = int(src_lengths[rows].max())
+    return src[rows, :width], src_lengths[rows]
+
+
+def assert_same_hypotheses(first: list[Hypothesis], second: list[Hypothesis]) -> None:
+    assert [h.tokens for h in first] == [h.tokens for h in second]
+    for a, b in zip(first, second, strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_beam_size_one_is_greedy(architecture, alpha):
+    model = tiny_model(*architecture, eos_bias=-3.0)
+    src, src_lengths = random_sources(8)
+    options = {"max_len_a": 1.0, "max_len_b": 3, "return_attention": True}
+    greedy = greedy_search(model, src, src_lengths, length_penalty=alpha, **options)
+    beam = beam_search(model, src, src_lengths, beam_size=1, length_penalty=alpha, **options)
+    assert len({len(h[0].tokens) for h in greedy}) > 1  # some stop early, some at the limit
+    for greedy_hypotheses, beam_hypotheses in zip(greedy, beam, strict=True):
+        assert_same_hypotheses(greedy_hypotheses, beam_hypotheses)
+        torch.testing.assert_close(greedy_hypotheses[0].attention, beam_hypotheses[0].attention)
+
+
+class BigramModel:
+    """A fake model whose next-token distribution depends only on the previous token.
+
+    After BOS: A (0.6) or B (0.4). After A: EOS 0.2, every other word 0.8 / 6 (greedy's
+    trap). After B, or any other word: EOS 0.99. So greedy says "A" (probability 0.12) while
+    the best output is "B" (probability 0.396).
+    """
+
+    vocab_size = 10
+    word_a, word_b = 4, 5
+
+    def __init__(self) -> None:
+        probs = torch.full((self.vocab_size, self.vocab_size), 1e-9)
+        probs[BOS_ID, self.word_a], probs[BOS_ID, self.word_b] = 0.6, 0.4
+        probs[self.word_a, 4:] = 0.8 / 6
+        probs[self.word_a, EOS_ID] = 0.2
+        probs[5:, EOS_ID] = 0.99
+        probs[5:, 4] = 0.01
+        probs[EOS_ID, EOS_ID] = 1.0
+        self.log_probs = probs.log()
+
+    def encode(self, src, src_lengths):
+        mask = torch.arange(src.size(1)).unsqueeze(0) < src_lengths.unsqueeze(1)  # (B, S)
+        memory = mask.unsqueeze(-1).float()  # (B, S, 1)
+        return EncodedSource(memory=memory, mask=mask, final=memory[:, 0], keys=memory)
+
+    def init_state(self, encoded):
+        return {"steps": torch.zeros(encoded.final.size(0), 1)}
+
+    def decode_step(self, prev_tokens, state, encoded):
+        weights = encoded.mask.float() / encoded.mask.sum(1, keepdim=True)  # (B, S) uniform
+        return self.log_probs[prev_tokens], weights, {"steps": state["steps"] + 1}
+
+
+def test_beam_search_beats_greedy_where_greedy_is_wrong():
+    model = BigramModel()
+    src, src_lengths = torch.tensor([[7, EOS_ID]]), torch.tensor([2])
+    options = {"max_len_a": 0.0, "max_len_b": 5, "length_penalty": 0.0}
+    greedy = greedy_search(model, src, src_lengths, **options)[0][0]
+    beam = beam_search(model, src, src_lengths, beam_size=2, **options)[0][0]
+    assert greedy.tokens == [model.word_a]
+    assert beam.tokens == [model.word_b]
+    assert beam.score == pytest.approx(math.log(0.4) + math.log(0.99), abs=1e-5)
+    assert beam.score > greedy.score
+
+
+def test_length_penalty_is_gnmt_and_divides_the_summed_log_prob():
+    model = BigramModel()
+    src, src_lengths = torch.tensor([[7, EOS_ID]]), torch.tensor([2])
+    best = beam_search(
+        model, src, src_lengths, beam_size=2, length_penalty=0.6, max_len_a=0.0, max_len_b=5
+    )[0][0]
+    log_prob = math.log(0.4) + math.log(0.99)  # "B" then EOS: length 2 with the EOS
+    assert best.score == pytest.approx(log_prob / ((5 + 2) / 6) ** 0.6, abs=1e-5)
+    assert length_penalty_factor(10, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_batched_equals_one_by_one_whatever_the_companions(architecture, search):
+    model = tiny_model(*architecture, eos_bias=-3.0)
+    src, src_lengths = random_sources(7, seed=3)
+
+    def run(rows: list[int]):
+        batch_src, batch_lengths = unpadded(src, src_lengths, rows)
+        options = {"max_len_a": 1.0, "max_len_b": 4}
+        if search == "greedy":
+            return greedy_search(model, batch_src, batch_lengths, **options)
+        return beam_search(model, batch_src, batch_lengths, beam_size=3, nbest=2, **options)
+
+    everything = run(list(range(7)))
+    shuffled_rows = [5, 2, 6, 0, 3]
+    shuffled = run(shuffled_rows)
+    for row in range(7):
+        assert_same_hypotheses(run([row])[0], everything[row])
+    for position, row in enumerate(shuffled_rows):
+        assert_same_hypotheses(shuffled[position], everything[row])
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_nbest_is_sorted_and_distinct(architecture):
+    model = tiny_model(*architecture, eos_bias=-3.0)
+    src, src_lengths = random_sources(5, seed=4)
+    results = beam_search(model, src, src_lengths, beam_size=4, nbest=4, max_len_a=1.0, max_len_b=3)
+    for hypotheses in results:
+        assert len(hypotheses) == 4
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hypotheses}) == 4
+        assert all(math.isfinite(score) for score in scores)
+
+
+def test_nbest_larger_than_beam_is_a_clear_error():
+    model = tiny_model(*ARCHITECTURES[0][:3])
+    src, src_lengths = random_sources(2)
+    with pytest.raises(ValueError, match="nbest must be between 1 and beam_size"):
+        beam_search(model, src, src_lengths, beam_size=2, nbest=3, max_len_a=1, max_len_b=1)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_max_length_is_respected(search):
+    model = tiny_model(*ARCHITECTURES[0][:3], eos_bias=-50.0)  # never wants to stop
+    src, src_lengths = random_sources(6, seed=5)
+    options = {"max_len_a": 0.5, "max_len_b": 1, "return_attention": True}
+    if search == "greedy":
+        results = greedy_search(model, src, src_lengths, **options)
+    else:
+        results = beam_search(model, src, src_lengths, beam_size=3, nbest=3, **options)
+    limits = max_output_lengths(src_lengths, max_len_a=0.5, max_len_b=1)
+    rows = zip(results, limits.tolist(), src_lengths.tolist(), strict=True)
+    for hypotheses, limit, source_len in rows:
+        assert limit == math.floor(0.5 * source_len + 1)
+        for hypothesis in hypotheses:
+            assert len(hypothesis.tokens) == limit  # EOS forced right at the limit
+            assert hypothesis.attention.shape == (limit + 1, source_len)
+            torch.testing.assert_close(
+                hypothesis.attention.sum(-1), torch.ones(limit + 1), atol=1e-5, rtol=0
+            )
+            assert not {PAD_ID, BOS_ID, EOS_ID} & set(hypothesis.tokens)
+
+
+def test_zero_length_limit_gives_empty_outputs():
+    model = tiny_model(*ARCHITECTURES[0][:3])
+    src, src_lengths = random_sources(3)
+    for results in (
+        greedy_search(model, src, src_lengths, max_len_a=0, max_len_b=0),
+        beam_search(model, src, src_lengths, beam_size=3, max_len_a=0, max_len_b=0),
+    ):
+        assert [h[0].tokens for h in results] == [[], [], []]
