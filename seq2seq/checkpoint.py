@@ -103,20 +103,26 @@ def tokenizers_to_payload(tokenizers) -> dict[str, Any]:
     def as_tensor(data: bytes) -> torch.Tensor:
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
 
-    return {
+    payload = {
         "joint": bool(tokenizers.joint),
         "src": as_tensor(tokenizers.src.to_bytes()),
         "tgt": as_tensor(tokenizers.tgt.to_bytes()),
     }
+    kept_ids = getattr(tokenizers.tgt, "kept_ids", None)
+    if kept_ids is not None:  # a target vocabulary pruned to the pieces seen in training
+        payload["tgt_kept_ids"] = torch.as_tensor(kept_ids, dtype=torch.int64)
+    return payload
 
 
 def tokenizers_from_payload(payload: dict[str, Any]):
-    from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
+    from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
 
     src = SentencePieceTokenizer.from_bytes(payload["src"].numpy().tobytes())
     tgt = src if payload["joint"] else SentencePieceTokenizer.from_bytes(
         payload["tgt"].numpy().tobytes()
     )
+    if "tgt_kept_ids" in payload:
+        tgt = SubsetTokenizer(base=tgt, kept_ids=payload["tgt_kept_ids"].numpy())
     return Tokenizers(src=src, tgt=tgt, joint=bool(payload["joint"]))
 
 

@@ -142,7 +142,8 @@ def test_storage_format(small_corpus, tmp_path: Path) -> None:
     stored = np.load(prepared.cache_dir / "train.tgt.tokens.npy", mmap_mode="r")
     assert np.array_equal(stored, train.tgt.tokens)
     summary = json.loads((prepared.cache_dir / "summary.json").read_text())
-    assert summary["vocab_size"] == {"src": 100, "tgt": 100}
+    # The target side of the joint model keeps only the pieces its training text uses.
+    assert summary["vocab_size"] == {"src": 100, "tgt": prepared.tokenizers.tgt.vocab_size}
     assert summary["splits"]["test"]["pairs_read"] == 50
     table = prepared.format_summary()
     for word in ("train", "valid", "test", "400", "joint bpe", "100 pieces"):
@@ -265,3 +266,43 @@ def test_command_line(small_corpus, tmp_path: Path) -> None:
     assert broken.stderr.strip().splitlines() == [
         "error: file not found: missing.txt (data.valid.tgt)"
     ]
+
+
+def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
+    write_parallel, tmp_path: Path
+) -> None:
+    rng = random.Random(7)
+    # Lower-case sources, upper-case targets: a joint model holds pieces only one side uses.
+    train_pairs, valid_pairs = [], []
+    for pairs, count in ((train_pairs, 300), (valid_pairs, 30)):
+        for _ in range(count):
+            words = [rng.choice(["kalo", "mipe", "nura", "sito", "vezu"]) for _ in range(4)]
+            pairs.append((" ".join(words), " ".join(w.upper() for w in words)))
+    valid_pairs.append(("kalo", "QQQ"))  # a target piece never seen in training
+    files = {"train": write_parallel("train", train_pairs),
+             "valid": write_parallel("valid", valid_pairs)}
+    prepared = _prepare(files, tmp_path / "cache")
+    source, target = prepared.tokenizers.src, prepared.tokenizers.tgt
+    assert target.vocab_size < source.vocab_size
+    assert prepared.summary["vocab_size"]["tgt"] == target.vocab_size
+    for split in ("train", "valid"):
+        assert int(np.asarray(prepared.splits[split].tgt.tokens).max()) < target.vocab_size
+    # The targets decode back to their text; the unseen piece is UNK, nothing else changes.
+    train_ids = [prepared.splits["train"][i][1].tolist() for i in range(5)]
+    assert target.decode(train_ids) == [t for _, t in train_pairs[:5]]
+    assert 1 in prepared.splits["valid"][30][1].tolist()  # UNK_ID
+    # The same subset comes back from the cache and from a checkpoint payload.
+    again = _prepare(files, tmp_path / "cache")
+    assert again.cache_hit and np.array_equal(again.tokenizers.tgt.kept_ids, target.kept_ids)
+    from seq2seq.checkpoint import tokenizers_from_payload, tokenizers_to_payload
+
+    restored = tokenizers_from_payload(tokenizers_to_payload(prepared.tokenizers)).tgt
+    assert np.array_equal(restored.kept_ids, target.kept_ids)
+    assert restored.encode(["KALO MIPE"]) == target.encode(["KALO MIPE"])
+
+
+def test_pruning_can_be_turned_off(small_corpus, tmp_path: Path) -> None:
+    settings = TokenizerSettings(model_type="bpe", vocab_size=100, joint=True, seed=1,
+                                 prune_target_vocabulary=False)
+    prepared = _prepare(small_corpus, tmp_path / "cache", tokenizer=settings)
+    assert prepared.tokenizers.tgt is prepared.tokenizers.src

@@ -41,20 +41,26 @@ from seq2seq.data.corpus import (
 )
 from seq2seq.data.dataset import ParallelDataset, TokenArrayWriter
 from seq2seq.data.multi30k import DEFAULT_BASE_URL, fetch_multi30k
-from seq2seq.data.tokenizer import MODEL_TYPES, SentencePieceTokenizer, Tokenizers
+from seq2seq.data.tokenizer import (
+    MODEL_TYPES,
+    SentencePieceTokenizer,
+    SubsetTokenizer,
+    Tokenizers,
+)
 from seq2seq.data.vocab import UNK_ID
 
 logger = logging.getLogger(__name__)
 
 # Bump whenever the cache layout or the meaning of its content changes: old caches are then
 # simply not found (and can be deleted by hand).
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 TRAIN_SPLIT = "train"
 SUMMARY_FILE = "summary.json"
 FILE_HASHES_FILE = "file_hashes.json"
 JOINT_MODEL_FILE = "tokenizer.model"
 SIDE_MODEL_FILES = {"src": "src.model", "tgt": "tgt.model"}
+TARGET_VOCABULARY_FILE = "tgt_vocabulary.npy"
 DROP_REASONS = ("empty", "too_long", "length_ratio")
 ENCODE_CHUNK_LINES = 10_000
 _TEMPORARY_PREFIX = ".tmp-"
@@ -73,6 +79,8 @@ class TokenizerSettings:
         character_coverage: Share of characters covered by the model.
         max_training_sentences: Sentences sampled (per model) to train on.
         seed: Seed of the sampling.
+        prune_target_vocabulary: With a joint model, give the target side (the output layer)
+            only the pieces seen in the training targets.
     """
 
     model_type: str = "bpe"
@@ -81,6 +89,7 @@ class TokenizerSettings:
     character_coverage: float = 1.0
     max_training_sentences: int = 2_000_000
     seed: int = 1
+    prune_target_vocabulary: bool = True
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
@@ -113,6 +122,10 @@ class TokenizerSettings:
                 _get(config, "max_training_sentences", "tokenizer", defaults.max_training_sentences)
             ),
             seed=int(_get(config, "seed", "tokenizer", defaults.seed)),
+            prune_target_vocabulary=bool(
+                _get(config, "prune_target_vocabulary", "tokenizer",
+                     defaults.prune_target_vocabulary)
+            ),
         )
 
 
@@ -547,6 +560,8 @@ def _build(
             directory=directory,
             progress=progress,
         )
+        if split == TRAIN_SPLIT and tokenizers.joint and tokenizer.prune_target_vocabulary:
+            tokenizers = _prune_target_vocabulary(tokenizers, directory)
     if splits[TRAIN_SPLIT]["pairs_kept"] == 0:
         raise DataError(
             f"no training pairs left after filtering {files[TRAIN_SPLIT][0]} / {files[TRAIN_SPLIT][1]}"
@@ -561,12 +576,40 @@ def _build(
     }
 
 
+def _prune_target_vocabulary(tokenizers: Tokenizers, directory: Path) -> Tokenizers:
+    """Keep only the pieces of the training targets on the target side; remap train.tgt.
+
+    Runs after train is encoded with the full model and before the other splits are, which
+    are then encoded with the subset (a piece never seen in training targets becomes UNK).
+    """
+    tokens_path = Path(f"{directory / TRAIN_SPLIT}.tgt.tokens.npy")
+    tokens = np.load(tokens_path, mmap_mode="r+")
+    chunk = 1 << 24
+    seen = np.zeros(tokenizers.tgt.vocab_size, dtype=bool)
+    for start in range(0, len(tokens), chunk):
+        seen[tokens[start : start + chunk]] = True
+    subset = SubsetTokenizer(base=tokenizers.tgt, kept_ids=np.flatnonzero(seen))
+    for start in range(0, len(tokens), chunk):  # in place, chunk by chunk: no full copy
+        tokens[start : start + chunk] = subset.to_compact[tokens[start : start + chunk]]
+    tokens.flush()
+    del tokens
+    np.save(directory / TARGET_VOCABULARY_FILE, subset.kept_ids)
+    logger.info("target vocabulary: %d of %d pieces occur in the training targets",
+                subset.vocab_size, tokenizers.tgt.vocab_size)
+    return Tokenizers(src=tokenizers.src, tgt=subset, joint=True)
+
+
 def _load(
     directory: Path, summary: dict[str, Any]
 ) -> tuple[Tokenizers, dict[str, ParallelDataset]]:
     if summary.get("joint"):
         shared = SentencePieceTokenizer.load(directory / JOINT_MODEL_FILE)
-        tokenizers = Tokenizers(src=shared, tgt=shared, joint=True)
+        target: SentencePieceTokenizer | SubsetTokenizer = shared
+        if (directory / TARGET_VOCABULARY_FILE).is_file():
+            target = SubsetTokenizer(
+                base=shared, kept_ids=np.load(directory / TARGET_VOCABULARY_FILE)
+            )
+        tokenizers = Tokenizers(src=shared, tgt=target, joint=True)
     else:
         tokenizers = Tokenizers(
             src=SentencePieceTokenizer.load(directory / SIDE_MODEL_FILES["src"]),
@@ -856,11 +899,15 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     vocab = summary["vocab_size"]
     if summary["joint"]:
         vocabulary = f"joint {tokenizer['model_type']}, {vocab['src']:,} pieces"
+        if vocab["src"] < tokenizer["vocab_size"]:
+            vocabulary += f" (asked for {tokenizer['vocab_size']:,})"
+        if vocab["tgt"] != vocab["src"]:
+            vocabulary += f", of which the target side uses {vocab['tgt']:,}"
     else:
         vocabulary = (
             f"{tokenizer['model_type']}, source {vocab['src']:,} / target {vocab['tgt']:,} pieces"
         )
-    if min(vocab["src"], vocab["tgt"]) < tokenizer["vocab_size"]:
-        vocabulary += f" (asked for {tokenizer['vocab_size']:,})"
+        if min(vocab["src"], vocab["tgt"]) < tokenizer["vocab_size"]:
+            vocabulary += f" (asked for {tokenizer['vocab_size']:,})"
     lines.append(f"  vocabulary: {vocabulary}; src/tgt mean: pieces per kept sentence, no bos/eos")
     return "\n".join(lines)

@@ -291,6 +291,61 @@ class SentencePieceTokenizer:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
 
+class SubsetTokenizer:
+    """A tokenizer whose ids cover only some pieces of another: the target side of a joint model.
+
+    A joint vocabulary holds source-only pieces that a target sentence never uses; giving the
+    output layer only the pieces seen in the training targets makes its matrix product (the
+    largest one of a training step) proportionally cheaper. Ids are compact: kept pieces are
+    numbered 0..K-1 in the base model's order, so the special ids 0-3 keep their values, and a
+    piece outside the subset encodes to UNK_ID.
+
+    Args:
+        base: The full sentencepiece tokenizer.
+        kept_ids: Base ids to keep (the special ids are always kept).
+    """
+
+    def __init__(self, *, base: SentencePieceTokenizer, kept_ids: Iterable[int]) -> None:
+        import numpy as np
+
+        specials = np.array([PAD_ID, UNK_ID, BOS_ID, EOS_ID], dtype=np.int64)
+        kept = np.unique(np.concatenate([specials, np.asarray(list(kept_ids), dtype=np.int64)]))
+        if kept[-1] >= base.vocab_size or kept[0] < 0:
+            raise ValueError(f"kept ids must lie in [0, {base.vocab_size})")
+        self.base = base
+        self.kept_ids = kept  # (K,) compact id -> base id
+        self.to_compact = np.full(base.vocab_size, UNK_ID, dtype=np.int64)  # base id -> compact id
+        self.to_compact[kept] = np.arange(len(kept))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.kept_ids)
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        lookup = self.to_compact
+        return [lookup[ids].tolist() if ids else [] for ids in self.base.encode(sentences)]
+
+    def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
+        kept = self.kept_ids
+        return self.base.decode([[int(kept[int(token)]) for token in ids] for ids in batch_ids])
+
+    def id_to_piece(self, token_id: int) -> str:
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise IndexError(f"id {token_id} outside the vocabulary of {self.vocab_size} pieces")
+        return self.base.id_to_piece(int(self.kept_ids[token_id]))
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.id_to_piece(token_id) for token_id in ids]
+
+    def to_bytes(self) -> bytes:
+        """The base model (the subset itself is stored next to it, as ``kept_ids``)."""
+        return self.base.to_bytes()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size} of {self.base.vocab_size})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tokenizers:
     """The tokenizer(s) of a language pair: one shared model, or one per side.
@@ -302,7 +357,7 @@ class Tokenizers:
     """
 
     src: SentencePieceTokenizer
-    tgt: SentencePieceTokenizer
+    tgt: SentencePieceTokenizer | SubsetTokenizer
     joint: bool
 
     def to_bytes_dict(self) -> dict[str, bytes]:

@@ -58,7 +58,8 @@ def check_resume_compatible(checkpoint: dict, config: dict, tokenizers, path: Pa
         )
     ours = tokenizers_to_payload(tokenizers)
     theirs = checkpoint["tokenizers"]
-    if any(not torch.equal(ours[side], theirs[side]) for side in ("src", "tgt")):
+    if set(ours) != set(theirs) or any(not torch.equal(ours[k], theirs[k]) for k in ours
+                                       if k != "joint"):
         differences.append("the sentencepiece vocabulary (data or tokenizer changed)")
     if differences:
         raise CheckpointError(
