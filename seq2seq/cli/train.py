@@ -59,6 +59,7 @@ def _main(cfg: DictConfig) -> float | None:
     try:
         result = train(cfg, run_dir)
     except (DataError, CheckpointError, TrainingError, ValueError) as error:
+        log.debug("details", exc_info=True)  # shown with hydra.verbose=true
         log.error("%s", error)
         sys.exit(1)
     log.info("run folder: %s", run_dir)

@@ -94,6 +94,9 @@ class TrainerSettings:
             raise ValueError(f"trainer.precision must be fp32, bf16 or fp16, not {settings.precision}")
         if settings.accumulate_grad_batches < 1:
             raise ValueError("trainer.accumulate_grad_batches must be >= 1")
+        if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
+            raise ValueError("set at least one of trainer.max_epochs, trainer.max_steps and "
+                             "trainer.max_time, or training never ends")
         return settings
 
 

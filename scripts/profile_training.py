@@ -1,0 +1,61 @@
+"""Where a training step's time goes, by operator, for an experiment preset (torch.profiler).
+
+    python scripts/profile_training.py experiment=multi30k_gru_additive [--steps 5]
+
+Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
+de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
+preset's ``batch.max_tokens``, and prints the operators with the most self CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from torch.profiler import ProfilerActivity, profile
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
+
+from seq2seq.models.build import build_model  # noqa: E402
+from seq2seq.training.loss import SequenceLoss  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=12)
+    args = parser.parse_args()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=args.overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
+    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    batches = synthetic_batches(args.steps + 2, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+
+    def step(batch) -> None:
+        loss, _ = objective(*batch)
+        optimizer.zero_grad(set_to_none=True)
+        (loss / 1000).backward()
+        optimizer.step()
+
+    for batch in batches[:2]:  # warm-up
+        step(batch)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for batch in batches[2:]:
+            step(batch)
+    print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads)")
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+if __name__ == "__main__":
+    main()
