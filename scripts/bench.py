@@ -30,7 +30,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS = ("multi30k_gru_additive", "multi30k_luong_fast")
+# (preset, extra overrides): the two presets as they are, and the like-for-like one in bf16.
+TRAINING_RUNS = (
+    ("multi30k_gru_additive", ()),
+    ("multi30k_gru_additive", ("trainer.precision=bf16",)),
+    ("multi30k_luong_fast", ()),
+)
 SPEED_LINE = re.compile(r"step (\d+) epoch \d+: loss \S+ lr \S+ grad norm \S+ (\d+) tok/s")
 
 
@@ -43,14 +48,14 @@ PEAK_MEMORY_WRAPPER = (
 )
 
 
-def bench_training(preset: str, steps: int, log_every: int = 25) -> dict:
+def bench_training(preset: str, extra: tuple[str, ...], steps: int, log_every: int = 25) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         command = [
             sys.executable, "-c", PEAK_MEMORY_WRAPPER, sys.executable, str(ROOT / "train.py"), f"experiment={preset}",
             f"hydra.run.dir={run_dir}", f"trainer.max_steps={steps}", "trainer.max_time=null",
             f"trainer.log_every={log_every}", "trainer.valid_every=null",
             "trainer.save_every=null", "trainer.valid.max_sentences=16",
-            "trainer.progress_bar=false",
+            "trainer.progress_bar=false", *extra,
         ]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
@@ -60,6 +65,8 @@ def bench_training(preset: str, steps: int, log_every: int = 25) -> dict:
     peak_kib = int(re.search(r"PEAK_RSS_KIB (\d+)", result.stdout).group(1))
     return {
         "preset": preset,
+        "overrides": list(extra),
+        "precision": re.search(r"precision=(\w+)", " ".join(extra)).group(1) if extra else None,
         "steps": steps,
         "tokens_per_second_median": statistics.median(steady),
         "tokens_per_second_windows": rates,
@@ -67,11 +74,12 @@ def bench_training(preset: str, steps: int, log_every: int = 25) -> dict:
     }
 
 
-def bench_decoding(checkpoint: Path, max_sentences: int | None) -> dict:
+def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
         command = [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"),
-                   "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output)]
+                   "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output),
+                   "--precision", precision]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -83,26 +91,32 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-steps", type=int, default=200)
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS))
     parser.add_argument("--checkpoint", type=Path,
                         default=ROOT / "runs/multi30k_gru_additive/checkpoints/best.pt")
     parser.add_argument("--max-sentences", type=int, default=None)
+    parser.add_argument("--decode-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
     results: dict = {"training": [], "decoding": None}
-    print(f"{'training preset':<28} {'tgt tok/s (median)':>19} {'peak RSS':>10}")
-    for preset in args.presets:
-        row = bench_training(preset, args.train_steps)
+    print(f"{'training preset':<52} {'tgt tok/s (median)':>19} {'peak RSS':>10}")
+    for preset, extra in TRAINING_RUNS:
+        row = bench_training(preset, extra, args.train_steps)
         results["training"].append(row)
-        print(f"{preset:<28} {row['tokens_per_second_median']:>19,.0f} "
+        name = " ".join((preset, *extra))
+        print(f"{name:<52} {row['tokens_per_second_median']:>19,.0f} "
               f"{row['peak_rss_gib']:>8.2f} GiB", flush=True)
     if args.checkpoint.is_file():
-        decoding = bench_decoding(args.checkpoint, args.max_sentences)
-        results["decoding"] = decoding
-        print(f"\ndecoding {args.checkpoint} (test_2016):")
-        print(json.dumps(decoding, indent=2))
+        results["decoding"] = []
+        print(f"\ndecoding {args.checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
+        print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} {'BLEU':>6}")
+        for precision in args.decode_precisions:
+            for row in bench_decoding(args.checkpoint, args.max_sentences, precision)["results"]:
+                results["decoding"].append(row)
+                print(f"{row['search']:<8} {precision:<9} {row['sentences_per_second']:>8.1f} "
+                      f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f}",
+                      flush=True)
     else:
         print(f"\nno checkpoint at {args.checkpoint}: decoding skipped "
               "(train one with `python train.py experiment=multi30k_gru_additive "

@@ -39,6 +39,7 @@ def bench_one(
     beam_size: int,
     device: str,
     max_tokens: int,
+    precision: str = "fp32",
 ) -> dict:
     """Time one search setting on a freshly loaded model."""
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
@@ -49,7 +50,8 @@ def bench_one(
     torch_device = resolve_device(device)
     model, tokenizers, _ = model_from_checkpoint(load_checkpoint(checkpoint), torch_device)
     translator = Translator(
-        model, tokenizers, device=torch_device, beam_size=beam_size, max_tokens=max_tokens
+        model, tokenizers, device=torch_device, beam_size=beam_size, max_tokens=max_tokens,
+        precision=precision,
     )
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
     startup = time.perf_counter() - started + data_seconds
@@ -68,6 +70,7 @@ def bench_one(
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
         "bleu": corpus_scores(hypotheses, references)["bleu"],
         "device": str(torch_device),
+        "precision": precision,
     }
 
 
@@ -94,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     parser.add_argument("--max-tokens", type=int, default=4000, help="padded source ids per batch")
     parser.add_argument("--num-threads", type=int, default=None, help="CPU threads for torch")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="autocast dtype of the search")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -126,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 beam_size=beam_size,
                 device=args.device,
                 max_tokens=args.max_tokens,
+                precision=args.precision,
             )
             for beam_size in args.beam_sizes
         ]

@@ -88,7 +88,8 @@ def synthetic_batches(count: int, max_tokens: int, generator: torch.Generator):
     return batches
 
 
-def bench(name, encoder, decoder, scorer, overrides, force_loop, *, steps, warmup, max_tokens):
+def bench(name, encoder, decoder, scorer, overrides, force_loop, *, steps, warmup, max_tokens,
+          precision="fp32"):
     torch.manual_seed(0)
     model = build_model(model_config(encoder, decoder, scorer, overrides),
                         src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
@@ -100,7 +101,9 @@ def bench(name, encoder, decoder, scorer, overrides, force_loop, *, steps, warmu
     rates = []
     for index, (src, src_lengths, tgt_in, tgt_out) in enumerate(batches):
         started = time.perf_counter()
-        loss, _ = objective(src, src_lengths, tgt_in, tgt_out)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            loss, _ = objective(src, src_lengths, tgt_in, tgt_out)
         tokens = int((tgt_out != PAD_ID).sum())
         optimizer.zero_grad(set_to_none=True)
         (loss / tokens).backward()
@@ -120,16 +123,21 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="CPU autocast dtype (as trainer.precision)")
+    parser.add_argument("--only", default=None, help="run the combinations whose name contains this")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.precision}, "
           f"batches of ~{args.max_tokens} target tokens, median of {args.steps} steps")
     print(f"{'combination':<50} {'params':>11} {'tgt tok/s':>10}")
     for combination in COMBINATIONS:
+        if args.only and args.only not in combination[0]:
+            continue
         result = bench(*combination, steps=args.steps, warmup=args.warmup,
-                       max_tokens=args.max_tokens)
+                       max_tokens=args.max_tokens, precision=args.precision)
         results.append(result)
         print(f"{result['combination']:<50} {result['parameters']:>11,} "
               f"{result['tokens_per_second']:>10,.0f}", flush=True)

@@ -248,3 +248,18 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(corpus, tmp_path):
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[0] == "best.pt"
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
     assert state["step"] == 20
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_path_runs_on_cpu(corpus, tmp_path, precision):
+    """autocast + grad scaler, the code path GPUs take, exercised on the CPU."""
+    run_dir = tmp_path / "run"
+    cfg = compose_config(tiny_overrides(corpus, tmp_path, **{
+        "trainer.precision": precision, "trainer.max_steps": 6, "trainer.valid_every": 6,
+        "trainer.valid.max_sentences": 8}))
+    result = train(cfg, run_dir)
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert checkpoint["trainer_state"]["step"] == 6 and result["best_bleu"] >= 0
+    assert bool(checkpoint["scaler"]) == (precision == "fp16")  # the scaler's state is saved
+    for tensor in checkpoint["model"].values():
+        assert tensor.dtype == torch.float32 and torch.isfinite(tensor).all()

@@ -169,6 +169,7 @@ def evaluate_checkpoint(
         max_len_b=cfg.max_len_b,
         max_tokens=cfg.batch.max_tokens,
         max_source_length=cfg.max_source_length,
+        precision=cfg.precision,
     )
     startup = time.perf_counter() - started
 

@@ -168,6 +168,7 @@ def run(cfg: DictConfig) -> int:
             nbest=cfg.nbest,
             max_tokens=cfg.batch.max_tokens,
             max_source_length=cfg.max_source_length,
+            precision=cfg.precision,
         )
     except (CheckpointError, ValueError) as error:
         _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)

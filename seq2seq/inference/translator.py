@@ -34,6 +34,7 @@ from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.training.distributed import select_device
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ class Translation(NamedTuple):
     attention: Tensor | None
 
 
+# Autocast dtypes of the ``precision`` option (fp32: no autocast).
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def resolve_device(name: str | torch.device) -> torch.device:
     """``"auto"``: CUDA, then Apple MPS, then the CPU; anything else as ``torch.device``.
 
@@ -66,16 +71,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
     """
     if isinstance(name, torch.device):
         return name
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name} but CUDA is not available here")
-    return device
+    return select_device(str(name))
 
 
 @contextmanager
@@ -106,6 +102,8 @@ class Translator:
         nbest: translations returned per sentence (at most ``beam_size``).
         max_tokens: budget of padded source ids per batch.
         max_source_length: longer sources are cut to this many pieces (with a warning).
+        precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
+            faster on GPUs and on CPUs with bf16 matrix instructions).
 
     Raises:
         ValueError: on a non-positive size or ``nbest > beam_size``.
@@ -124,7 +122,10 @@ class Translator:
         nbest: int = 1,
         max_tokens: int = 4000,
         max_source_length: int = 250,
+        precision: str = "fp32",
     ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -141,6 +142,7 @@ class Translator:
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
         self.nbest = nbest
+        self.autocast_dtype = PRECISIONS[precision]
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
 
@@ -245,16 +247,18 @@ class Translator:
             "length_penalty": self.length_penalty,
             "return_attention": return_attention,
         }
-        if self.beam_size == 1:
-            return greedy_search(self.model, src_tensor, src_lengths, **options)
-        return beam_search(
-            self.model,
-            src_tensor,
-            src_lengths,
-            beam_size=self.beam_size,
-            nbest=self.nbest,
-            **options,
-        )
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype,
+                            enabled=self.autocast_dtype is not None):
+            if self.beam_size == 1:
+                return greedy_search(self.model, src_tensor, src_lengths, **options)
+            return beam_search(
+                self.model,
+                src_tensor,
+                src_lengths,
+                beam_size=self.beam_size,
+                nbest=self.nbest,
+                **options,
+            )
 
     # -- text -----------------------------------------------------------------------------
     def translate(

@@ -26,7 +26,7 @@ def select_device(name: str = "auto", *, local_rank: int = 0) -> torch.device:
         return torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device={name} but CUDA is not available here")
+        raise ValueError(f"device {name!r} asked for, but CUDA is not available here")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
     return device
