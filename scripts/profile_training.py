@@ -4,7 +4,8 @@
 
 Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
 de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
-preset's ``batch.max_tokens``, and prints the operators with the most self CPU time.
+preset's ``batch.max_tokens`` (under autocast when the preset's ``trainer.precision`` says so),
+and prints the operators with the most self CPU time.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def main() -> None:
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     batches = synthetic_batches(args.steps + 2, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
 
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.trainer.precision)
+
     def step(batch) -> None:
-        loss, _ = objective(*batch)
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            loss, _ = objective(*batch)
         optimizer.zero_grad(set_to_none=True)
         (loss / 1000).backward()
         optimizer.step()
@@ -53,7 +57,8 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for batch in batches[2:]:
             step(batch)
-    print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads)")
+    print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
+          f"{cfg.trainer.precision})")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

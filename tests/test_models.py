@@ -177,6 +177,10 @@ def test_tied_embeddings_share_the_matrix():
     model = make_model("gru", "luong", "general", tie_embeddings=True)
     assert model.generator.weight is model.decoder.embedding.weight
     assert model.decoder.output_dim == model.decoder.embedding.embedding_dim
+    weight = model.generator.weight.detach()
+    # Initialised for its role as output layer (std 1/sqrt(d)), padding row zero.
+    assert abs(weight[1:].std().item() - 16**-0.5) < 0.05
+    assert not weight[0].any()
 
 
 def test_index_select_reorders_encoded_source_and_state():

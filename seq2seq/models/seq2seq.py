@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
 from seq2seq.models.decoders import AttentionDecoder, State
@@ -75,6 +76,13 @@ class Seq2Seq(nn.Module):
                     f"({decoder.output_dim}) to equal its embedding size ({decoder.embed_dim})"
                 )
             self.generator.weight = decoder.embedding.weight
+            # nn.Embedding's N(0, 1) init gives an output layer logits of std ~sqrt(d) and a
+            # slow start; the usual N(0, 1/d) for shared matrices keeps them near 1.
+            embedding = decoder.embedding
+            nn.init.normal_(embedding.weight, mean=0.0, std=embedding.embedding_dim**-0.5)
+            if embedding.padding_idx is not None:
+                with torch.no_grad():
+                    embedding.weight[embedding.padding_idx].zero_()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncodedSource:
         memory, mask, final = self.encoder(src, src_lengths)
