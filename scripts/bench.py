@@ -90,7 +90,7 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train-steps", type=int, default=200)
+    parser.add_argument("--train-steps", type=int, default=150)
     parser.add_argument("--checkpoint", type=Path,
                         default=ROOT / "runs/multi30k_gru_additive/checkpoints/best.pt")
     parser.add_argument("--max-sentences", type=int, default=None)

@@ -263,3 +263,15 @@ def test_mixed_precision_path_runs_on_cpu(corpus, tmp_path, precision):
     assert bool(checkpoint["scaler"]) == (precision == "fp16")  # the scaler's state is saved
     for tensor in checkpoint["model"].values():
         assert tensor.dtype == torch.float32 and torch.isfinite(tensor).all()
+
+
+@pytest.mark.parametrize("script", ["seq2seq-train", "seq2seq-prepare-data", "seq2seq-evaluate",
+                                    "seq2seq-translate"])
+def test_console_scripts_find_their_configs_from_any_folder(tmp_path, script):
+    executable = Path(sys.executable).parent / script
+    if not executable.exists():
+        pytest.skip(f"{script} is not installed (pip install -e . installs it)")
+    result = subprocess.run([str(executable), "--cfg", "job"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "Primary config" not in result.stderr

@@ -11,11 +11,12 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.cli import CONFIG_DIR
 from seq2seq.data.corpus import DataError
 from seq2seq.data.prepare import prepare_data_from_config
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="prepare_data")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="prepare_data")
 def main(cfg: DictConfig) -> None:
     """Prepares the configured data and prints its summary; exits with 1 on a DataError."""
     try:
