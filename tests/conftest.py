@@ -87,3 +87,14 @@ def toy_pairs() -> Callable[..., list[tuple[str, str]]]:
         return make_pairs(random.Random(seed), count, **options)
 
     return pairs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Run each test on one thread: its models are tiny and the machine's cores are shared."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,15 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Decode on one thread: these models are tiny and the test machine's cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def run_tool(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args],

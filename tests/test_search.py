@@ -26,15 +26,6 @@ VOCAB = 16
 ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihead", 0)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Decode on one thread: these models are tiny and the test machine's cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class EosAfterToken:
     """Wraps a model and adds ``table[previous token]`` to the EOS logit.
 

@@ -53,15 +53,6 @@ WORDS = [
 SPLIT_SIZES = {"train": 2000, "valid": 40, "test": 60}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Decode on one thread: these models are tiny and the test machine's cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # -- helpers shared with the other inference tests -----------------------------------------
 def sentences(count: int, *, seed: int) -> list[str]:
     """Random sentences of 2-7 words from a 16-word vocabulary."""
