@@ -1,0 +1,45 @@
+"""Where beam search's time goes, by operator (torch.profiler), for a checkpoint.
+
+    python scripts/profile_decoding.py --checkpoint runs/x/checkpoints/best.pt [--beam-size 5]
+
+Translates the first ``--sentences`` source lines of the checkpoint's test split and prints
+the operators with the most self CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from seq2seq.cli.evaluate import read_parallel, split_files  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=300)
+    parser.add_argument("--rows", type=int, default=12)
+    args = parser.parse_args()
+    translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size)
+    from seq2seq.checkpoint import load_checkpoint
+
+    config = load_checkpoint(args.checkpoint)["config"]
+    sources, _ = read_parallel(*split_files(config, "test"))
+    sources = sources[: args.sentences]
+    translator.translate(sources[:8], return_attention=False)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        translator.translate(sources, return_attention=False)
+    print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads")
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+if __name__ == "__main__":
+    main()
