@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -43,7 +42,3 @@ class SequenceLoss(nn.Module):
             return loss.sum(), nll_sum.detach()
         return nll_sum, nll_sum.detach()
 
-
-@torch.no_grad()
-def count_tokens(tgt_out: Tensor) -> int:
-    return int((tgt_out != PAD_ID).sum())

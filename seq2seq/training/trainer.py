@@ -155,6 +155,7 @@ class Trainer:
         self.context = context
         self.device = context.device
         self.state = TrainerState()
+        self._signature_reported = False
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
@@ -338,10 +339,11 @@ class Trainer:
         out_dir.mkdir(parents=True, exist_ok=True)
         hyp_file = out_dir / f"step{step:07d}.hyp"
         hyp_file.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-        if self.state.best_bleu < 0 and not getattr(self, "_signature_logged", False):
+        first_report = not self._signature_reported
+        if first_report:  # once per process, so also once after a resume
             log.info("sacreBLEU signature: %s | chrF: %s",
                      scores["bleu_signature"], scores["chrf_signature"])
-            self._signature_logged = True
+            self._signature_reported = True
         log.info(
             "validation step %d epoch %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f (%d sentences, "
             "%.1fs) -> %s",
@@ -353,9 +355,8 @@ class Trainer:
             return
         for name in ("loss", "ppl", "bleu", "chrf"):
             writer.add_scalar(f"valid/{name}", scores[name], step)
-        if step == 0 or not getattr(self, "_signature_written", False):
+        if first_report:
             writer.add_text("valid/bleu_signature", scores["bleu_signature"], step)
-            self._signature_written = True
         sources_text = self.tokenizers.src.decode([s.tolist() for s in sources[: self.settings.valid.num_examples]])
         examples = [
             f"**source** {s}  \n**reference** {r}  \n**hypothesis** {h}"
@@ -389,11 +390,10 @@ class Trainer:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def _set_learning_rate(self, step: int) -> float:
+    def _set_learning_rate(self, step: int) -> None:
         factor = self.schedule.factor(step)
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
-        return self.optimizer.param_groups[0]["lr"]
 
     def _broadcast(self, value: float) -> float:
         """Rank 0's ``value`` on every rank, so all ranks take the same decisions."""
