@@ -43,11 +43,12 @@ def bench_one(
 ) -> dict:
     """Time one search setting on a freshly loaded model."""
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.inference.translator import Translator, resolve_device
+    from seq2seq.device import select_device
+    from seq2seq.inference.translator import Translator
     from seq2seq.metrics import corpus_scores
 
     started = time.perf_counter()
-    torch_device = resolve_device(device)
+    torch_device = select_device(device)
     model, tokenizers, _ = model_from_checkpoint(load_checkpoint(checkpoint), torch_device)
     translator = Translator(
         model, tokenizers, device=torch_device, beam_size=beam_size, max_tokens=max_tokens,

@@ -28,12 +28,13 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.models.decoders import AttentionDecoder  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = CONFIG_DIR
 VOCAB = 8000
 TARGET_VOCAB = 4273
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
 
+from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=12)
     args = parser.parse_args()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
     torch.manual_seed(0)
     model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)

@@ -8,7 +8,6 @@ once == T single steps, precomputed keys returned (not stored) and batch-first, 
 import math
 import textwrap
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 import seq2seq.models.attention as attention_module
+from seq2seq import CONFIG_DIR
 from seq2seq.models.attention import (
     AdditiveScorer,
     Attention,
@@ -28,7 +28,7 @@ from seq2seq.models.attention import (
     Scorer,
 )
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "model" / "attention"
+ATTENTION_CONFIGS = CONFIG_DIR / "model" / "attention"
 
 
 class CosineScorer(Scorer):  # e = scale * cos(q, W k); the example of the module docstring
@@ -435,7 +435,7 @@ def test_half_precision_weights_follow_values_dtype():
     ],
 )
 def test_config_instantiates(file, cls):
-    cfg = OmegaConf.load(CONFIG_DIR / f"{file}.yaml")
+    cfg = OmegaConf.load(ATTENTION_CONFIGS / f"{file}.yaml")
     assert "query_dim" not in cfg and "key_dim" not in cfg  # the builder passes them
     scorer = instantiate(cfg, query_dim=16, key_dim=16)
     assert type(scorer) is cls

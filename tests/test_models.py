@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.models.build import build_model
 from seq2seq.models.seq2seq import EncodedSource, select_state
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = CONFIG_DIR
 ENCODERS = ["gru", "lstm"]
 DECODERS = ["bahdanau", "luong", "luong_no_feed"]
 SCORERS = ["additive", "dot", "scaled_dot", "general", "multihead"]

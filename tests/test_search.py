@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.search import (
     Hypothesis,
@@ -20,7 +20,7 @@ from seq2seq.inference.search import (
 from seq2seq.models.build import build_model
 from seq2seq.models.seq2seq import EncodedSource
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = CONFIG_DIR
 VOCAB = 16
 # (encoder, decoder, scorer, seed of the EOS table that gives a mix of output lengths)
 ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihead", 0)]

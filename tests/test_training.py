@@ -15,12 +15,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.training.run import train
 from seq2seq.training.trainer import TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "bar", "den"]
 # A word-for-word "language": each source word has one target word, same order.

@@ -17,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import (
     FORMAT_VERSION,
     load_checkpoint,
@@ -31,7 +32,7 @@ from seq2seq.inference.search import Hypothesis, greedy_search
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.models.build import build_model
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = CONFIG_DIR
 WORDS = [
     "red",
     "blue",

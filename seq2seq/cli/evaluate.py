@@ -29,29 +29,23 @@ from __future__ import annotations
 import glob
 import json
 import logging
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.translate import set_num_threads
+from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.device import set_num_threads
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 log = logging.getLogger("seq2seq.evaluate")
 # The first checkpoint's startup time counts from here: Hydra's config composition and the
 # torch import come after this point.
 MODULE_LOADED = time.perf_counter()
 
 SPLITS = ("valid", "test")
-
-
-def _fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
 
 
 def find_checkpoints(spec: str) -> list[Path]:
@@ -143,10 +137,11 @@ def evaluate_checkpoint(
     """
     started = time.perf_counter() if started is None else started
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.inference.translator import Translator, resolve_device
+    from seq2seq.device import select_device
+    from seq2seq.inference.translator import Translator
     from seq2seq.metrics import corpus_scores
 
-    device = resolve_device(cfg.device)
+    device = select_device(cfg.device)
     checkpoint = load_checkpoint(path)
     model, tokenizers, config = model_from_checkpoint(checkpoint, device)
     if cfg.src is not None:
@@ -247,9 +242,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     from seq2seq.data.corpus import DataError
 
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
-        _fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
+        fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
-        _fail("give both src=FILE and ref=FILE, or neither (to score a split)")
+        fail("give both src=FILE and ref=FILE, or neither (to score a split)")
     set_num_threads(cfg.get("num_threads"))
     summaries = []
     try:
@@ -261,15 +256,12 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
                 print(flush=True)
             summaries.append(summary)
     except (CheckpointError, DataError, ValueError) as error:
-        _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        fail(error)
     if len(summaries) > 1:
         print(format_table(summaries), flush=True)
     return summaries
 
 
-# The configs folder as an absolute path ("../../configs" from this file): Hydra would read a
-# relative config_path as the package "configs" whenever main is imported (root evaluate.py,
-# the seq2seq-evaluate entry point) rather than run with -m, and fail to find it.
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> float:
     """Entry point; see the module docstring. Returns the best BLEU (for Hydra sweepers)."""

@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli import CONFIG_DIR
+from seq2seq.cli.common import CONFIG_DIR
 from seq2seq.data.corpus import DataError
 from seq2seq.data.prepare import prepare_data_from_config
 

@@ -24,7 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seq2seq.cli import CONFIG_DIR
+from seq2seq.cli.common import CONFIG_DIR
 
 log = logging.getLogger("seq2seq.train")
 

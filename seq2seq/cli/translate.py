@@ -36,31 +36,20 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.device import set_num_threads
+
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translation
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 log = logging.getLogger("seq2seq.translate")
 # Startup counts from here: Hydra's config composition and the torch import come later.
 MODULE_LOADED = time.perf_counter()
-
-
-def _fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def set_num_threads(num_threads: int | None) -> None:
-    """Limit torch's CPU threads (a small model on a busy machine decodes faster on fewer)."""
-    if num_threads:
-        import torch
-
-        torch.set_num_threads(int(num_threads))
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -149,13 +138,13 @@ def run(cfg: DictConfig) -> int:
 
     started = MODULE_LOADED
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
-        _fail("no checkpoint given: add checkpoint=PATH")
+        fail("no checkpoint given: add checkpoint=PATH")
     if cfg.text is not None and cfg.input is not None:
-        _fail("give either text=... or input=FILE, not both")
+        fail("give either text=... or input=FILE, not both")
     if cfg.chunk_lines < 1:
-        _fail(f"chunk_lines must be positive, got {cfg.chunk_lines}")
+        fail(f"chunk_lines must be positive, got {cfg.chunk_lines}")
     if cfg.input is not None and not Path(cfg.input).is_file():
-        _fail(f"input file not found: {cfg.input}")
+        fail(f"input file not found: {cfg.input}")
     set_num_threads(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
@@ -171,7 +160,7 @@ def run(cfg: DictConfig) -> int:
             precision=cfg.precision,
         )
     except (CheckpointError, ValueError) as error:
-        _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        fail(error)
     startup = time.perf_counter() - started
     log.info("loaded %s on %s in %.1fs", cfg.checkpoint, translator.device, startup)
 
@@ -207,11 +196,11 @@ def run(cfg: DictConfig) -> int:
                 decode_seconds += time.perf_counter() - chunk_started
         stream.flush()
     except DataError as error:
-        _fail(str(error))
+        fail(str(error))
     except OSError as error:
         if isinstance(error, BrokenPipeError):
             raise
-        _fail(f"cannot write {cfg.output or 'the output'}: {error.strerror or error}")
+        fail(f"cannot write {cfg.output or 'the output'}: {error.strerror or error}")
     finally:
         if output_file is not None:
             output_file.close()
@@ -226,9 +215,6 @@ def run(cfg: DictConfig) -> int:
     return writer.count
 
 
-# The configs folder as an absolute path ("../../configs" from this file): Hydra would read a
-# relative config_path as the package "configs" whenever main is imported (root translate.py,
-# the seq2seq-translate entry point) rather than run with -m, and fail to find it.
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""

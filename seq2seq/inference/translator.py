@@ -33,8 +33,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.device import select_device
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.training.distributed import select_device
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +61,6 @@ class Translation(NamedTuple):
 
 # Autocast dtypes of the ``precision`` option (fp32: no autocast).
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_device(name: str | torch.device) -> torch.device:
-    """``"auto"``: CUDA, then Apple MPS, then the CPU; anything else as ``torch.device``.
-
-    Raises:
-        ValueError: if CUDA is asked for but not available.
-    """
-    if isinstance(name, torch.device):
-        return name
-    return select_device(str(name))
 
 
 @contextmanager
@@ -136,7 +125,7 @@ class Translator:
             raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.model = model
         self.tokenizers = tokenizers
-        self.device = resolve_device(device)
+        self.device = select_device(device)
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.max_len_a = max_len_a
@@ -162,7 +151,7 @@ class Translator:
         """
         from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 
-        device = resolve_device(device)
+        device = select_device(device)
         checkpoint = load_checkpoint(path)
         model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
         return cls(model, tokenizers, device=device, **options)

@@ -13,30 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from seq2seq.device import select_device
+
 log = logging.getLogger(__name__)
-
-
-def select_device(name: str = "auto", *, local_rank: int = 0) -> torch.device:
-    """``auto`` picks CUDA (this rank's GPU), then Apple MPS, then the CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but CUDA is not available here")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-    return device
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclass

@@ -17,8 +17,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
+from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, count_parameters
-from seq2seq.training.distributed import available_cores, cleanup_distributed, init_distributed
+from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.trainer import BatchSettings, Trainer, TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -111,9 +112,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     batch = BatchSettings(**OmegaConf.to_container(cfg.batch, resolve=True))
     context = init_distributed(settings.device)
     try:
-        threads = settings.num_threads or max(available_cores() // context.world_size, 1)
         if context.device.type == "cpu":
-            torch.set_num_threads(threads)
+            set_num_threads(settings.num_threads, processes=context.world_size)
         log.info("device %s, %d CPU threads, rank %d of %d", context.device,
                  torch.get_num_threads(), context.rank, context.world_size)
         prepared = prepare(cfg, is_main=context.is_main, barrier=context.barrier)
