@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.data.prepare import FilterSettings, TokenizerSettings, prepare_data
+from seq2seq.data.prepare import prepare_data
+from seq2seq.data.settings import FilterSettings, TokenizerSettings
 
 SYLLABLES = [
     consonant + vowel

@@ -13,13 +13,9 @@ import numpy as np
 import pytest
 
 from seq2seq.data.corpus import DataError, read_lines
-from seq2seq.data.prepare import (
-    FilterSettings,
-    TokenizerSettings,
-    corpus_files_from_config,
-    prepare_data,
-    prepare_from_config,
-)
+from seq2seq.data.prepare import prepare_data, prepare_from_config
+from seq2seq.data.settings import FilterSettings, TokenizerSettings
+from seq2seq.data.sources import corpus_files_from_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SMALL_TOKENIZER = TokenizerSettings(model_type="bpe", vocab_size=100, joint=True, seed=1)
@@ -34,6 +30,11 @@ def _prepare(
     filter: FilterSettings = FILTER,
 ):
     return prepare_data(files=files, tokenizer=tokenizer, filter=filter, cache_dir=cache_dir)
+
+
+def _side(dataset, side: int) -> list[list[int]]:
+    """One side of an encoded split, sentence by sentence."""
+    return [dataset[i][side].tolist() for i in range(len(dataset))]
 
 
 def _cache_entries(cache_dir: Path) -> list[str]:
@@ -106,7 +107,7 @@ def test_cache_is_reused_and_invalidated(small_corpus, tmp_path: Path) -> None:
     assert second.cache_dir == first.cache_dir
     assert second.tokenizers.src.to_bytes() == first.tokenizers.src.to_bytes()
     for split, dataset in first.splits.items():
-        assert np.array_equal(second.splits[split].src.tokens, dataset.src.tokens)
+        assert _side(second.splits[split], 0) == _side(dataset, 0)
     assert "cache hit" in second.format_summary()
 
     # A different tokenizer setting: a new cache next to the old one.
@@ -137,10 +138,11 @@ def test_cache_is_reused_and_invalidated(small_corpus, tmp_path: Path) -> None:
 def test_storage_format(small_corpus, tmp_path: Path) -> None:
     prepared = _prepare(small_corpus, tmp_path / "cache")
     train = prepared.splits["train"]
-    assert isinstance(train.src.tokens, np.memmap) and train.src.tokens.dtype == np.uint16
-    assert train.src.offsets.dtype == np.int64 and len(train.src.offsets) == len(train) + 1
+    assert isinstance(train[0][0], np.memmap) and train[0][0].dtype == np.uint16
+    offsets = np.load(prepared.cache_dir / "train.src.offsets.npy")
+    assert offsets.dtype == np.int64 and len(offsets) == len(train) + 1
     stored = np.load(prepared.cache_dir / "train.tgt.tokens.npy", mmap_mode="r")
-    assert np.array_equal(stored, train.tgt.tokens)
+    assert stored.tolist() == [token for ids in _side(train, 1) for token in ids]
     summary = json.loads((prepared.cache_dir / "summary.json").read_text())
     # The target side of the joint model keeps only the pieces its training text uses.
     assert summary["vocab_size"] == {"src": 100, "tgt": prepared.tokenizers.tgt.vocab_size}
@@ -228,6 +230,41 @@ def test_files_config(small_corpus, tmp_path: Path) -> None:
     assert prepared.tokenizers.src.vocab_size == 90 and set(prepared.splits) == {"train", "valid"}
 
 
+def test_config_is_plain_containers_with_unset_values_named(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    # What a Hydra app hands over: OmegaConf.to_container keeps unset values as "???".
+    root = OmegaConf.to_container(
+        OmegaConf.create({
+            "data": {"kind": "files"},
+            "tokenizer": {"vocab_size": 90},
+            "paths": {"cache_dir": "???"},
+        }),
+        resolve=True,
+    )
+    with pytest.raises(DataError, match=r"^paths\.cache_dir is not set$"):
+        prepare_from_config(root)
+    root["paths"]["cache_dir"] = str(tmp_path / "cache")
+    with pytest.raises(DataError, match=r"^data\.train is not set$"):
+        prepare_from_config(root)
+
+
+def test_the_data_package_does_not_import_omegaconf_or_hydra() -> None:
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import seq2seq.data\n"
+        "for module in pkgutil.iter_modules(seq2seq.data.__path__):\n"
+        "    importlib.import_module(f'seq2seq.data.{module.name}')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('omegaconf', 'hydra')))"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+        timeout=120, check=True,
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def _run_cli(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     return subprocess.run(
@@ -286,7 +323,8 @@ def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
     assert target.vocab_size < source.vocab_size
     assert prepared.summary["vocab_size"]["tgt"] == target.vocab_size
     for split in ("train", "valid"):
-        assert int(np.asarray(prepared.splits[split].tgt.tokens).max()) < target.vocab_size
+        stored = np.load(prepared.cache_dir / f"{split}.tgt.tokens.npy")
+        assert int(stored.max()) < target.vocab_size
     # The targets decode back to their text; the unseen piece is UNK, nothing else changes.
     train_ids = [prepared.splits["train"][i][1].tolist() for i in range(5)]
     assert target.decode(train_ids) == [t for _, t in train_pairs[:5]]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from seq2seq.data.corpus import DataError
-from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
+from seq2seq.data.tokenizer import SentencePieceTokenizer
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Pairs = Callable[..., list[tuple[str, str]]]
@@ -77,29 +77,6 @@ def test_bytes_and_file_round_trip(tokenizer: SentencePieceTokenizer, tmp_path: 
     assert SentencePieceTokenizer.load(tmp_path / "model.model").encode(sample) == tokenizer.encode(
         sample
     )
-
-
-def test_tokenizers_bytes_dict_round_trip(sentences: list[str]) -> None:
-    src = SentencePieceTokenizer.train(sentences[0::2], vocab_size=80)
-    tgt = SentencePieceTokenizer.train(sentences[1::2], vocab_size=90)
-    separate = Tokenizers(src=src, tgt=tgt, joint=False)
-    stored = separate.to_bytes_dict()
-    assert set(stored) == {"src", "tgt"}
-    # As a checkpoint would hold them: uint8 tensors.
-    as_tensors = {
-        key: torch.frombuffer(bytearray(value), dtype=torch.uint8) for key, value in stored.items()
-    }
-    restored = Tokenizers.from_bytes_dict(
-        {key: value.numpy().tobytes() for key, value in as_tensors.items()}
-    )
-    assert not restored.joint
-    assert (restored.src.vocab_size, restored.tgt.vocab_size) == (80, 90)
-    joint = Tokenizers(src=src, tgt=src, joint=True)
-    assert set(joint.to_bytes_dict()) == {"joint"}
-    restored_joint = Tokenizers.from_bytes_dict(joint.to_bytes_dict())
-    assert restored_joint.joint and restored_joint.src is restored_joint.tgt
-    with pytest.raises(ValueError):
-        Tokenizers.from_bytes_dict({"src": stored["src"]})
 
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])

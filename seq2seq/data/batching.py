@@ -8,13 +8,13 @@ the size of its padded source or target tensor, whichever is bigger.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import Sampler
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -45,7 +45,7 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
         """Returns a copy whose tensors are on `device`, except src_lengths (kept on CPU).
 
         Args:
@@ -361,63 +361,3 @@ class TokenBucketSampler(Sampler[list[int]]):
         self._cached_epoch = None
         self._consumed = int(state["batches_consumed"])
         self._resume_from = self._consumed
-
-
-def padding_fraction(
-    batches: Iterable[Sequence[int]] | Iterable[Batch],
-    *,
-    src_lengths: np.ndarray | None = None,
-    tgt_lengths: np.ndarray | None = None,
-) -> float:
-    """Share of padding in the source and target tensors of some batches.
-
-    Args:
-        batches: Either Batch objects, or index batches (then give the lengths).
-        src_lengths: Source pieces per dataset pair (without eos), for index batches.
-        tgt_lengths: Target pieces per dataset pair, for index batches.
-
-    Returns:
-        Padding entries / all entries over source and target-output tensors (0.0 if none).
-    """
-    padded = 0
-    real = 0
-    for batch in batches:
-        if isinstance(batch, Batch):
-            padded += batch.src.numel() + batch.tgt_out.numel()
-            real += int(batch.src_lengths.sum()) + batch.num_tgt_tokens
-            continue
-        if src_lengths is None or tgt_lengths is None:
-            raise ValueError("index batches need src_lengths and tgt_lengths")
-        rows = np.asarray(batch, dtype=np.int64)
-        src = np.asarray(src_lengths)[rows] + 1
-        tgt = np.asarray(tgt_lengths)[rows] + 1
-        padded += len(rows) * (int(src.max()) + int(tgt.max()))
-        real += int(src.sum()) + int(tgt.sum())
-    return 0.0 if padded == 0 else (padded - real) / padded
-
-
-def make_batch_loader(
-    dataset: Any,
-    sampler: TokenBucketSampler,
-    *,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-) -> DataLoader:
-    """Builds a DataLoader that yields Batch objects for the sampler's batches.
-
-    Args:
-        dataset: A ParallelDataset (its `__getitems__` passes the indices on to `collate`).
-        sampler: The batch sampler; call its set_epoch each epoch.
-        num_workers: DataLoader worker processes (0: load in the main process).
-        pin_memory: Pin batches for faster asynchronous copies to the GPU.
-
-    Returns:
-        The DataLoader.
-    """
-    return DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=collate,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-    )

@@ -7,9 +7,7 @@ so corpora larger than memory can be checked and encoded.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
-import os
 import zlib
 from collections.abc import Iterator
 from itertools import zip_longest
@@ -122,23 +120,6 @@ def read_lines(path: Path) -> list[str]:
     return list(iter_lines(path))
 
 
-def count_lines(path: Path) -> int:
-    """Counts the lines of a corpus file (a last line without terminator counts too).
-
-    Args:
-        path: A plain or gzip-compressed file.
-
-    Returns:
-        The number of lines.
-
-    Raises:
-        DataError: If the file is missing or unreadable.
-    """
-    path = Path(path)
-    with open_binary(path) as file:
-        return sum(1 for _ in _raw_lines(file, path))
-
-
 def _line_count_error(src_path: Path, src_count: int, tgt_path: Path, tgt_count: int) -> DataError:
     return DataError(
         f"source and target have different line counts: {src_path} has {src_count} lines, "
@@ -206,43 +187,3 @@ def check_parallel(src_path: Path, tgt_path: Path) -> int:
         DataError: On a missing file, invalid UTF-8 or different line counts.
     """
     return sum(len(src) for src, _ in iter_parallel_chunks(src_path, tgt_path))
-
-
-def sha256_file(path: Path, *, block_size: int = 1 << 20) -> str:
-    """Computes the SHA-256 of a file's bytes (as stored, not decompressed).
-
-    Args:
-        path: The file to hash.
-        block_size: Bytes read at a time.
-
-    Returns:
-        The hex digest.
-
-    Raises:
-        DataError: If the file is missing or unreadable.
-    """
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as file:
-            while block := file.read(block_size):
-                digest.update(block)
-    except FileNotFoundError:
-        raise DataError(f"file not found: {path}") from None
-    except OSError as error:
-        raise DataError(f"cannot read {path}: {error.strerror or error}") from None
-    return digest.hexdigest()
-
-
-def apply_default_permissions(path: Path, *, directory: bool = False) -> None:
-    """Gives a file or directory made by `tempfile` the permissions the umask would give.
-
-    tempfile creates private (0600/0700) entries; data and caches are meant to be shared like
-    any other file the user creates.
-
-    Args:
-        path: The file or directory.
-        directory: Whether it is a directory (base mode 0777 instead of 0666).
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask)

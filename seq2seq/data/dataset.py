@@ -70,17 +70,6 @@ class TokenArray:
             offsets_path=offsets_path,
         )
 
-    @classmethod
-    def from_sequences(cls, sequences: list[list[int]], *, dtype: Any = np.int32) -> TokenArray:
-        """Builds an in-memory array from Python lists (for tests and small data)."""
-        lengths = np.fromiter((len(ids) for ids in sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        tokens = np.fromiter(
-            (token for ids in sequences for token in ids), dtype=dtype, count=int(offsets[-1])
-        )
-        return cls(tokens=tokens, offsets=offsets)
-
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
@@ -93,16 +82,6 @@ class TokenArray:
         if not 0 <= index < count:
             raise IndexError(f"index {index} out of range for {count} sentences")
         return self._tokens[self._offsets[index] : self._offsets[index + 1]]
-
-    @property
-    def tokens(self) -> np.ndarray:
-        """The flat token array."""
-        return self._tokens
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """The offsets array (length len(self) + 1)."""
-        return self._offsets
 
     @property
     def lengths(self) -> np.ndarray:
@@ -270,7 +249,6 @@ class TokenArrayWriter:
             prefix: Path without suffixes, e.g. `cache/tmp/train.src`.
             dtype: Token dtype, e.g. np.uint16 for vocabularies below 65535 pieces.
         """
-        self.prefix = Path(prefix)
         self._tokens = _NpyAppender(path=Path(f"{prefix}{TOKENS_SUFFIX}"), dtype=dtype)
         self._offsets = _NpyAppender(path=Path(f"{prefix}{OFFSETS_SUFFIX}"), dtype=np.int64)
         self._offsets.append(np.zeros(1, dtype=np.int64))
@@ -294,11 +272,10 @@ class TokenArrayWriter:
         self._total += len(tokens)
         self.sentences += len(lengths)
 
-    def close(self) -> TokenArray:
-        """Finishes both files and returns them memory-mapped."""
+    def close(self) -> None:
+        """Finishes both files (then readable with `TokenArray.load`)."""
         self._tokens.close()
         self._offsets.close()
-        return TokenArray.load(self.prefix)
 
     def abort(self) -> None:
         """Closes the files without finishing them (their directory is about to be deleted)."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
-import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,7 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from seq2seq.data.corpus import DataError, apply_default_permissions, sha256_file
+from seq2seq.atomic import atomic_write
+from seq2seq.data.corpus import DataError
+from seq2seq.data.hashing import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -119,30 +119,21 @@ def _checksum_error(path: Path | str, expected: str, actual: str) -> DataError:
     return DataError(f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}")
 
 
-def _download(base_url: str, name: str, destination: Path, expected: str) -> None:
+def _download(*, base_url: str, name: str, destination: Path, expected: str) -> None:
     """Copies one file from the mirror into `destination`, verified, all or nothing."""
     source, location = _open_source(base_url, name)
-    # The temporary file lives beside the destination so os.replace is an atomic rename.
-    descriptor, temporary_name = tempfile.mkstemp(
-        prefix=f".{name}.", suffix=".part", dir=destination.parent
-    )
-    temporary = Path(temporary_name)
     try:
-        digest = hashlib.sha256()
-        with source, os.fdopen(descriptor, "wb") as target:
+        with source, atomic_write(destination, suffix=".part") as target:
+            digest = hashlib.sha256()
             while block := source.read(1 << 20):
                 digest.update(block)
                 target.write(block)
-        actual = digest.hexdigest()
-        if actual != expected:
-            raise _checksum_error(location, expected, actual)
-        # Mirrors may hand out read-only files; the local copy gets ordinary permissions.
-        apply_default_permissions(temporary)
-        os.replace(temporary, destination)
+            actual = digest.hexdigest()
+            if actual != expected:
+                # Raised inside the block, so the temporary file is discarded unrenamed.
+                raise _checksum_error(location, expected, actual)
     except (OSError, http.client.HTTPException) as error:
         raise DataError(f"cannot download {location}: {error}") from None
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def fetch_file(*, base_url: str, directory: Path, split: str, language: str) -> Path:
@@ -175,7 +166,7 @@ def fetch_file(*, base_url: str, directory: Path, split: str, language: str) -> 
     except OSError as error:
         raise DataError(f"cannot create {directory}: {error.strerror or error}") from None
     logger.info("fetching %s from %s", name, base_url)
-    _download(base_url, name, destination, expected)
+    _download(base_url=base_url, name=name, destination=destination, expected=expected)
     return destination
 
 
@@ -225,27 +216,6 @@ def fetch_multi30k(
     }
 
 
-def is_available(
-    directory: Path, *, src_lang: str, tgt_lang: str, splits: Mapping[str, str]
-) -> bool:
-    """Tells whether all files of the given splits are already present (checksums not checked).
-
-    Args:
-        directory: Local Multi30k directory.
-        src_lang: Source language.
-        tgt_lang: Target language.
-        splits: Our split name -> Multi30k split name.
-
-    Returns:
-        True if every file exists.
-    """
-    return all(
-        (Path(directory) / f"{split}.{language}.gz").is_file()
-        for split in splits.values()
-        for language in (src_lang, tgt_lang)
-    )
-
-
 __all__ = [
     "DEFAULT_BASE_URL",
     "LANGUAGES",
@@ -254,5 +224,4 @@ __all__ = [
     "fetch_file",
     "fetch_multi30k",
     "file_name",
-    "is_available",
 ]

@@ -6,14 +6,15 @@ import io
 import logging
 import os
 import re
-import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
-from seq2seq.data.corpus import DataError, apply_default_permissions
+from seq2seq.atomic import write_bytes
+from seq2seq.data.corpus import DataError
 from seq2seq.data.vocab import (
     BOS_ID,
     BOS_PIECE,
@@ -211,17 +212,7 @@ class SentencePieceTokenizer:
         Args:
             path: Destination, conventionally ending in `.model`.
         """
-        path = Path(path)
-        descriptor, temporary_name = tempfile.mkstemp(
-            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
-        )
-        try:
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(self._model_proto)
-            apply_default_permissions(Path(temporary_name))
-            os.replace(temporary_name, path)
-        finally:
-            Path(temporary_name).unlink(missing_ok=True)
+        write_bytes(path, self._model_proto)
 
     @classmethod
     def load(cls, path: Path) -> SentencePieceTokenizer:
@@ -306,8 +297,6 @@ class SubsetTokenizer:
     """
 
     def __init__(self, *, base: SentencePieceTokenizer, kept_ids: Iterable[int]) -> None:
-        import numpy as np
-
         specials = np.array([PAD_ID, UNK_ID, BOS_ID, EOS_ID], dtype=np.int64)
         kept = np.unique(np.concatenate([specials, np.asarray(list(kept_ids), dtype=np.int64)]))
         if kept[-1] >= base.vocab_size or kept[0] < 0:
@@ -352,42 +341,10 @@ class Tokenizers:
 
     Attributes:
         src: Source-side tokenizer.
-        tgt: Target-side tokenizer (the same object as `src` when joint).
+        tgt: Target-side tokenizer; when joint, `src` itself or a SubsetTokenizer of it.
         joint: Whether one model serves both sides.
     """
 
     src: SentencePieceTokenizer
     tgt: SentencePieceTokenizer | SubsetTokenizer
     joint: bool
-
-    def to_bytes_dict(self) -> dict[str, bytes]:
-        """Serializes the model(s) for a checkpoint.
-
-        Returns:
-            {"joint": bytes} for a joint model, else {"src": bytes, "tgt": bytes}.
-        """
-        if self.joint:
-            return {"joint": self.src.to_bytes()}
-        return {"src": self.src.to_bytes(), "tgt": self.tgt.to_bytes()}
-
-    @classmethod
-    def from_bytes_dict(cls, models: Mapping[str, bytes]) -> Tokenizers:
-        """Rebuilds the tokenizers from `to_bytes_dict` output.
-
-        Args:
-            models: {"joint": bytes} or {"src": bytes, "tgt": bytes}. Values may be any
-                bytes-like object (e.g. `tensor.numpy().tobytes()` of a uint8 tensor).
-
-        Raises:
-            ValueError: If the keys are neither of the two layouts.
-        """
-        if set(models) == {"joint"}:
-            shared = SentencePieceTokenizer.from_bytes(bytes(models["joint"]))
-            return cls(src=shared, tgt=shared, joint=True)
-        if set(models) == {"src", "tgt"}:
-            return cls(
-                src=SentencePieceTokenizer.from_bytes(bytes(models["src"])),
-                tgt=SentencePieceTokenizer.from_bytes(bytes(models["tgt"])),
-                joint=False,
-            )
-        raise ValueError(f"expected keys {{'joint'}} or {{'src', 'tgt'}}, got {sorted(models)}")

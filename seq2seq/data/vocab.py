@@ -15,5 +15,3 @@ PAD_PIECE = "<pad>"
 UNK_PIECE = "<unk>"
 BOS_PIECE = "<s>"
 EOS_PIECE = "</s>"
-
-SPECIAL_IDS = frozenset({PAD_ID, UNK_ID, BOS_ID, EOS_ID})

@@ -1,0 +1,185 @@
+"""Encoding a split into token files, filtering training pairs, pruning the target vocabulary.
+
+A split is streamed in chunks of lines, encoded, optionally filtered (empty side, too long,
+length ratio) and appended to `<directory>/<split>.{src,tgt}.{tokens,offsets}.npy`, so a
+corpus never has to fit in memory.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seq2seq.data.corpus import iter_parallel_chunks
+from seq2seq.data.dataset import TOKENS_SUFFIX, TokenArrayWriter
+from seq2seq.data.progress import progress_bar
+from seq2seq.data.settings import FilterSettings
+from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
+from seq2seq.data.vocab import UNK_ID
+
+DROP_REASONS = ("empty", "too_long", "length_ratio")
+ENCODE_CHUNK_LINES = 10_000
+# Token files are remapped in blocks of this many ids, never loaded whole.
+_REMAP_BLOCK = 1 << 24
+
+
+def _token_dtype(vocab_size: int) -> type[np.integer]:
+    """Smallest token dtype on disk for a vocabulary size (half the bytes of int32 mostly)."""
+    return np.uint16 if vocab_size < 65535 else np.int32
+
+
+def encode_split(
+    *,
+    split: str,
+    files: tuple[Path, Path],
+    tokenizers: Tokenizers,
+    filter: FilterSettings | None,
+    directory: Path,
+    progress: bool | None,
+) -> dict[str, Any]:
+    """Encodes one split into `<directory>/<split>.{src,tgt}.*.npy`.
+
+    Args:
+        split: The split's name (names the files).
+        files: (source file, target file).
+        tokenizers: The tokenizers to encode with.
+        filter: Filter settings, or None to keep every pair in order (valid/test).
+        directory: Where the token files go.
+        progress: Show a progress bar (None: only when stderr is a terminal).
+
+    Returns:
+        The split's statistics for the summary (pairs read, kept, dropped by reason, ...).
+    """
+    dtypes = {
+        "src": _token_dtype(tokenizers.src.vocab_size),
+        "tgt": _token_dtype(tokenizers.tgt.vocab_size),
+    }
+    writers = {
+        side: TokenArrayWriter(prefix=directory / f"{split}.{side}", dtype=dtype)
+        for side, dtype in dtypes.items()
+    }
+    read = 0
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    totals = {"src": 0, "tgt": 0}
+    unknown = {"src": 0, "tgt": 0}
+    empty_kept = 0
+    try:
+        with progress_bar(description=f"encoding {split}", enabled=progress) as bar:
+            for src_chunk, tgt_chunk in iter_parallel_chunks(
+                *files, chunk_lines=ENCODE_CHUNK_LINES
+            ):
+                count = len(src_chunk)
+                read += count
+                encoded = {
+                    "src": tokenizers.src.encode(src_chunk),
+                    "tgt": tokenizers.tgt.encode(tgt_chunk),
+                }
+                lengths = {
+                    side: np.fromiter(map(len, ids), dtype=np.int64, count=count)
+                    for side, ids in encoded.items()
+                }
+                flat = {
+                    side: np.fromiter(
+                        chain.from_iterable(encoded[side]),
+                        dtype=dtypes[side],
+                        count=int(lengths[side].sum()),
+                    )
+                    for side in encoded
+                }
+                del encoded  # the Python lists cost far more memory than the arrays
+                if filter is not None:
+                    keep = _filter_chunk(
+                        src_lengths=lengths["src"],
+                        tgt_lengths=lengths["tgt"],
+                        settings=filter,
+                        dropped=dropped,
+                    )
+                    if not keep.all():
+                        for side in flat:
+                            flat[side] = flat[side][np.repeat(keep, lengths[side])]
+                            lengths[side] = lengths[side][keep]
+                else:
+                    empty_kept += int(((lengths["src"] == 0) | (lengths["tgt"] == 0)).sum())
+                for side, writer in writers.items():
+                    writer.append(flat[side], lengths[side])
+                    totals[side] += len(flat[side])
+                    unknown[side] += int(np.count_nonzero(flat[side] == UNK_ID))
+                bar.update(count)
+        for writer in writers.values():
+            writer.close()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    kept = writers["src"].sentences
+    stats: dict[str, Any] = {
+        "src_file": str(files[0]),
+        "tgt_file": str(files[1]),
+        "filtered": filter is not None,
+        "pairs_read": read,
+        "pairs_kept": kept,
+        "dropped": dropped,
+        "src_tokens": totals["src"],
+        "tgt_tokens": totals["tgt"],
+        "src_mean_pieces": totals["src"] / kept if kept else 0.0,
+        "tgt_mean_pieces": totals["tgt"] / kept if kept else 0.0,
+        "src_unknown_pieces": unknown["src"],
+        "tgt_unknown_pieces": unknown["tgt"],
+    }
+    if filter is None:
+        stats["empty_pairs_kept"] = empty_kept
+    return stats
+
+
+def _filter_chunk(
+    *,
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    settings: FilterSettings,
+    dropped: dict[str, int],
+) -> np.ndarray:
+    """Returns the mask of pairs to keep; adds the dropped ones to `dropped` by first reason."""
+    empty = (src_lengths == 0) | (tgt_lengths == 0)
+    remaining = ~empty
+    too_long = np.zeros_like(empty)
+    if settings.max_length is not None:
+        too_long = remaining & (
+            (src_lengths > settings.max_length) | (tgt_lengths > settings.max_length)
+        )
+        remaining &= ~too_long
+    bad_ratio = np.zeros_like(empty)
+    if settings.max_length_ratio is not None:
+        longer = np.maximum(src_lengths, tgt_lengths)
+        shorter = np.minimum(src_lengths, tgt_lengths)
+        bad_ratio = remaining & (longer > settings.max_length_ratio * shorter)
+        remaining &= ~bad_ratio
+    dropped["empty"] += int(empty.sum())
+    dropped["too_long"] += int(too_long.sum())
+    dropped["length_ratio"] += int(bad_ratio.sum())
+    return remaining
+
+
+def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path, split: str) -> Tokenizers:
+    """Keeps on the target side only the pieces of `split`'s encoded targets; remaps them.
+
+    Called on the training split right after it is encoded with the full joint model, before
+    the other splits are encoded: those then use the subset (a piece never seen in training
+    targets becomes UNK).
+
+    Returns:
+        The tokenizers with a SubsetTokenizer as target.
+    """
+    tokens = np.load(Path(f"{directory / split}.tgt{TOKENS_SUFFIX}"), mmap_mode="r+")
+    seen = np.zeros(tokenizers.tgt.vocab_size, dtype=bool)
+    for start in range(0, len(tokens), _REMAP_BLOCK):
+        seen[tokens[start : start + _REMAP_BLOCK]] = True
+    subset = SubsetTokenizer(base=tokenizers.tgt, kept_ids=np.flatnonzero(seen))
+    for start in range(0, len(tokens), _REMAP_BLOCK):
+        block = tokens[start : start + _REMAP_BLOCK]
+        tokens[start : start + _REMAP_BLOCK] = subset.to_compact[block]
+    tokens.flush()
+    del tokens
+    return Tokenizers(src=tokenizers.src, tgt=subset, joint=True)

@@ -1,0 +1,86 @@
+"""Training a build's sentencepiece model(s) on the training split, streamed from disk."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from seq2seq.data.corpus import iter_parallel_chunks
+from seq2seq.data.progress import progress_bar
+from seq2seq.data.settings import TokenizerSettings
+from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
+
+logger = logging.getLogger(__name__)
+
+
+class _TrainingSentences:
+    """Re-iterable stream of the non-empty training pairs' sentences, read from disk.
+
+    Re-iterable so that sentencepiece training can be repeated (see
+    SentencePieceTokenizer.train) without holding the corpus in memory.
+    """
+
+    def __init__(
+        self, *, src_path: Path, tgt_path: Path, sides: tuple[str, ...], progress: bool | None
+    ) -> None:
+        self._src_path = src_path
+        self._tgt_path = tgt_path
+        self._sides = sides
+        self._progress = progress
+
+    def __iter__(self) -> Iterator[str]:
+        use_src = "src" in self._sides
+        use_tgt = "tgt" in self._sides
+        sides = "+".join(self._sides)
+        with progress_bar(
+            description=f"reading train ({sides}) for the tokenizer", enabled=self._progress
+        ) as bar:
+            for src_chunk, tgt_chunk in iter_parallel_chunks(self._src_path, self._tgt_path):
+                for src, tgt in zip(src_chunk, tgt_chunk, strict=True):
+                    # Pairs the filter drops for being empty must not shape the vocabulary.
+                    if src.strip() and tgt.strip():
+                        if use_src:
+                            yield src
+                        if use_tgt:
+                            yield tgt
+                bar.update(len(src_chunk))
+
+
+def train_tokenizers(
+    *, train_files: tuple[Path, Path], settings: TokenizerSettings, progress: bool | None
+) -> Tokenizers:
+    """Trains one joint model on both sides, or one model per side, as `settings` say.
+
+    Args:
+        train_files: (source file, target file) of the training split.
+        settings: Tokenizer settings.
+        progress: Show progress bars (None: only when stderr is a terminal).
+
+    Raises:
+        DataError: On unreadable training data or when sentencepiece cannot train on it.
+    """
+    src_path, tgt_path = train_files
+
+    def train(sides: tuple[str, ...]) -> SentencePieceTokenizer:
+        logger.info(
+            "training a %s tokenizer (%s) on %s",
+            settings.model_type,
+            "+".join(sides),
+            src_path.parent,
+        )
+        return SentencePieceTokenizer.train(
+            _TrainingSentences(
+                src_path=src_path, tgt_path=tgt_path, sides=sides, progress=progress
+            ),
+            model_type=settings.model_type,
+            vocab_size=settings.vocab_size,
+            character_coverage=settings.character_coverage,
+            seed=settings.seed,
+            max_sentences=settings.max_training_sentences,
+        )
+
+    if settings.joint:
+        shared = train(("src", "tgt"))
+        return Tokenizers(src=shared, tgt=shared, joint=True)
+    return Tokenizers(src=train(("src",)), tgt=train(("tgt",)), joint=False)
