@@ -1,0 +1,156 @@
+"""The house rules of the layout, checked on the sources (parsed with `ast`, never imported).
+
+- The library layers below training (`seq2seq.data`, `seq2seq.models`, `seq2seq.inference`)
+  import neither `seq2seq.training` nor `seq2seq.cli`, not even inside a function: what they
+  share with training lives in a module of their own (`seq2seq.device`, `seq2seq.checkpoint`...).
+- Scripts build on the library, never on the Hydra apps of `seq2seq.cli`.
+- No module of `seq2seq/` is longer than 400 lines.
+- `data/` holds a tracked README and nothing else that git would pick up.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "seq2seq"
+MAX_MODULE_LINES = 400
+LOWER_LAYERS = ("data", "models", "inference")
+
+
+def module_name(path: Path) -> str:
+    """`seq2seq/data/cache.py` -> `seq2seq.data.cache` (a package's `__init__` -> the package)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, *, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of everything a module's source imports, wherever the import stands.
+
+    `from a.b import c` yields both `a.b` and `a.b.c` (c may be a submodule); relative imports
+    are resolved against `module`; `importlib.import_module("x")` with a literal name counts too.
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            yield node.lineno, base
+            for alias in node.names:
+                if alias.name != "*":
+                    yield node.lineno, f"{base}.{alias.name}"
+        elif isinstance(node, ast.Call) and called_name(node) == "import_module" and node.args:
+            argument = node.args[0]
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                yield node.lineno, argument.value
+
+
+def called_name(call: ast.Call) -> str | None:
+    """`f` of `f(...)` or `x.f(...)`; None for other callees."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def is_within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(f"{package}.") for package in packages)
+
+
+def forbidden_imports(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    """`path:line imports name` for every import of (a module inside) `forbidden`."""
+    offences = []
+    for path in files:
+        is_package = path.name == "__init__.py"
+        module = module_name(path) if path.is_relative_to(PACKAGE) else path.stem
+        source = path.read_text("utf-8")
+        for line, name in imported_modules(source, module=module, is_package=is_package):
+            if is_within(name, forbidden):
+                offences.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return sorted(set(offences))
+
+
+def test_import_parser_sees_every_form():
+    source = """
+import seq2seq.training.trainer
+from seq2seq import cli
+from ..training import run
+from . import beam
+import importlib
+
+def late():
+    from seq2seq.training.distributed import is_main
+    return importlib.import_module("seq2seq.cli.train")
+"""
+    names = {
+        name for _, name in imported_modules(source, module="seq2seq.data.x", is_package=False)
+    }
+    assert {
+        "seq2seq.training.trainer",
+        "seq2seq.cli",
+        "seq2seq.training.run",
+        "seq2seq.data.beam",
+        "seq2seq.training.distributed.is_main",
+        "seq2seq.cli.train",
+    } <= names
+    package_names = {
+        name for _, name in imported_modules(source, module="seq2seq.data", is_package=True)
+    }
+    assert "seq2seq.training.run" in package_names and "seq2seq.data.beam" in package_names
+
+
+def test_lower_layers_import_neither_training_nor_cli():
+    files = sorted(path for layer in LOWER_LAYERS for path in (PACKAGE / layer).rglob("*.py"))
+    assert files, "no modules found: has the package moved?"
+    offences = forbidden_imports(files, ("seq2seq.training", "seq2seq.cli"))
+    assert not offences, "lower layers must not import training or cli:\n" + "\n".join(offences)
+
+
+def test_scripts_do_not_import_the_cli():
+    files = sorted((ROOT / "scripts").rglob("*.py"))
+    assert files, "no scripts found"
+    offences = forbidden_imports(files, ("seq2seq.cli",))
+    assert not offences, "scripts must not import seq2seq.cli:\n" + "\n".join(offences)
+
+
+def test_no_module_over_the_line_limit():
+    lengths = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text("utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    too_long = [f"{path}: {n} lines" for path, n in sorted(lengths.items()) if n > MAX_MODULE_LINES]
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(too_long)
+
+
+def git_ignores(path: str) -> bool:
+    """Whether git would ignore `path` (which need not exist) in this checkout."""
+    result = subprocess.run(
+        ["git", "check-ignore", "--quiet", "--no-index", path], cwd=ROOT, check=False
+    )
+    assert result.returncode in (0, 1), f"git check-ignore failed on {path}"
+    return result.returncode == 0
+
+
+def test_data_folder_keeps_its_readme_and_ignores_the_rest():
+    assert (ROOT / "data" / "README.md").is_file()
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert not git_ignores("data/README.md")
+    for generated in ("data/cache/0123abcd/summary.json", "data/multi30k/train.de.gz"):
+        assert git_ignores(generated), f"{generated} would be committed"
