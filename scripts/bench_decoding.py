@@ -44,8 +44,8 @@ def bench_one(
     """Time one search setting on a freshly loaded model."""
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
     from seq2seq.device import select_device
+    from seq2seq.inference.evaluation import evaluate_translations
     from seq2seq.inference.translator import Translator
-    from seq2seq.metrics import corpus_scores
 
     started = time.perf_counter()
     torch_device = select_device(device)
@@ -57,10 +57,8 @@ def bench_one(
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
     startup = time.perf_counter() - started + data_seconds
 
-    generation_started = time.perf_counter()
-    translations = translator.translate(sources, return_attention=False)
-    generation = time.perf_counter() - generation_started
-    hypotheses = [n_best[0].text for n_best in translations]
+    evaluation = evaluate_translations(translator, sources, references)
+    generation = evaluation.generation_seconds
     return {
         "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
         "beam_size": beam_size,
@@ -69,7 +67,7 @@ def bench_one(
         "generation_seconds": generation,
         "sentences_per_second": len(sources) / max(generation, 1e-9),
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
-        "bleu": corpus_scores(hypotheses, references)["bleu"],
+        "bleu": evaluation.scores["bleu"],
         "device": str(torch_device),
         "precision": precision,
     }
@@ -107,18 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    from omegaconf import OmegaConf
-
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
-    from seq2seq.cli.evaluate import read_parallel, split_files
     from seq2seq.data.corpus import DataError
+    from seq2seq.inference.evaluation import read_parallel, split_files
 
     try:
         data_started = time.perf_counter()
         config = load_checkpoint(args.checkpoint)["config"]
-        src_path, ref_path = split_files(
-            OmegaConf.to_container(OmegaConf.create(config)), args.split
-        )
+        src_path, ref_path = split_files(config, args.split)
         sources, references = read_parallel(src_path, ref_path)
         if args.max_sentences is not None:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]

@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.cli.evaluate import read_parallel, split_files  # noqa: E402
+from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 

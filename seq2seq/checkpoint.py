@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from seq2seq.atomic import atomic_write
 
 FORMAT_VERSION = 1
 
@@ -30,30 +31,10 @@ class CheckpointError(Exception):
 
 
 def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``payload`` to ``path`` atomically.
-
-    The bytes go to a temporary file in the same directory, are flushed and fsynced, and the
-    file is renamed over ``path``: a crash at any moment leaves either the old or the new
-    checkpoint, never a half-written one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    # Make the rename itself durable.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write ``payload`` to ``path`` atomically (:func:`seq2seq.atomic.atomic_write`): a crash
+    at any moment leaves either the old or the new checkpoint, never a half-written one."""
+    with atomic_write(path) as handle:
+        torch.save(payload, handle)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -160,15 +141,13 @@ def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):
     Returns:
         ``(model, tokenizers, config)``, the model in eval mode on ``device``.
     """
-    from omegaconf import OmegaConf
-
     from seq2seq.models.build import build_model
 
-    config = OmegaConf.create(checkpoint["config"])
-    check_targets(OmegaConf.to_container(config.model))
+    config = checkpoint["config"]
+    check_targets(config["model"])
     tokenizers = tokenizers_from_payload(checkpoint["tokenizers"])
     model = build_model(
-        config.model,
+        config["model"],
         src_vocab_size=tokenizers.src.vocab_size,
         tgt_vocab_size=tokenizers.tgt.vocab_size,
     )

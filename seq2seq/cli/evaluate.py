@@ -37,6 +37,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.atomic import write_text
 from seq2seq.cli.common import CONFIG_DIR, fail
 from seq2seq.device import set_num_threads
 
@@ -44,8 +45,6 @@ log = logging.getLogger("seq2seq.evaluate")
 # The first checkpoint's startup time counts from here: Hydra's config composition and the
 # torch import come after this point.
 MODULE_LOADED = time.perf_counter()
-
-SPLITS = ("valid", "test")
 
 
 def find_checkpoints(spec: str) -> list[Path]:
@@ -74,51 +73,6 @@ def find_checkpoints(spec: str) -> list[Path]:
     raise CheckpointError(f"checkpoint not found: {spec}")
 
 
-def split_files(
-    checkpoint_config: Mapping[str, Any], split: str, overrides: Mapping[str, Any] | None = None
-) -> tuple[Path, Path]:
-    """The (source, reference) files of a split of a checkpoint's data config.
-
-    Args:
-        checkpoint_config: the ``config`` entry of a checkpoint.
-        split: ``valid`` or ``test``.
-        overrides: merged onto the stored ``data`` node first (e.g. another ``dir``).
-
-    Raises:
-        DataError: on an unknown split, a config without it, or missing files.
-    """
-    from seq2seq.data.corpus import DataError
-    from seq2seq.data.prepare import corpus_files_from_config
-
-    if split not in SPLITS:
-        raise DataError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if "data" not in checkpoint_config:
-        raise DataError("the checkpoint stores no data config: score files with src=... ref=...")
-    data = OmegaConf.merge(OmegaConf.create(checkpoint_config["data"]), overrides or {})
-    files = corpus_files_from_config(OmegaConf.to_container(data, resolve=True))
-    if split not in files:
-        raise DataError(
-            f"the checkpoint's data config has no {split!r} split: score files with src=... ref=..."
-        )
-    return files[split]
-
-
-def read_parallel(src_path: Path, ref_path: Path) -> tuple[list[str], list[str]]:
-    """All source and reference lines of a pair of files, checked to have equal counts.
-
-    Raises:
-        DataError: on a missing file, invalid UTF-8 or different line counts.
-    """
-    from seq2seq.data.corpus import iter_parallel_chunks
-
-    sources: list[str] = []
-    references: list[str] = []
-    for src_chunk, ref_chunk in iter_parallel_chunks(Path(src_path), Path(ref_path)):
-        sources.extend(src_chunk)
-        references.extend(ref_chunk)
-    return sources, references
-
-
 def default_output_dir(checkpoint: Path) -> Path:
     """``RUN/eval`` for ``RUN/checkpoints/x.pt``; ``<folder>/eval`` for any other file."""
     folder = checkpoint.resolve().parent
@@ -138,20 +92,18 @@ def evaluate_checkpoint(
     started = time.perf_counter() if started is None else started
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
     from seq2seq.device import select_device
+    from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.translator import Translator
-    from seq2seq.metrics import corpus_scores
 
     device = select_device(cfg.device)
     checkpoint = load_checkpoint(path)
-    model, tokenizers, config = model_from_checkpoint(checkpoint, device)
+    model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
     else:
         overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.data else None
-        src_path, ref_path = split_files(
-            OmegaConf.to_container(config, resolve=True), cfg.split, overrides
-        )
+        src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
     translator = Translator(
@@ -168,18 +120,11 @@ def evaluate_checkpoint(
     )
     startup = time.perf_counter() - started
 
-    generation_started = time.perf_counter()
-    # The searches copy their results to the CPU, so no GPU work is still queued after this.
-    translations = translator.translate(sources, return_attention=False)
-    generation = time.perf_counter() - generation_started
-    hypotheses = [n_best[0].text for n_best in translations]
-    scores = corpus_scores(hypotheses, references)
-
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(path)
     stem = f"{path.stem}.{test_name}.beam{cfg.beam_size}"
     hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    hyp_path.write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
+    evaluation = evaluate_translations(translator, sources, references, hypotheses_path=hyp_path)
+    scores = evaluation.scores
     summary = {
         "checkpoint": str(path),
         "split": None if cfg.src is not None else cfg.split,
@@ -198,12 +143,12 @@ def evaluate_checkpoint(
         "max_tokens": cfg.batch.max_tokens,
         "device": str(device),
         "startup_seconds": startup,
-        "generation_seconds": generation,
-        "sentences_per_second": len(sources) / max(generation, 1e-9),
+        "generation_seconds": evaluation.generation_seconds,
+        "sentences_per_second": evaluation.sentences_per_second,
         "hypotheses": str(hyp_path),
     }
     summary["total_seconds"] = time.perf_counter() - started
-    json_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_text(json_path, json.dumps(summary, indent=2) + "\n")
     summary["summary"] = str(json_path)
     return summary
 
