@@ -24,7 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seq2seq.cli.common import CONFIG_DIR
+from seq2seq.cli.common import CONFIG_DIR, first_line
 
 log = logging.getLogger("seq2seq.train")
 
@@ -49,6 +49,9 @@ def _shared_run_dir_for_torchrun() -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def _main(cfg: DictConfig) -> float | None:
+    from hydra.errors import InstantiationException
+    from omegaconf.errors import OmegaConfBaseException
+
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.training.run import train
@@ -58,9 +61,12 @@ def _main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         result = train(cfg, run_dir)
-    except (DataError, CheckpointError, TrainingError, ValueError) as error:
-        log.debug("details", exc_info=True)  # shown with hydra.verbose=true
-        log.error("%s", error)
+    except (DataError, CheckpointError, TrainingError, ValueError, InstantiationException,
+            OmegaConfBaseException) as error:
+        # Bad input of any kind is one line that says what is wrong (the config key, the
+        # file); the traceback is shown with hydra.verbose=true.
+        log.debug("details", exc_info=True)
+        log.error("%s", first_line(error))
         sys.exit(1)
     log.info("run folder: %s", run_dir)
     return result["best_bleu"]  # what a Hydra sweeper would optimise

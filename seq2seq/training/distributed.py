@@ -37,6 +37,36 @@ class DistributedContext:
         if self.is_distributed:
             dist.barrier()
 
+    def _collective_device(self) -> torch.device:
+        # NCCL reduces CUDA tensors, gloo CPU ones.
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
+    def broadcast(self, value: float) -> float:
+        """Rank 0's ``value`` on every rank, so all ranks take the same decisions."""
+        if not self.is_distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self._collective_device())
+        dist.broadcast(tensor, src=0)
+        return float(tensor.item())
+
+    def sum(self, value: int) -> int:
+        """The sum of ``value`` over all ranks."""
+        if not self.is_distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64, device=self._collective_device())
+        dist.all_reduce(tensor)
+        return int(tensor.item())
+
+    def ranks_differing(self, parameters) -> list[int]:
+        """The ranks whose ``parameters`` differ from rank 0's (a DDP bug if any)."""
+        if not self.is_distributed:
+            return []
+        flat = torch.cat([p.detach().reshape(-1).float() for p in parameters])
+        flat = flat.to(self._collective_device())
+        gathered = [torch.empty_like(flat) for _ in range(self.world_size)]
+        dist.all_gather(gathered, flat)
+        return [rank for rank, other in enumerate(gathered) if not torch.equal(other, gathered[0])]
+
 
 def init_distributed(device_name: str = "auto") -> DistributedContext:
     """Join the process group when launched by torchrun; otherwise a single process."""

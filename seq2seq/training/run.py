@@ -17,10 +17,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
+from seq2seq.config_types import check_config
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, count_parameters
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
-from seq2seq.training.trainer import BatchSettings, Trainer, TrainerSettings
+from seq2seq.training.settings import BatchSettings, TrainerSettings
+from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -93,62 +95,64 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare(cfg: DictConfig, *, is_main: bool, barrier):
+def prepare(config: dict, *, is_main: bool, barrier):
     """Run the data stage; under torchrun rank 0 builds the cache and the others then read it."""
     from seq2seq.data.prepare import prepare_from_config
 
     if is_main:
-        prepared = prepare_from_config(cfg)
+        prepared = prepare_from_config(config)
         barrier()
     else:
         barrier()
-        prepared = prepare_from_config(cfg)
+        prepared = prepare_from_config(config)
     return prepared
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
     """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers."""
-    settings = TrainerSettings.from_dict(OmegaConf.to_container(cfg.trainer, resolve=True))
-    batch = BatchSettings(**OmegaConf.to_container(cfg.batch, resolve=True))
+    config = OmegaConf.to_container(cfg, resolve=True)  # the library takes plain containers
+    settings = TrainerSettings.from_dict(config["trainer"])
+    batch = BatchSettings.from_dict(config["batch"])
+    check_config(config)  # every _target_ node against its class's signature
     context = init_distributed(settings.device)
     try:
         if context.device.type == "cpu":
             set_num_threads(settings.num_threads, processes=context.world_size)
         log.info("device %s, %d CPU threads, rank %d of %d", context.device,
                  torch.get_num_threads(), context.rank, context.world_size)
-        prepared = prepare(cfg, is_main=context.is_main, barrier=context.barrier)
+        prepared = prepare(config, is_main=context.is_main, barrier=context.barrier)
         if context.is_main:
             log.info("data:\n%s", prepared.format_summary())
         tokenizers = prepared.tokenizers
 
         seed_everything(settings.seed)
         model = build_model(
-            cfg.model,
+            config["model"],
             src_vocab_size=tokenizers.src.vocab_size,
             tgt_vocab_size=tokenizers.tgt.vocab_size,
         ).to(context.device)
         log.info("model: %s parameters\n%s", f"{count_parameters(model):,}", model)
-        optimizer = instantiate(cfg.optimizer)(model.parameters())
-        schedule_cfg = OmegaConf.to_container(cfg.scheduler, resolve=True)
+        optimizer = instantiate(config["optimizer"])(model.parameters())
+        schedule_cfg = dict(config["scheduler"])
         if "total_steps" in schedule_cfg and schedule_cfg["total_steps"] is None:
             schedule_cfg["total_steps"] = settings.max_steps
         schedule = instantiate(schedule_cfg)
 
-        config = OmegaConf.to_container(cfg, resolve=True)
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(OmegaConf.create(config), run_dir / "config.yaml")
 
         from seq2seq.data.corpus import read_lines
 
-        references = list(read_lines(prepared.raw_files["valid"][1]))
+        valid_src, valid_ref = prepared.raw_files["valid"]
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
             schedule=schedule,
             train_data=prepared.splits["train"],
             valid_data=prepared.splits["valid"],
-            valid_references=references,
+            valid_sources=read_lines(valid_src),
+            valid_references=read_lines(valid_ref),
             tokenizers=tokenizers,
             settings=settings,
             batch=batch,

@@ -70,19 +70,25 @@ class CosineSchedule(Schedule):
 
 
 class PlateauSchedule(Schedule):
-    """Multiply lr by ``factor`` after ``patience`` validations without a better BLEU."""
+    """Multiply lr by ``factor`` after ``patience`` validations in a row without a better BLEU.
+
+    "Patience" means the same here as in ``trainer.early_stopping_patience``: the action comes
+    with the ``patience``-th validation in a row that did not beat the best BLEU.
+    """
 
     def __init__(
         self,
         *,
         warmup_steps: int = 0,
         factor: float = 0.5,
-        patience: int = 2,
+        patience: int = 3,
         min_factor: float = 0.0,
     ) -> None:
         super().__init__(warmup_steps=warmup_steps)
         if not 0 < factor < 1:
             raise ValueError(f"scheduler.factor must be in (0, 1), got {factor}")
+        if patience < 1:
+            raise ValueError(f"scheduler.patience must be at least 1, got {patience}")
         self.reduction = factor
         self.patience = patience
         self.min_factor = min_factor
@@ -98,7 +104,7 @@ class PlateauSchedule(Schedule):
             self.best, self.bad_validations = bleu, 0
             return
         self.bad_validations += 1
-        if self.bad_validations > self.patience:
+        if self.bad_validations >= self.patience:
             self.scale = max(self.scale * self.reduction, self.min_factor)
             self.bad_validations = 0
 

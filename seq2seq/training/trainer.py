@@ -1,17 +1,17 @@
-"""The training loop: token batches, mixed precision, validation with sacreBLEU, checkpoints.
+"""The training loop: token batches, gradient accumulation, mixed precision, DDP.
 
 One :class:`Trainer` owns one run folder::
 
     RUN/config.yaml            the resolved config
     RUN/train.log              the log (written by Hydra's logging setup)
-    RUN/checkpoints/last.pt    everything needed to resume exactly
-    RUN/checkpoints/best.pt    the model with the best validation BLEU (no optimizer state)
-    RUN/checkpoints/step*.pt   the best ``keep_best`` models by validation BLEU
+    RUN/checkpoints/           see :mod:`seq2seq.training.checkpointing`
     RUN/validation/step*.hyp   detokenized greedy validation translations, one a line
     RUN/tensorboard/           scalars, example translations, attention heatmaps
 
-The loop's order per optimizer step: forward/backward over ``accumulate_grad_batches``
-batches -> unscale, clip, check for NaN/inf -> learning rate -> step -> log, validate, save.
+One optimizer step: forward/backward over a group of ``accumulate_grad_batches`` batches
+(fewer at the end of an epoch) -> unscale, clip, check for NaN/inf -> learning rate -> step
+-> log, validate, save. The loss of a group is normalised by the group's target tokens (over
+all ranks), so a step equals the step one batch holding the whole group would make.
 """
 
 from __future__ import annotations
@@ -20,92 +20,34 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from itertools import islice
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from seq2seq.checkpoint import save_checkpoint
-from seq2seq.data.batching import TokenBucketSampler, collate
-from seq2seq.metrics import corpus_scores
+from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
+from seq2seq.data.batching import Batch, TokenBucketSampler, collate
+from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.loss import SequenceLoss
 from seq2seq.training.schedulers import Schedule
+from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.state import TrainerState, capture_rng_state, restore_rng_state
+from seq2seq.training.validation import Validator
 
 log = logging.getLogger(__name__)
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingError(Exception):
     """Training cannot go on; the message says why in one line."""
-
-
-@dataclass
-class ValidationSettings:
-    max_sentences: int | None = None
-    max_tokens: int = 4000
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    num_examples: int = 3
-    attention_plot_index: int = 0
-
-
-@dataclass
-class TrainerSettings:
-    """The ``trainer`` config node; see ``configs/trainer/default.yaml`` for each field."""
-
-    seed: int = 1
-    device: str = "auto"
-    precision: str = "fp32"
-    num_threads: int | None = None
-    compile: bool = False
-    max_epochs: int | None = 20
-    max_steps: int | None = None
-    max_time: float | None = None
-    accumulate_grad_batches: int = 1
-    grad_clip: float | None = 1.0
-    label_smoothing: float = 0.0
-    log_every: int = 100
-    valid_every: int | None = 1000
-    save_every: int | None = 500
-    keep_best: int = 3
-    early_stopping_patience: int | None = None
-    max_consecutive_nonfinite: int = 5
-    resume: str | None = None
-    progress_bar: str | bool = "auto"
-    valid: ValidationSettings = field(default_factory=ValidationSettings)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainerSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = set(values) - names
-        if unknown:
-            raise ValueError(f"unknown trainer settings: {sorted(unknown)}")
-        values = dict(values)
-        values["valid"] = ValidationSettings(**values.get("valid", {}))
-        settings = cls(**values)
-        if settings.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"trainer.precision must be fp32, bf16 or fp16, not {settings.precision}")
-        if settings.accumulate_grad_batches < 1:
-            raise ValueError("trainer.accumulate_grad_batches must be >= 1")
-        if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
-            raise ValueError("set at least one of trainer.max_epochs, trainer.max_steps and "
-                             "trainer.max_time, or training never ends")
-        return settings
-
-
-@dataclass
-class BatchSettings:
-    max_tokens: int = 2000
-    max_sentences: int | None = None
-    bucket_size: int = 100
-    num_workers: int = 0
 
 
 class Trainer:
@@ -116,9 +58,9 @@ class Trainer:
         optimizer: an optimizer over ``model.parameters()``.
         schedule: learning-rate schedule (a factor on each param group's initial lr).
         train_data / valid_data: ``ParallelDataset``s of token ids.
-        valid_references: the raw reference lines of the validation set, BLEU is scored on them.
+        valid_sources / valid_references: the raw lines of the validation set.
         tokenizers: the run's sentencepiece models (stored in checkpoints; detokenization).
-        settings / batch: the ``trainer`` and ``batch`` config nodes.
+        settings / batch: the ``trainer`` and ``batch`` settings.
         run_dir: the run folder.
         config: the resolved run config as plain containers (stored in checkpoints).
         context: rank, world size and device.
@@ -132,6 +74,7 @@ class Trainer:
         schedule: Schedule,
         train_data,
         valid_data,
+        valid_sources: list[str],
         valid_references: list[str],
         tokenizers,
         settings: TrainerSettings,
@@ -143,33 +86,23 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule
-        self.train_data = train_data
-        self.valid_data = valid_data
-        self.valid_references = valid_references
         self.tokenizers = tokenizers
         self.settings = settings
-        self.batch_settings = batch
         self.run_dir = Path(run_dir)
-        self.checkpoint_dir = self.run_dir / "checkpoints"
         self.config = config
         self.context = context
         self.device = context.device
         self.state = TrainerState()
-        self._signature_reported = False
+        self.last_grad_norm = torch.zeros(())
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
         use_cuda = self.device.type == "cuda"
-        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(settings.precision)
+        amp_dtype = AUTOCAST_DTYPES[settings.precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",
                         settings.precision, self.device)
             amp_dtype = None
-        if amp_dtype is not None and self.device.type == "cpu":
-            # The same code path as on GPUs (autocast + grad scaler). bf16 pays off on CPUs
-            # with bf16 matrix instructions (AVX512-BF16, AMX): about 2x on the matrix
-            # products; elsewhere it can be slower than fp32.
-            log.info("trainer.precision=%s on the CPU (autocast)", settings.precision)
         self.amp_dtype = amp_dtype
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
 
@@ -208,11 +141,17 @@ class Trainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self.checkpoints = CheckpointManager(directory=self.run_dir / "checkpoints",
+                                             keep_best=settings.keep_best, enabled=context.is_main)
+        self.validator = Validator(
+            data=valid_data, sources=valid_sources, references=valid_references,
+            tokenizers=tokenizers, settings=settings.valid, precision=settings.precision,
+            output_dir=self.run_dir / "validation" if context.is_main else None,
+            writer=self.writer, autocast=self._autocast,
+        )
 
     # -- checkpoints -------------------------------------------------------------------------
     def checkpoint_payload(self, *, with_training_state: bool = True) -> dict:
-        from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
-
         payload = {
             "format_version": FORMAT_VERSION,
             "model": self.model.state_dict(),
@@ -233,7 +172,7 @@ class Trainer:
 
     def save_last(self) -> None:
         if self.context.is_main:
-            save_checkpoint(self.checkpoint_payload(), self.checkpoint_dir / "last.pt")
+            self.checkpoints.save_last(self.checkpoint_payload())
 
     def load_training_state(self, checkpoint: dict) -> None:
         """Continue from a checkpoint written by :meth:`save_last`."""
@@ -248,180 +187,36 @@ class Trainer:
         else:  # only rank 0's random state is saved; the others get a fresh, distinct one
             torch.manual_seed(self.settings.seed + 1000 * self.context.rank + self.state.step)
 
-    def _keep_best(self, bleu: float) -> None:
-        """Save best.pt and the ``keep_best`` best checkpoints; delete the ones that fell out."""
-        state = self.state
-        if bleu > state.best_bleu:
-            state.best_bleu, state.best_step = bleu, state.step
-            state.validations_without_improvement = 0
-            improved = True
-        else:
-            state.validations_without_improvement += 1
-            improved = False
-        if not self.context.is_main:
-            return
-        payload = None
-        if improved:
-            payload = self.checkpoint_payload(with_training_state=False)
-            save_checkpoint(payload, self.checkpoint_dir / "best.pt")
-        if self.settings.keep_best <= 0:
-            return
-        ranked = sorted(state.best_checkpoints + [[bleu, state.step, None]], key=lambda r: -r[0])
-        kept, dropped = ranked[: self.settings.keep_best], ranked[self.settings.keep_best :]
-        for entry in kept:
-            if entry[2] is None:
-                entry[2] = f"step{state.step:07d}-bleu{bleu:.2f}.pt"
-                payload = payload or self.checkpoint_payload(with_training_state=False)
-                save_checkpoint(payload, self.checkpoint_dir / entry[2])
-        for entry in dropped:
-            if entry[2] is not None:
-                (self.checkpoint_dir / entry[2]).unlink(missing_ok=True)
-        state.best_checkpoints = kept
-
-    # -- validation --------------------------------------------------------------------------
-    @torch.inference_mode()
-    def validate(self) -> dict:
-        """Loss, perplexity, and BLEU/chrF of greedy translations of the validation set."""
-        from seq2seq.inference.translator import Translator
-
-        model = self.model
-        was_training = model.training
-        model.eval()
-        settings = self.settings.valid
-        count = len(self.valid_data)
-        if settings.max_sentences:
-            count = min(count, settings.max_sentences)
-        started = time.perf_counter()
-
-        loss_sum = torch.zeros((), device=self.device)
-        tokens = 0
-        sampler = TokenBucketSampler(
-            src_lengths=self.valid_data.src_lengths[:count],
-            tgt_lengths=self.valid_data.tgt_lengths[:count],
-            max_tokens=settings.max_tokens,
-            shuffle=False,
-        )
-        objective = SequenceLoss(model)
-        for indices in sampler:
-            batch = collate([self.valid_data[i] for i in indices], indices).to(self.device)
-            with self._autocast():
-                _, nll = objective(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
-            loss_sum += nll
-            tokens += batch.num_tgt_tokens
-        loss = loss_sum.item() / max(tokens, 1)
-
-        translator = Translator(
-            model,
-            self.tokenizers,
-            device=self.device,
-            beam_size=1,
-            max_len_a=settings.max_len_a,
-            max_len_b=settings.max_len_b,
-            max_tokens=settings.max_tokens,
-        )
-        sources = [self.valid_data[i][0] for i in range(count)]
-        with self._autocast():
-            results = translator.translate_ids(sources)
-        hypotheses = self.tokenizers.tgt.decode([r[0].tokens for r in results])
-        references = self.valid_references[:count]
-        scores = corpus_scores(hypotheses, references)
-        scores.update(loss=loss, ppl=math.exp(min(loss, 100)),
-                      seconds=time.perf_counter() - started)
-        if was_training:
-            model.train()
-        if self.context.is_main:
-            self._report_validation(scores, sources, hypotheses, references, translator)
-        return scores
-
-    def _report_validation(self, scores, sources, hypotheses, references, translator) -> None:
-        step = self.state.step
-        out_dir = self.run_dir / "validation"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        hyp_file = out_dir / f"step{step:07d}.hyp"
-        hyp_file.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-        first_report = not self._signature_reported
-        if first_report:  # once per process, so also once after a resume
-            log.info("sacreBLEU signature: %s | chrF: %s",
-                     scores["bleu_signature"], scores["chrf_signature"])
-            self._signature_reported = True
-        log.info(
-            "validation step %d epoch %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f (%d sentences, "
-            "%.1fs) -> %s",
-            step, self.state.epoch + 1, scores["loss"], scores["ppl"], scores["bleu"],
-            scores["chrf"], len(hypotheses), scores["seconds"], hyp_file,
-        )
-        writer = self.writer
-        if writer is None:
-            return
-        for name in ("loss", "ppl", "bleu", "chrf"):
-            writer.add_scalar(f"valid/{name}", scores[name], step)
-        if first_report:
-            writer.add_text("valid/bleu_signature", scores["bleu_signature"], step)
-        sources_text = self.tokenizers.src.decode([s.tolist() for s in sources[: self.settings.valid.num_examples]])
-        examples = [
-            f"**source** {s}  \n**reference** {r}  \n**hypothesis** {h}"
-            for s, r, h in zip(sources_text, references, hypotheses, strict=False)
-        ]
-        if examples:
-            writer.add_text("valid/examples", "\n\n---\n\n".join(examples), step)
-        index = self.settings.valid.attention_plot_index
-        if 0 <= index < len(sources):
-            try:
-                self._plot_attention(translator, sources[index], step)
-            except Exception as error:  # a plot must never stop training
-                log.warning("could not draw the attention heatmap: %s", error)
-        writer.flush()
-
-    def _plot_attention(self, translator, source_ids, step: int) -> None:
-        from seq2seq.inference.attention_plot import plot_attention
-
-        result = translator.translate_ids([source_ids], return_attention=True)[0][0]
-        if result.attention is None:
-            return
-        source_pieces = self.tokenizers.src.pieces(list(source_ids)) + ["</s>"]
-        target_pieces = self.tokenizers.tgt.pieces(result.tokens) + ["</s>"]
-        weights = result.attention.float().cpu().numpy()[: len(target_pieces), : len(source_pieces)]
-        figure = plot_attention(weights, source_pieces, target_pieces, title=f"step {step}")
-        self.writer.add_figure("valid/attention", figure, step, close=True)
-
-    # -- training ----------------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------------------
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
-
-    def _set_learning_rate(self, step: int) -> None:
-        factor = self.schedule.factor(step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = group["initial_lr"] * factor
-
-    def _broadcast(self, value: float) -> float:
-        """Rank 0's ``value`` on every rank, so all ranks take the same decisions."""
-        if not self.context.is_distributed:
-            return value
-        device = self.device if self.device.type == "cuda" else torch.device("cpu")
-        tensor = torch.tensor([value], dtype=torch.float64, device=device)
-        dist.broadcast(tensor, src=0)
-        return float(tensor.item())
 
     def _time_is_up(self, started: float) -> bool:
         limit = self.settings.max_time
         if limit is None:
             return False
         elapsed = self.state.train_seconds + time.perf_counter() - started
-        return bool(self._broadcast(float(elapsed >= limit * 60)))
+        return bool(self.context.broadcast(float(elapsed >= limit * 60)))
 
     def _validate_and_keep(self) -> bool:
         """Validate (on rank 0), keep the best checkpoints; True if training should stop."""
-        bleu = self.validate()["bleu"] if self.context.is_main else 0.0
-        bleu = self._broadcast(bleu)  # the other ranks wait here while rank 0 validates
+        state = self.state
+        bleu = 0.0
+        if self.context.is_main:
+            scores = self.validator(self.model, device=self.device, step=state.step,
+                                    epoch=state.epoch + 1)
+            bleu = scores["bleu"]
+        bleu = self.context.broadcast(bleu)  # the other ranks wait here while rank 0 validates
         self.schedule.on_validation(bleu)
-        self._keep_best(bleu)
-        self.last_validated_step = self.state.step
+        self.checkpoints.record_validation(
+            state, bleu, lambda: self.checkpoint_payload(with_training_state=False))
+        self.last_validated_step = state.step
         patience = self.settings.early_stopping_patience
-        if patience is not None and self.state.validations_without_improvement >= patience:
+        if patience is not None and state.validations_without_improvement >= patience:
             log.info("early stopping: no better validation BLEU in %d validations (best %.2f at "
-                     "step %d)", patience, self.state.best_bleu, self.state.best_step)
+                     "step %d)", patience, state.best_bleu, state.best_step)
             return True
         return False
 
@@ -429,8 +224,40 @@ class Trainer:
         show = self.settings.progress_bar
         if show == "auto":
             show = sys.stderr.isatty()
-        return tqdm(total=total, initial=self.state.step, disable=not (show and self.context.is_main),
+        return tqdm(total=total, initial=self.state.step,
+                    disable=not (show and self.context.is_main),
                     unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    # -- training ----------------------------------------------------------------------------
+    def _groups(self) -> Iterator[list[Batch]]:
+        """The rest of this epoch's batches, in groups of ``accumulate_grad_batches``."""
+        batches = iter(self.loader)
+        while group := list(islice(batches, self.settings.accumulate_grad_batches)):
+            yield [batch.to(self.device, non_blocking=True) for batch in group]
+
+    def _accumulate(self, group: list[Batch]) -> tuple[torch.Tensor, int]:
+        """Forward and backward over one group; returns its summed NLL and its target tokens.
+
+        Every rank runs as many groups of the same sizes (the sampler gives each rank the same
+        number of batches), and only the group's last backward synchronises gradients under
+        DDP, so every optimizer step sees gradients summed over all ranks and batches.
+        """
+        tokens = sum(batch.num_tgt_tokens for batch in group)
+        # DDP averages gradients over ranks; scaling by world_size / all tokens makes the
+        # result the gradient of the summed loss over every token of the step, divided by
+        # their number: what one batch holding them all would give.
+        scale = self.context.world_size / max(self.context.sum(tokens), 1)
+        no_sync = getattr(self.objective, "no_sync", None)
+        nll_total = torch.zeros((), device=self.device)
+        for position, batch in enumerate(group):
+            last = position == len(group) - 1
+            with (nullcontext() if last or no_sync is None else no_sync()), self._autocast():
+                loss_sum, nll_sum = self.objective(
+                    batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
+                )
+            self.scaler.scale(loss_sum * scale).backward()
+            nll_total += nll_sum.detach()
+        return nll_total, tokens
 
     def fit(self) -> TrainerState:
         """Train until max_steps, max_epochs, max_time or early stopping; return the state."""
@@ -439,13 +266,12 @@ class Trainer:
         self.last_validated_step = -1
         total = settings.max_steps
         if total is None and settings.max_epochs is not None:
-            total = settings.max_epochs * len(self.sampler) // settings.accumulate_grad_batches
+            groups = math.ceil(len(self.sampler) / settings.accumulate_grad_batches)
+            total = settings.max_epochs * groups
         progress = self._progress_bar(total)
-        started = time.perf_counter()
-        window_started = time.perf_counter()
+        started = window_started = time.perf_counter()
         window_loss = torch.zeros((), device=self.device)
-        window_loss_tokens = 0
-        accumulated, accumulated_tokens = 0, 0
+        window_tokens = 0
         stop = False
         log.info("training: %d batches per epoch per rank, %d steps done, epoch %d",
                  len(self.sampler), state.step, state.epoch + 1)
@@ -453,33 +279,20 @@ class Trainer:
             if settings.max_epochs is not None and state.epoch >= settings.max_epochs:
                 break
             self.sampler.set_epoch(state.epoch, position=state.batches_in_epoch)
-            for batch in self.loader:
-                batch = batch.to(self.device, non_blocking=True)
-                state.batches_in_epoch += 1
-                accumulated += 1
-                accumulated_tokens += batch.num_tgt_tokens
-                sync = accumulated == settings.accumulate_grad_batches
-                no_sync = getattr(self.objective, "no_sync", None)
-                with (nullcontext() if sync or no_sync is None else no_sync()), self._autocast():
-                    loss_sum, nll_sum = self.objective(
-                        batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
-                    )
-                # Mean over this batch's target tokens (with accumulation: the mean of means).
-                self.scaler.scale(loss_sum / batch.num_tgt_tokens / settings.accumulate_grad_batches).backward()
-                window_loss += nll_sum.detach()
-                window_loss_tokens += batch.num_tgt_tokens
-                if not sync:
-                    continue
-                stop = self._optimizer_step(accumulated_tokens, started)
-                accumulated, accumulated_tokens = 0, 0
+            for group in self._groups():
+                nll_sum, tokens = self._accumulate(group)
+                state.batches_in_epoch += len(group)
+                window_loss += nll_sum
+                window_tokens += tokens
+                self._optimizer_step(tokens)
                 progress.update(1)
                 if state.step % settings.log_every == 0:
-                    self._log_train(window_loss, window_loss_tokens, window_started, progress)
+                    self._log_train(window_loss, window_tokens, window_started, progress)
                     window_loss = torch.zeros((), device=self.device)
-                    window_loss_tokens, window_started = 0, time.perf_counter()
+                    window_tokens, window_started = 0, time.perf_counter()
                 if settings.valid_every and state.step % settings.valid_every == 0:
                     state.train_seconds += time.perf_counter() - started
-                    stop = self._validate_and_keep() or stop
+                    stop = self._validate_and_keep()
                     started = time.perf_counter()
                 if settings.save_every and state.step % settings.save_every == 0:
                     state.train_seconds += time.perf_counter() - started
@@ -487,18 +300,13 @@ class Trainer:
                     started = time.perf_counter()
                 if settings.max_steps is not None and state.step >= settings.max_steps:
                     stop = True
-                stop = stop or self._time_is_up(started)
-                if stop:
+                if stop or self._time_is_up(started):
+                    stop = True
                     break
-            else:
-                # The epoch ran out: a partial accumulation still makes a step, then validate.
-                if accumulated:
-                    stop = self._optimizer_step(accumulated_tokens, started)
-                    accumulated, accumulated_tokens = 0, 0
-                    progress.update(1)
+            else:  # the epoch ran out: validate, then the next epoch
                 state.train_seconds += time.perf_counter() - started
                 if self.last_validated_step != state.step:
-                    stop = self._validate_and_keep() or stop
+                    stop = self._validate_and_keep()
                 state.epoch += 1
                 state.batches_in_epoch = 0
                 started = time.perf_counter()
@@ -518,30 +326,25 @@ class Trainer:
 
     def _check_ranks_in_sync(self) -> None:
         """All ranks must end with the same parameters; a difference means a DDP bug."""
-        device = self.device if self.device.type == "cuda" else torch.device("cpu")
-        flat = torch.cat([p.detach().reshape(-1).float() for p in self.model.parameters()])
-        flat = flat.to(device)
-        gathered = [torch.empty_like(flat) for _ in range(self.context.world_size)]
-        dist.all_gather(gathered, flat)
-        differing = [rank for rank, other in enumerate(gathered) if not torch.equal(other, gathered[0])]
+        differing = self.context.ranks_differing(self.model.parameters())
         if differing:
             raise TrainingError(f"ranks {differing} ended with parameters that differ from rank 0")
         log.info("parameters identical on all %d ranks", self.context.world_size)
 
-    def _optimizer_step(self, tokens: int, started: float) -> bool:
-        """Clip, skip on NaN/inf, set the lr and step; True if training must stop."""
+    def _optimizer_step(self, tokens: int) -> None:
+        """Clip, set the lr and step; skip the update on a NaN/inf gradient.
+
+        Raises:
+            TrainingError: after ``max_consecutive_nonfinite`` skipped updates in a row.
+        """
         settings, state = self.settings, self.state
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), settings.grad_clip or float("inf"), error_if_nonfinite=False
         )
         self.last_grad_norm = grad_norm
-        if self.scaler.is_enabled():
-            # The grad scaler skips non-finite steps itself (and lowers its scale).
-            self._set_learning_rate(state.step + 1)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        elif not bool(torch.isfinite(grad_norm)):
+        if not self.scaler.is_enabled() and not bool(torch.isfinite(grad_norm)):
+            # (With fp16 the grad scaler skips non-finite steps itself and lowers its scale.)
             self.optimizer.zero_grad(set_to_none=True)
             state.nonfinite_in_row += 1
             state.nonfinite_total += 1
@@ -552,18 +355,19 @@ class Trainer:
             if state.nonfinite_in_row >= settings.max_consecutive_nonfinite:
                 raise TrainingError(
                     f"{state.nonfinite_in_row} non-finite losses in a row at step {state.step + 1}; "
-                    f"stopping. The last good checkpoint is {self.checkpoint_dir / 'last.pt'}. "
+                    f"stopping. The last good checkpoint is {self.checkpoints.last_path}. "
                     "Try a lower learning rate, gradient clipping, or fp32."
                 )
-            return False
-        else:
-            self._set_learning_rate(state.step + 1)
-            self.optimizer.step()
+            return
+        factor = self.schedule.factor(state.step + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * factor
+        self.scaler.step(self.optimizer)  # a plain optimizer.step() when the scaler is off
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         state.nonfinite_in_row = 0
         state.step += 1
         state.tokens_seen += tokens
-        return False
 
     def _log_train(self, loss_sum, loss_tokens: int, window_started: float, progress) -> None:
         elapsed = max(time.perf_counter() - window_started, 1e-9)

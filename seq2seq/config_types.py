@@ -1,0 +1,140 @@
+"""Check a config's values against the types the code expects, before anything is built.
+
+A value typed on the command line (``optimizer.lr=abc``) would otherwise surface as a
+traceback from deep inside a constructor. Here each node with a ``_target_`` is compared with
+its target's signature, and each settings node with its dataclass, so the user gets one line
+that names the key: ``optimizer.lr: expected a number, got 'abc'``.
+
+Only scalars are judged (what YAML and the command line produce); an argument annotated with
+a type this module does not know is accepted as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+class ConfigError(ValueError):
+    """A config value the code cannot use; the message names its key, on one line."""
+
+
+_NUMBERS = {int, float}
+_NOT_STRINGS = {int, float, bool, type(None), torch.Tensor}
+
+
+def _members(annotation: Any) -> set[Any]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set(typing.get_args(annotation))
+    return {annotation}
+
+
+def check_value(value: Any, annotation: Any, key: str) -> None:
+    """Raise :class:`ConfigError` when scalar ``value`` cannot be what ``annotation`` admits."""
+    if annotation is inspect.Parameter.empty or annotation is Any or value is None:
+        return
+    members = _members(annotation)
+    if isinstance(value, str):
+        if members <= _NOT_STRINGS:
+            wanted = ("true or false" if members - {type(None)} == {bool} else
+                      "an integer" if float not in members and int in members else "a number")
+            raise ConfigError(f"{key}: expected {wanted}, got {value!r}")
+    elif isinstance(value, bool):
+        if members <= {int, float, str, type(None)}:
+            raise ConfigError(f"{key}: expected {_describe(members)}, got {value}")
+    elif isinstance(value, (int, float)) and (members <= {str, bool, type(None)} or (
+        isinstance(value, float) and members & _NUMBERS == {int} and members <= _NOT_STRINGS
+    )):
+        raise ConfigError(f"{key}: expected {_describe(members)}, got {value!r}")
+
+
+def _describe(members: set[Any]) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    words = [names[m] for m in (str, float, int, bool) if m in members]
+    return " or ".join(words[:2]) if words else "another type"
+
+
+def _locate(path: str) -> Any:
+    module_name, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def check_target_arguments(node: Mapping[str, Any], key: str) -> None:
+    """Compare a ``_target_`` node's arguments with its target's signature.
+
+    An argument the target does not take, or a scalar of the wrong type, is a
+    :class:`ConfigError`. A target that cannot be imported is left to the instantiation,
+    which reports it.
+    """
+    target = _locate(str(node["_target_"]))
+    if target is None:
+        return
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+    except Exception:  # unresolvable annotations: fall back to the defaults' types
+        hints = {}
+    parameters = signature.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    for name, value in node.items():
+        if name.startswith("_"):
+            continue
+        parameter = parameters.get(name)
+        if parameter is None:
+            if not takes_any:
+                raise ConfigError(f"{key}.{name}: {node['_target_']} takes no argument {name!r}")
+            continue
+        annotation = hints.get(name, parameter.annotation)
+        if isinstance(annotation, str):
+            default = parameter.default
+            annotation = (type(default) if default not in (None, inspect.Parameter.empty)
+                          else inspect.Parameter.empty)
+        check_value(value, annotation, f"{key}.{name}")
+
+
+def check_config(config: Any, key: str = "") -> None:
+    """Check every ``_target_`` node of a plain config (nested dicts and lists)."""
+    if isinstance(config, Mapping):
+        if "_target_" in config:
+            check_target_arguments(config, key)
+        for name, value in config.items():
+            check_config(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            check_config(value, f"{key}[{index}]")
+
+
+def settings_from_dict(cls: type, values: Mapping[str, Any], key: str) -> Any:
+    """Build dataclass ``cls`` from a config node, naming the key of any bad or unknown entry.
+
+    Nested dataclass fields are built from nested nodes the same way.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{key}: expected a group of settings, got {values!r}")
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"{key}: unknown settings {', '.join(unknown)}")
+    hints = typing.get_type_hints(cls)
+    built = {}
+    for name, value in values.items():
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation):
+            built[name] = settings_from_dict(annotation, value, f"{key}.{name}")
+            continue
+        check_value(value, annotation, f"{key}.{name}")
+        built[name] = value
+    return cls(**built)

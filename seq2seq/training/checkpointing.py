@@ -1,0 +1,91 @@
+"""The checkpoint manager of a run: what is written to ``RUN/checkpoints/`` and what is kept.
+
+* ``last.pt``: everything an exact resume needs, rewritten every ``save_every`` steps and at
+  the end;
+* ``best.pt``: the model with the best validation BLEU so far (no optimizer state);
+* ``stepNNNNNNN-bleuXX.XX.pt``: the ``keep_best`` best models by validation BLEU; one that
+  falls out of the best ``keep_best`` is deleted.
+
+Every file is written atomically (:func:`seq2seq.checkpoint.save_checkpoint`), so a run killed
+at any moment leaves the previous file intact. Which files exist is recorded in the trainer
+state (``best_checkpoints``), so a resumed run goes on deleting the right ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from seq2seq.checkpoint import save_checkpoint
+from seq2seq.training.state import TrainerState
+
+
+class CheckpointManager:
+    """Writes a run's checkpoints and decides which to keep.
+
+    Args:
+        directory: the run's ``checkpoints/`` folder.
+        keep_best: how many best-by-BLEU checkpoints to keep besides ``best.pt`` (0: none).
+        enabled: False on every rank but 0, which alone writes files.
+    """
+
+    def __init__(self, *, directory: Path, keep_best: int, enabled: bool = True) -> None:
+        self.directory = Path(directory)
+        self.keep_best = keep_best
+        self.enabled = enabled
+        if enabled:
+            self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Delete what a killed run left mid-write (``.NAME.XXXX.tmp``); its targets are intact."""
+        for stale in self.directory.glob(".*.pt.*.tmp"):
+            stale.unlink(missing_ok=True)
+
+    @property
+    def last_path(self) -> Path:
+        return self.directory / "last.pt"
+
+    def save_last(self, payload: dict) -> None:
+        if self.enabled:
+            save_checkpoint(payload, self.last_path)
+
+    def record_validation(
+        self, state: TrainerState, bleu: float, model_payload: Callable[[], dict]
+    ) -> bool:
+        """Update the best score in ``state`` and the files after a validation at ``state.step``.
+
+        Args:
+            state: the trainer state; its best BLEU, patience count and kept files change.
+            bleu: this validation's BLEU.
+            model_payload: builds the checkpoint of the current model (called at most once,
+                only when a file is written).
+
+        Returns:
+            Whether ``bleu`` is the best so far.
+        """
+        improved = bleu > state.best_bleu
+        if improved:
+            state.best_bleu, state.best_step = bleu, state.step
+            state.validations_without_improvement = 0
+        else:
+            state.validations_without_improvement += 1
+        if not self.enabled:
+            return improved
+        payload = None
+        if improved:
+            payload = model_payload()
+            save_checkpoint(payload, self.directory / "best.pt")
+        if self.keep_best <= 0:
+            return improved
+        ranked = sorted(state.best_checkpoints + [[bleu, state.step, None]], key=lambda r: -r[0])
+        kept, dropped = ranked[: self.keep_best], ranked[self.keep_best :]
+        for entry in kept:
+            if entry[2] is None:
+                entry[2] = f"step{state.step:07d}-bleu{bleu:.2f}.pt"
+                payload = payload or model_payload()
+                save_checkpoint(payload, self.directory / entry[2])
+        for entry in dropped:
+            if entry[2] is not None:
+                (self.directory / entry[2]).unlink(missing_ok=True)
+        state.best_checkpoints = kept
+        return improved

@@ -1,0 +1,93 @@
+"""The ``trainer`` and ``batch`` config nodes as typed settings, checked when they are read.
+
+Each field is documented where users see it, in ``seq2seq/configs/trainer/default.yaml`` and
+``seq2seq/configs/train.yaml``. A wrong type or an unknown entry is a
+:class:`~seq2seq.config_types.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2seq.config_types import ConfigError, settings_from_dict
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class ValidationSettings:
+    max_sentences: int | None = None
+    max_tokens: int = 4000
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    num_examples: int = 3
+    attention_plot_index: int = 0
+
+
+@dataclass
+class TrainerSettings:
+    seed: int = 1
+    device: str = "auto"
+    precision: str = "fp32"
+    num_threads: int | None = None
+    compile: bool = False
+    max_epochs: int | None = 20
+    max_steps: int | None = None
+    max_time: float | None = None
+    accumulate_grad_batches: int = 1
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.0
+    log_every: int = 100
+    valid_every: int | None = 1000
+    save_every: int | None = 500
+    keep_best: int = 3
+    # Validations in a row without a better BLEU after which training stops (None: never).
+    early_stopping_patience: int | None = None
+    max_consecutive_nonfinite: int = 5
+    resume: str | None = None
+    progress_bar: str | bool = "auto"
+    valid: ValidationSettings = field(default_factory=ValidationSettings)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainerSettings:
+        """The ``trainer`` node (plain containers) as settings.
+
+        Raises:
+            ConfigError: on an unknown key, a value of the wrong type or out of range.
+        """
+        settings = settings_from_dict(cls, values, "trainer")
+        if settings.precision not in PRECISIONS:
+            raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, "
+                              f"not {settings.precision!r}")
+        for name in ("accumulate_grad_batches", "log_every", "max_consecutive_nonfinite"):
+            if getattr(settings, name) < 1:
+                raise ConfigError(f"trainer.{name} must be at least 1, got {getattr(settings, name)}")
+        for name in ("max_epochs", "max_steps", "max_time", "valid_every", "save_every",
+                     "early_stopping_patience", "num_threads"):
+            value = getattr(settings, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"trainer.{name} must be positive or null, got {value}")
+        if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
+            raise ConfigError("set at least one of trainer.max_epochs, trainer.max_steps and "
+                              "trainer.max_time, or training never ends")
+        if not 0 <= settings.label_smoothing < 1:
+            raise ConfigError(f"trainer.label_smoothing must be in [0, 1), "
+                              f"got {settings.label_smoothing}")
+        return settings
+
+
+@dataclass
+class BatchSettings:
+    max_tokens: int = 2000
+    max_sentences: int | None = None
+    bucket_size: int = 100
+    num_workers: int = 0
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> BatchSettings:
+        settings = settings_from_dict(cls, values, "batch")
+        if settings.max_tokens < 1:
+            raise ConfigError(f"batch.max_tokens must be positive, got {settings.max_tokens}")
+        return settings

@@ -1,0 +1,163 @@
+"""Validation during training: loss and perplexity, then BLEU/chrF of greedy translations.
+
+The translations are scored by :func:`seq2seq.inference.evaluation.evaluate_translations`,
+the function ``evaluate.py`` uses, so the BLEU logged here is the BLEU ``evaluate.py`` prints
+for the same model and settings, and what ``sacrebleu REF -i RUN/validation/stepN.hyp`` prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+
+from seq2seq.data.batching import TokenBucketSampler, collate
+from seq2seq.inference.evaluation import evaluate_translations
+from seq2seq.inference.translator import Translator
+from seq2seq.training.loss import SequenceLoss
+from seq2seq.training.settings import ValidationSettings
+
+log = logging.getLogger(__name__)
+
+
+class Validator:
+    """Validates a model on one validation set and reports the results.
+
+    Args:
+        data: the encoded validation split (a ``ParallelDataset``), for the loss.
+        sources / references: its raw source and reference lines, for BLEU.
+        tokenizers: the run's tokenizers.
+        settings: the ``trainer.valid`` settings.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast, as in training).
+        output_dir: where ``stepNNNNNNN.hyp`` files go (None: not written, e.g. rank > 0).
+        writer: a TensorBoard ``SummaryWriter`` or None.
+        autocast: returns the training's autocast context, for the loss.
+    """
+
+    def __init__(
+        self,
+        *,
+        data,
+        sources: Sequence[str],
+        references: Sequence[str],
+        tokenizers,
+        settings: ValidationSettings,
+        precision: str,
+        output_dir: Path | None,
+        writer=None,
+        autocast: Callable[[], AbstractContextManager],
+    ) -> None:
+        count = len(data)
+        if settings.max_sentences:
+            count = min(count, settings.max_sentences)
+        if len(sources) < count or len(references) < count:
+            raise ValueError(f"the validation set has {len(data)} encoded pairs but "
+                             f"{len(sources)} sources and {len(references)} references")
+        self.data = data
+        self.count = count
+        self.sources = list(sources[:count])
+        self.references = list(references[:count])
+        self.tokenizers = tokenizers
+        self.settings = settings
+        self.precision = precision
+        self.output_dir = output_dir
+        self.writer = writer
+        self.autocast = autocast
+        self.signature_reported = False
+
+    @torch.inference_mode()
+    def loss(self, model, device: torch.device) -> float:
+        """Mean per-token negative log-likelihood of the validation targets."""
+        sampler = TokenBucketSampler(
+            src_lengths=self.data.src_lengths[: self.count],
+            tgt_lengths=self.data.tgt_lengths[: self.count],
+            max_tokens=self.settings.max_tokens,
+            shuffle=False,
+        )
+        objective = SequenceLoss(model)
+        loss_sum = torch.zeros((), device=device)
+        tokens = 0
+        for indices in sampler:
+            batch = collate([self.data[i] for i in indices], indices).to(device)
+            with self.autocast():
+                _, nll = objective(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+            loss_sum += nll
+            tokens += batch.num_tgt_tokens
+        return loss_sum.item() / max(tokens, 1)
+
+    def translator(self, model, device: torch.device) -> Translator:
+        return Translator(
+            model, self.tokenizers, device=device, beam_size=1,
+            max_len_a=self.settings.max_len_a, max_len_b=self.settings.max_len_b,
+            max_tokens=self.settings.max_tokens, precision=self.precision,
+        )
+
+    def __call__(self, model, *, device: torch.device, step: int, epoch: int) -> dict:
+        """Validate ``model`` (its train/eval mode is restored after); report; return scores."""
+        was_training = model.training
+        model.eval()
+        started = time.perf_counter()
+        try:
+            loss = self.loss(model, device)
+            translator = self.translator(model, device)
+            hyp_path = self.output_dir / f"step{step:07d}.hyp" if self.output_dir else None
+            evaluation = evaluate_translations(translator, self.sources, self.references,
+                                               hypotheses_path=hyp_path)
+            scores = dict(evaluation.scores, loss=loss, ppl=math.exp(min(loss, 100)),
+                          seconds=time.perf_counter() - started)
+            self._report(scores, evaluation.hypotheses, hyp_path, translator, step, epoch)
+        finally:
+            if was_training:
+                model.train()
+        return scores
+
+    def _report(self, scores, hypotheses, hyp_path, translator, step: int, epoch: int) -> None:
+        first_report = not self.signature_reported
+        if first_report:  # once per process, so also once after a resume
+            log.info("sacreBLEU signature: %s | chrF: %s",
+                     scores["bleu_signature"], scores["chrf_signature"])
+            self.signature_reported = True
+        log.info(
+            "validation step %d epoch %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f (%d sentences, "
+            "%.1fs) -> %s",
+            step, epoch, scores["loss"], scores["ppl"], scores["bleu"], scores["chrf"],
+            len(hypotheses), scores["seconds"], hyp_path,
+        )
+        writer = self.writer
+        if writer is None:
+            return
+        for name in ("loss", "ppl", "bleu", "chrf"):
+            writer.add_scalar(f"valid/{name}", scores[name], step)
+        if first_report:
+            writer.add_text("valid/bleu_signature", scores["bleu_signature"], step)
+        examples = [
+            f"**source** {s}  \n**reference** {r}  \n**hypothesis** {h}"
+            for s, r, h in list(zip(self.sources, self.references, hypotheses, strict=True))[
+                : self.settings.num_examples]
+        ]
+        if examples:
+            writer.add_text("valid/examples", "\n\n---\n\n".join(examples), step)
+        index = self.settings.attention_plot_index
+        if 0 <= index < len(self.sources):
+            try:
+                self._plot_attention(translator, self.sources[index], step)
+            except Exception as error:  # a plot must never stop training
+                log.warning("could not draw the attention heatmap: %s", error)
+        writer.flush()
+
+    def _plot_attention(self, translator: Translator, source: str, step: int) -> None:
+        from seq2seq.inference.attention_plot import plot_attention
+
+        best = translator.translate([source], return_attention=True)[0][0]
+        if best.attention is None:
+            return
+        source_pieces = best.source_pieces + ["</s>"]
+        target_pieces = best.target_pieces + ["</s>"]
+        weights = best.attention.float().cpu().numpy()[: len(target_pieces), : len(source_pieces)]
+        figure = plot_attention(weights, source_pieces, target_pieces, title=f"step {step}")
+        self.writer.add_figure("valid/attention", figure, step, close=True)
