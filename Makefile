@@ -23,8 +23,9 @@ data: install
 train: install
 	$(BIN)/python train.py $(ARGS)
 
+# Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.
 test: install
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal $(ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,14 +1,39 @@
-"""Shared fixtures: small synthetic parallel corpora written into tmp_path."""
+"""Shared fixtures and helpers of the test suite; test modules never import each other.
+
+Data preparation:
+    ``write_parallel``, ``small_corpus``, ``toy_pairs``: small synthetic corpora in tmp_path.
+Training:
+    ``train_corpus``: a word-for-word toy language in tmp_path (BLEU rises within 100 steps);
+    ``tiny_train_config``: the real ``train.yaml`` over that corpus, shrunk to seconds on one
+    CPU thread (``tiny_train_config(**overrides)`` composes it, ``.overrides(**overrides)``
+    gives the command-line form for ``train.py``); ``fake_validation_bleu``: make the
+    validations report a given sequence of BLEUs.
+Inference:
+    ``copy_sentences``: sentences of the copy task; ``make_checkpoint``: writes a checkpoint
+    with everything a real one carries (and its corpus); ``trained_checkpoint``: a copy model
+    trained once per test session, shared by all pytest-xdist workers (read it, never write).
+
+Every test runs on one torch thread (``one_thread``): the models are tiny and the machine's
+cores are shared between the xdist workers.
+"""
 
 from __future__ import annotations
 
+import functools
 import gzip
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from omegaconf import DictConfig, OmegaConf
 
+from seq2seq import CONFIG_DIR
+
+# -- data preparation corpora ----------------------------------------------------------------
 # Syllables of a toy language: enough structure for sentencepiece to learn merges.
 _SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "bar", "den", "fol"]
 
@@ -89,11 +114,298 @@ def toy_pairs() -> Callable[..., list[tuple[str, str]]]:
     return pairs
 
 
+# -- training: a tiny composed train.yaml ----------------------------------------------------
+LEXICON_WORDS = ["ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "bar", "den"]
+
+
+def write_lexicon_corpus(
+    directory: Path, name: str, count: int, *, seed: int, words: Sequence[str] = LEXICON_WORDS
+) -> tuple[Path, Path]:
+    """A word-for-word "language": each source word has one target word, same order."""
+    rng = random.Random(seed)
+    sources, targets = [], []
+    for _ in range(count):
+        sentence = [rng.choice(words) for _ in range(rng.randint(2, 6))]
+        sources.append(" ".join(sentence))
+        targets.append(" ".join(word[::-1].upper() + "x" for word in sentence))
+    src, tgt = directory / f"{name}.src", directory / f"{name}.tgt"
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(targets) + "\n", encoding="utf-8")
+    return src, tgt
+
+
+@pytest.fixture
+def train_corpus(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    """train (600 pairs) and valid (40) splits of the word-for-word language, in tmp_path."""
+    directory = tmp_path / "corpus"
+    directory.mkdir(exist_ok=True)
+    return {
+        "train": write_lexicon_corpus(directory, "train", 600, seed=1),
+        "valid": write_lexicon_corpus(directory, "valid", 40, seed=2),
+    }
+
+
+def compose_train_config(overrides: Sequence[str]) -> DictConfig:
+    """``train.yaml`` composed with Hydra's compose API, as ``train.py`` would compose it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+class TinyTrainConfig:
+    """The real train config over ``corpus``, shrunk to a run of seconds on one CPU thread.
+
+    ``config(**extra)`` composes it (``extra``: dotted keys, e.g.
+    ``**{"trainer.max_steps": 20}``), ``config.overrides(**extra)`` lists the same as
+    ``key=value`` arguments of ``train.py``.
+    """
+
+    def __init__(self, corpus: dict[str, tuple[Path, Path]], data_dir: Path) -> None:
+        self.corpus = corpus
+        self.data_dir = data_dir
+
+    def overrides(self, **extra) -> list[str]:
+        values = {
+            "data": "files",
+            "data.train.src": self.corpus["train"][0],
+            "data.train.tgt": self.corpus["train"][1],
+            "data.valid.src": self.corpus["valid"][0],
+            "data.valid.tgt": self.corpus["valid"][1],
+            "paths.data_dir": self.data_dir,
+            "tokenizer.vocab_size": 60,
+            "model.embed_dim": 32,
+            "model.dropout": 0.1,
+            "model.encoder.hidden_size": 32,
+            "model.decoder.hidden_size": 64,
+            "batch.max_tokens": 400,
+            "trainer.num_threads": 1,
+            "trainer.max_epochs": 100,
+            "trainer.max_steps": 60,
+            "trainer.log_every": 20,
+            "trainer.valid_every": 30,
+            "trainer.save_every": 20,
+            "trainer.progress_bar": False,
+            "optimizer.lr": 0.01,
+        }
+        values.update(extra)
+        return [f"{key}={value}" for key, value in values.items()]
+
+    def __call__(self, **extra) -> DictConfig:
+        return compose_train_config(self.overrides(**extra))
+
+
+@pytest.fixture
+def tiny_train_config(train_corpus, tmp_path: Path) -> TinyTrainConfig:
+    """A factory of tiny train configs over ``train_corpus``; data caches go to tmp_path/data."""
+    return TinyTrainConfig(train_corpus, tmp_path / "data")
+
+
+@pytest.fixture
+def fake_validation_bleu(monkeypatch) -> Callable[[Sequence[float]], list[float]]:
+    """Returns fake(bleus): the validations that follow report these BLEUs, in turn.
+
+    The translations are still made, written and scored; only the BLEU of the scores is
+    replaced (in :mod:`seq2seq.inference.evaluation`, which validation and ``evaluate.py``
+    share). ``fake`` returns the list of BLEUs handed out so far, for the test to check that
+    every validation went through the fake.
+    """
+    from seq2seq.inference import evaluation
+
+    real_scores = evaluation.corpus_scores
+    handed_out: list[float] = []
+
+    def fake(bleus: Sequence[float]) -> list[float]:
+        def corpus_scores(hypotheses, references):
+            if len(handed_out) >= len(bleus):
+                raise AssertionError(f"more than the {len(bleus)} validations the test expected")
+            scores = dict(real_scores(hypotheses, references))
+            scores["bleu"] = float(bleus[len(handed_out)])
+            handed_out.append(scores["bleu"])
+            return scores
+
+        monkeypatch.setattr(evaluation, "corpus_scores", corpus_scores)
+        return handed_out
+
+    return fake
+
+
+# -- inference: the copy task ----------------------------------------------------------------
+COPY_WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "big", "small",
+              "one", "two", "bird", "fish", "sun", "moon"]
+COPY_SPLIT_SIZES = {"train": 2000, "valid": 40, "test": 60}
+
+
+def sentences(count: int, *, seed: int) -> list[str]:
+    """Random sentences of 2-7 words from a 16-word vocabulary."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(COPY_WORDS) for _ in range(rng.randint(2, 7)))
+            for _ in range(count)]
+
+
+def write_copy_corpus(directory: Path) -> dict[str, dict[str, str]]:
+    """A copy-task corpus under ``directory/corpus``; returns the paths relative to ``directory``.
+
+    The paths are relative on purpose: the data config of a checkpoint is read relative to the
+    directory a command runs in.
+    """
+    (directory / "corpus").mkdir(parents=True, exist_ok=True)
+    files = {}
+    for seed, (split, count) in enumerate(COPY_SPLIT_SIZES.items()):
+        lines = sentences(count, seed=seed)
+        for side in ("src", "tgt"):
+            relative = f"corpus/{split}.{side}"
+            (directory / relative).write_text("".join(f"{line}\n" for line in lines), "utf-8")
+        files[split] = {"src": f"corpus/{split}.src", "tgt": f"corpus/{split}.tgt"}
+    return files
+
+
+def copy_model_config(*, decoder_hidden_size: int = 64) -> dict:
+    """The real YAML groups (GRU encoder, Bahdanau decoder, additive attention), made tiny."""
+    cfg = OmegaConf.create(
+        {
+            "model": {
+                "embed_dim": 32,
+                "dropout": 0.0,
+                "tie_embeddings": False,
+                "encoder": OmegaConf.load(CONFIG_DIR / "model/encoder/gru.yaml"),
+                "decoder": OmegaConf.load(CONFIG_DIR / "model/decoder/bahdanau.yaml"),
+                "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
+            }
+        }
+    )
+    cfg.model.encoder.hidden_size = 32
+    cfg.model.decoder.hidden_size = decoder_hidden_size
+    return OmegaConf.to_container(cfg, resolve=True)["model"]
+
+
+@functools.cache
+def copy_tokenizers():
+    """A joint unigram model: on the copy corpus every word becomes one piece."""
+    from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
+
+    shared = SentencePieceTokenizer.train(
+        sentences(COPY_SPLIT_SIZES["train"], seed=0),
+        model_type="unigram",
+        vocab_size=39,
+        seed=1,
+        max_sentences=0,
+    )
+    return Tokenizers(src=shared, tgt=shared, joint=True)
+
+
+def checkpoint_payload(model, data_files: dict, model_cfg: dict | None = None) -> dict:
+    """Everything a trainer's checkpoint carries, minus the training-only extras."""
+    from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "model": model.state_dict(),
+        "config": {
+            "model": model_cfg or copy_model_config(),
+            "data": {"kind": "files", "src_lang": "src", "tgt_lang": "tgt", **data_files},
+            "tokenizer": {"model_type": "unigram", "vocab_size": 39, "joint": True},
+            "paths": {"data_dir": "data", "cache_dir": "data/cache"},
+        },
+        "tokenizers": tokenizers_to_payload(copy_tokenizers()),
+        "optimizer": {"state": {}, "param_groups": []},
+    }
+
+
+def build_copy_checkpoint(
+    directory: Path, *, train_steps: int = 0, name: str = "last.pt", decoder_hidden_size: int = 64
+) -> Path:
+    """Write ``directory/checkpoints/<name>`` (and the corpus) for a tiny copy-task model.
+
+    With ``train_steps``, the model is first trained on the copy task (300 steps: ~5 s).
+    """
+    from seq2seq.checkpoint import save_checkpoint
+    from seq2seq.models.build import build_model
+
+    data_files = write_copy_corpus(directory)
+    model_cfg = copy_model_config(decoder_hidden_size=decoder_hidden_size)
+    vocab_size = copy_tokenizers().src.vocab_size
+    torch.manual_seed(0)
+    model = build_model(
+        OmegaConf.create(model_cfg), src_vocab_size=vocab_size, tgt_vocab_size=vocab_size
+    )
+    if train_steps:
+        train_copy_task(model, steps=train_steps)
+    path = directory / "checkpoints" / name
+    save_checkpoint(checkpoint_payload(model.eval(), data_files, model_cfg), path)
+    return path
+
+
+def train_copy_task(model, *, steps: int) -> None:
+    from seq2seq.data.batching import collate
+    from seq2seq.data.vocab import PAD_ID
+
+    ids = [np.asarray(x) for x in
+           copy_tokenizers().src.encode(sentences(COPY_SPLIT_SIZES["train"], seed=0))]
+    rng = random.Random(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_ID)
+    model.train()
+    # Matrices this small run fastest on one thread, and the test machine's cores are shared.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            picked = [rng.randrange(len(ids)) for _ in range(32)]
+            batch = collate([(ids[i], ids[i]) for i in picked], picked)
+            features, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+            loss = loss_fn(model.project(features).flatten(0, 1), batch.tgt_out.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+
+
+@pytest.fixture(scope="session")
+def copy_sentences() -> Callable[..., list[str]]:
+    """Returns sentences(count, *, seed): copy-task sentences (the trained model copies them)."""
+    return sentences
+
+
+@pytest.fixture(scope="session")
+def make_checkpoint() -> Callable[..., Path]:
+    """Returns make(directory, *, train_steps=0, name="last.pt", decoder_hidden_size=64) -> path
+    of ``directory/checkpoints/<name>``, an untrained (or briefly trained) copy-task model with
+    its corpus under ``directory/corpus``."""
+    return build_copy_checkpoint
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``.../copy_model/checkpoints/best.pt``: the copy model, trained once per test session.
+
+    Its corpus lies in ``.../copy_model/corpus``. Under pytest-xdist every worker has its own
+    temporary folder; the first worker to get here trains the model into the folder they share
+    (the parent of theirs) under a file lock, and the others wait for it and read it.
+    Tests must not modify these files (copy them first).
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build_copy_checkpoint(tmp_path_factory.getbasetemp() / "copy_model",
+                                     train_steps=300, name="best.pt")
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent
+    path = shared / "copy_model" / "checkpoints" / "best.pt"
+    with FileLock(str(shared / "copy_model.lock")):
+        if not path.is_file():  # written atomically, and last: its presence means all is there
+            build_copy_checkpoint(shared / "copy_model", train_steps=300, name="best.pt")
+    return path
+
+
+# -- every test ------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def one_thread():
     """Run each test on one thread: its models are tiny and the machine's cores are shared."""
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

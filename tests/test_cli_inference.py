@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_translator import make_checkpoint, sentences, trained_checkpoint
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.inference.translator import Translator
@@ -35,9 +34,9 @@ def run_tool(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.Compl
 
 
 @pytest.fixture
-def workdir(tmp_path, tmp_path_factory) -> Path:
+def workdir(tmp_path, trained_checkpoint) -> Path:
     """A fresh folder holding a run with the copy model and the corpus it names (relatively)."""
-    checkpoint = trained_checkpoint(tmp_path_factory)
+    checkpoint = trained_checkpoint
     shutil.copytree(checkpoint.parents[1] / "corpus", tmp_path / "corpus")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     shutil.copy(checkpoint, tmp_path / "run" / "checkpoints" / "best.pt")
@@ -182,8 +181,9 @@ def test_evaluate_run_folder_files_and_table(workdir):
     ]
 
 
-def test_average_of_two_checkpoints_loads_and_translates(tmp_path, tmp_path_factory):
-    first = trained_checkpoint(tmp_path_factory)
+def test_average_of_two_checkpoints_loads_and_translates(tmp_path, trained_checkpoint,
+                                                         copy_sentences):
+    first = trained_checkpoint
     payload = load_checkpoint(first)
     generator = torch.Generator().manual_seed(0)
     payload["model"] = {
@@ -210,13 +210,13 @@ def test_average_of_two_checkpoints_loads_and_translates(tmp_path, tmp_path_fact
     for name, tensor in load_checkpoint(first)["model"].items():
         expected = (tensor + payload["model"][name]) / 2
         torch.testing.assert_close(averaged["model"][name], expected)
-    inputs = sentences(10, seed=11)
+    inputs = copy_sentences(10, seed=11)
     translated = Translator.from_checkpoint(output, beam_size=2).translate(inputs)
     assert sum(n_best[0].text == text for n_best, text in zip(translated, inputs, strict=True)) >= 7
 
 
-def test_average_refuses_mismatched_shapes(tmp_path, tmp_path_factory):
-    first = trained_checkpoint(tmp_path_factory)
+def test_average_refuses_mismatched_shapes(tmp_path, trained_checkpoint, make_checkpoint):
+    first = trained_checkpoint
     bigger = make_checkpoint(tmp_path, decoder_hidden_size=48)
     result = run_tool(
         [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,77 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from seq2seq import CONFIG_DIR
-from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.training.run import train
 from seq2seq.training.trainer import TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = CONFIG_DIR
-
-WORDS = ["ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "bar", "den"]
-# A word-for-word "language": each source word has one target word, same order.
-LEXICON = {w: w[::-1].upper() + "x" for w in WORDS}
-
-
-def write_corpus(directory: Path, name: str, count: int, seed: int) -> tuple[Path, Path]:
-    rng = random.Random(seed)
-    sources, targets = [], []
-    for _ in range(count):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
-        sources.append(" ".join(words))
-        targets.append(" ".join(LEXICON[w] for w in words))
-    src, tgt = directory / f"{name}.src", directory / f"{name}.tgt"
-    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
-    tgt.write_text("\n".join(targets) + "\n", encoding="utf-8")
-    return src, tgt
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
-    directory = tmp_path / "corpus"
-    directory.mkdir()
-    return {
-        "train": write_corpus(directory, "train", 600, seed=1),
-        "valid": write_corpus(directory, "valid", 40, seed=2),
-    }
-
-
-def tiny_overrides(corpus, tmp_path: Path, **extra) -> list[str]:
-    """Shrink the real config to a run of seconds on the CPU."""
-    overrides = {
-        "data": "files",
-        "data.train.src": corpus["train"][0],
-        "data.train.tgt": corpus["train"][1],
-        "data.valid.src": corpus["valid"][0],
-        "data.valid.tgt": corpus["valid"][1],
-        "paths.data_dir": tmp_path / "data",
-        "tokenizer.vocab_size": 60,
-        "model.embed_dim": 32,
-        "model.dropout": 0.1,
-        "model.encoder.hidden_size": 32,
-        "model.decoder.hidden_size": 64,
-        "batch.max_tokens": 400,
-        "trainer.num_threads": 1,
-        "trainer.max_epochs": 100,
-        "trainer.max_steps": 60,
-        "trainer.log_every": 20,
-        "trainer.valid_every": 30,
-        "trainer.save_every": 20,
-        "trainer.progress_bar": False,
-        "optimizer.lr": 0.01,
-    }
-    overrides.update(extra)
-    return [f"{key}={value}" for key, value in overrides.items()]
-
-
-def compose_config(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
 
 
 def validation_bleus(caplog) -> list[float]:
@@ -90,10 +25,10 @@ def validation_bleus(caplog) -> list[float]:
     return [float(line.split("BLEU ")[1].split()[0]) for line in lines]
 
 
-def test_training_improves_validation_bleu_and_writes_the_run_folder(corpus, tmp_path, caplog):
+def test_training_improves_validation_bleu_and_writes_the_run_folder(tiny_train_config, tmp_path,
+                                                                     caplog):
     run_dir = tmp_path / "run"
-    cfg = compose_config(tiny_overrides(corpus, tmp_path, **{"trainer.max_steps": 150,
-                                                               "trainer.valid_every": 50}))
+    cfg = tiny_train_config(**{"trainer.max_steps": 150, "trainer.valid_every": 50})
     with caplog.at_level("INFO"):
         result = train(cfg, run_dir)
     bleus = validation_bleus(caplog)
@@ -111,26 +46,27 @@ def test_training_improves_validation_bleu_and_writes_the_run_folder(corpus, tmp
     assert 1 <= len(kept) <= 3
 
 
-def test_reported_bleu_equals_the_sacrebleu_command(corpus, tmp_path, caplog):
+def test_reported_bleu_equals_the_sacrebleu_command(tiny_train_config, tmp_path, caplog):
     run_dir = tmp_path / "run"
-    cfg = compose_config(tiny_overrides(corpus, tmp_path))
+    cfg = tiny_train_config()
     with caplog.at_level("INFO"):
         train(cfg, run_dir)
     reported = [r.getMessage() for r in caplog.records if r.getMessage().startswith("validation step 60")]
     assert reported, "no validation log line for step 60"
     bleu = reported[-1].split("BLEU ")[1].split()[0]
     hyp = run_dir / "validation" / "step0000060.hyp"
-    command = [str(Path(sys.executable).parent / "sacrebleu"), str(corpus["valid"][1]),
+    command = [str(Path(sys.executable).parent / "sacrebleu"),
+               str(tiny_train_config.corpus["valid"][1]),
                "-i", str(hyp), "-b", "-w", "2"]
     printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
     assert bleu == printed
 
 
-def test_tensorboard_has_scalars_and_attention_image(corpus, tmp_path):
+def test_tensorboard_has_scalars_and_attention_image(tiny_train_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "run"
-    train(compose_config(tiny_overrides(corpus, tmp_path)), run_dir)
+    train(tiny_train_config(), run_dir)
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
     events.Reload()
     scalars = set(events.Tags()["scalars"])
@@ -147,10 +83,9 @@ def run_cli(overrides: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_bitwise_identical(corpus, tmp_path):
+def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
     """SIGKILL after a checkpoint, resume: same parameters as an uninterrupted run."""
-    common = tiny_overrides(corpus, tmp_path, **{"trainer.max_steps": 80,
-                                                 "trainer.valid_every": 50})
+    common = tiny_train_config.overrides(**{"trainer.max_steps": 80, "trainer.valid_every": 50})
     straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
     straight = run_cli([*common, f"hydra.run.dir={straight_dir}"], tmp_path)
     assert straight.wait(timeout=300) == 0, straight.stdout.read().decode()
@@ -177,16 +112,107 @@ def test_kill_and_resume_is_bitwise_identical(corpus, tmp_path):
         assert torch.equal(tensor, actual[name]), f"{name} differs after resume"
 
 
-def test_resume_with_another_model_shape_says_what_differs(corpus, tmp_path):
+def test_resume_with_another_model_shape_says_what_differs(tiny_train_config, tmp_path):
     run_dir = tmp_path / "run"
-    train(compose_config(tiny_overrides(corpus, tmp_path, **{"trainer.max_steps": 20})), run_dir)
-    cfg = compose_config(tiny_overrides(corpus, tmp_path, **{
-        "model.decoder.hidden_size": 48, "trainer.resume": run_dir / "checkpoints" / "last.pt"}))
+    train(tiny_train_config(**{"trainer.max_steps": 20}), run_dir)
+    cfg = tiny_train_config(**{"model.decoder.hidden_size": 48,
+                               "trainer.resume": run_dir / "checkpoints" / "last.pt"})
     with pytest.raises(CheckpointError, match=r"model\.decoder\.hidden_size: 64 -> 48"):
         train(cfg, tmp_path / "other")
 
 
-def test_nan_loss_is_skipped_counted_and_stops_after_a_streak(corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("change", ["vocab_size", "corpus"])
+def test_resume_with_another_tokenizer_is_refused(tiny_train_config, tmp_path, change):
+    """Token ids mean nothing under another sentencepiece model: resuming must stop, saying so."""
+    run_dir = tmp_path / "run"
+    train(tiny_train_config(**{"trainer.max_steps": 10, "trainer.valid_every": 1000}), run_dir)
+    last = run_dir / "checkpoints" / "last.pt"
+    before = last.read_bytes()
+    if change == "vocab_size":
+        extra = {"tokenizer.vocab_size": 50}
+        expected = r"tokenizer\.vocab_size: 60 -> 50.*vocabulary"
+    else:  # same tokenizer settings, another training corpus: another vocabulary
+        words = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "bird", "fish"]
+        other = tmp_path / "other"
+        other.mkdir()
+        lines = [" ".join(words[(i * 7 + k) % len(words)] for k in range(2 + i % 5))
+                 for i in range(600)]
+        for side in ("src", "tgt"):
+            (other / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        extra = {"data.train.src": other / "train.src", "data.train.tgt": other / "train.tgt"}
+        expected = "vocabulary"
+    with pytest.raises(CheckpointError, match=rf"cannot resume from .*last\.pt.*{expected}"):
+        train(tiny_train_config(**extra, **{"trainer.resume": "auto"}), run_dir)
+    assert last.read_bytes() == before  # refused before anything was written
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_early_stopping_after_patience_validations_without_a_better_bleu(
+    tiny_train_config, tmp_path, caplog, patience
+):
+    """lr 0: the model never changes, so no validation after the first beats the first."""
+    run_dir = tmp_path / "run"
+    cfg = tiny_train_config(**{
+        "optimizer.lr": 0.0, "trainer.max_steps": 100, "trainer.valid_every": 3,
+        "trainer.save_every": 1000, "trainer.valid.max_sentences": 8,
+        "trainer.early_stopping_patience": patience})
+    with caplog.at_level("INFO"):
+        result = train(cfg, run_dir)
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
+    # The first validation (step 3) sets the best; the patience-th one after it stops training
+    # (all within the first epoch of 19 batches, whose end would validate too).
+    assert state["step"] == result["steps"] == 3 * (patience + 1)
+    assert state["validations_without_improvement"] == patience
+    assert state["best_step"] == result["best_step"] == 3
+    assert len(validation_bleus(caplog)) == patience + 1
+    assert "early stopping" in caplog.text
+
+
+def test_early_stopping_counts_validations_in_a_row(tiny_train_config, tmp_path,
+                                                    fake_validation_bleu, caplog):
+    """A better BLEU resets the count: patience 2 stops at the 2nd non-improvement in a row."""
+    bleus = [10.0, 9.0, 11.0, 10.0, 10.5, 50.0]
+    handed_out = fake_validation_bleu(bleus)
+    run_dir = tmp_path / "run"
+    cfg = tiny_train_config(**{
+        "trainer.max_steps": 100, "trainer.valid_every": 3, "trainer.save_every": 1000,
+        "trainer.valid.max_sentences": 8, "trainer.early_stopping_patience": 2})
+    with caplog.at_level("INFO"):
+        result = train(cfg, run_dir)
+    assert handed_out == bleus[:5]
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
+    assert state["step"] == result["steps"] == 15  # the 5th validation
+    assert (state["best_bleu"], state["best_step"]) == (11.0, 9)
+    assert state["validations_without_improvement"] == 2
+    assert "early stopping" in caplog.text
+
+
+def test_max_time_counts_the_training_time_before_a_resume(tiny_train_config, tmp_path):
+    """The train_seconds a checkpoint carries count against trainer.max_time after a resume."""
+    run_dir = tmp_path / "run"
+    train(tiny_train_config(**{"trainer.max_steps": 20, "trainer.valid_every": 1000}), run_dir)
+    last = run_dir / "checkpoints" / "last.pt"
+    checkpoint = load_checkpoint(last)
+    assert checkpoint["trainer_state"]["step"] == 20
+    assert checkpoint["trainer_state"]["train_seconds"] > 0
+    control_dir = tmp_path / "control"
+    shutil.copytree(run_dir, control_dir)
+    checkpoint["trainer_state"]["train_seconds"] = 3600.0  # an hour already spent
+    save_checkpoint(checkpoint, last)
+
+    resumed = {"trainer.max_steps": 24, "trainer.max_time": 30, "trainer.valid_every": 1000,
+               "trainer.resume": "auto"}
+    train(tiny_train_config(**resumed), run_dir)
+    state = load_checkpoint(last)["trainer_state"]
+    assert state["step"] <= 21  # at most the one group the limit is checked after
+    assert state["train_seconds"] >= 3600.0
+    # The same resume from the checkpoint as it was (seconds, not minutes, spent) goes on.
+    train(tiny_train_config(**resumed), control_dir)
+    assert load_checkpoint(control_dir / "checkpoints" / "last.pt")["trainer_state"]["step"] == 24
+
+
+def test_nan_loss_is_skipped_counted_and_stops_after_a_streak(tiny_train_config, tmp_path,
+                                                              monkeypatch):
     from seq2seq.training import loss as loss_module
 
     real_forward = loss_module.SequenceLoss.forward
@@ -201,9 +227,9 @@ def test_nan_loss_is_skipped_counted_and_stops_after_a_streak(corpus, tmp_path, 
 
     monkeypatch.setattr(loss_module.SequenceLoss, "forward", sometimes_nan)
     run_dir = tmp_path / "run"
-    cfg = compose_config(tiny_overrides(corpus, tmp_path, **{
+    cfg = tiny_train_config(**{
         "trainer.max_steps": 100, "trainer.valid_every": 1000, "trainer.save_every": 10,
-        "trainer.max_consecutive_nonfinite": 3}))
+        "trainer.max_consecutive_nonfinite": 3})
     with pytest.raises(TrainingError, match="3 non-finite losses in a row"):
         train(cfg, run_dir)
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
@@ -222,6 +248,23 @@ def test_unknown_config_key_fails_with_hydras_message(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("optimizer.lr=abc", "optimizer.lr: expected a number, got 'abc'"),
+    ("trainer.max_steps=ten", "trainer.max_steps: expected an integer, got 'ten'"),
+    ("model.attention.hidden_size=big", "model.attention.hidden_size: expected an integer"),
+    ("trainer.precision=fp8", "trainer.precision must be one of fp32, bf16, fp16"),
+])
+def test_bad_config_value_is_one_line_error_naming_the_key(tmp_path, override, message):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), override],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    errors = [line for line in output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and message in errors[0], output
+    assert "Traceback" not in output
+    assert not (tmp_path / "data").exists()  # stopped before fetching or preparing anything
+
+
 def test_print_composed_config(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--cfg", "job",
                              "model/attention=dot"], cwd=tmp_path, capture_output=True, text=True)
@@ -230,10 +273,10 @@ def test_print_composed_config(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_gloo_torchrun_keeps_ranks_identical(corpus, tmp_path):
+def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_path):
     run_dir = tmp_path / "ddp"
-    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.max_steps": 20,
-                                                    "trainer.valid_every": 10})
+    overrides = tiny_train_config.overrides(**{"trainer.max_steps": 20,
+                                               "trainer.valid_every": 10})
     env = dict(os.environ, OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}"]
@@ -252,12 +295,12 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_mixed_precision_path_runs_on_cpu(corpus, tmp_path, precision):
+def test_mixed_precision_path_runs_on_cpu(tiny_train_config, tmp_path, precision):
     """autocast + grad scaler, the code path GPUs take, exercised on the CPU."""
     run_dir = tmp_path / "run"
-    cfg = compose_config(tiny_overrides(corpus, tmp_path, **{
+    cfg = tiny_train_config(**{
         "trainer.precision": precision, "trainer.max_steps": 6, "trainer.valid_every": 6,
-        "trainer.valid.max_sentences": 8}))
+        "trainer.valid.max_sentences": 8})
     result = train(cfg, run_dir)
     checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert checkpoint["trainer_state"]["step"] == 6 and result["best_bleu"] >= 0

@@ -1,198 +1,26 @@
-"""The Translator on a tiny model trained (in the test) to copy its input.
-
-The helpers at the top also serve tests/test_cli_inference.py and
-tests/test_checkpoint_safety.py: a synthetic corpus, a tiny checkpoint with everything a real
-one carries, and a copy model trained once per test session (a few seconds).
-"""
+"""The Translator on a tiny model trained (in conftest, once per session) to copy its input."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from seq2seq import CONFIG_DIR
-from seq2seq.checkpoint import (
-    FORMAT_VERSION,
-    load_checkpoint,
-    model_from_checkpoint,
-    save_checkpoint,
-    tokenizers_to_payload,
-)
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
-from seq2seq.data.vocab import PAD_ID
 from seq2seq.inference.search import Hypothesis, greedy_search
 from seq2seq.inference.translator import Translation, Translator
-from seq2seq.models.build import build_model
-
-CONFIGS = CONFIG_DIR
-WORDS = [
-    "red",
-    "blue",
-    "green",
-    "cat",
-    "dog",
-    "house",
-    "tree",
-    "car",
-    "big",
-    "small",
-    "one",
-    "two",
-    "bird",
-    "fish",
-    "sun",
-    "moon",
-]
-SPLIT_SIZES = {"train": 2000, "valid": 40, "test": 60}
 
 
-# -- helpers shared with the other inference tests -----------------------------------------
-def sentences(count: int, *, seed: int) -> list[str]:
-    """Random sentences of 2-7 words from a 16-word vocabulary."""
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(count)]
-
-
-def write_corpus(directory: Path) -> dict[str, dict[str, str]]:
-    """A copy-task corpus under ``directory/corpus``; returns the paths relative to ``directory``.
-
-    The paths are relative on purpose: the data config of a checkpoint is read relative to the
-    directory a command runs in.
-    """
-    (directory / "corpus").mkdir(parents=True, exist_ok=True)
-    files = {}
-    for seed, (split, count) in enumerate(SPLIT_SIZES.items()):
-        lines = sentences(count, seed=seed)
-        for side in ("src", "tgt"):
-            relative = f"corpus/{split}.{side}"
-            (directory / relative).write_text("".join(f"{line}\n" for line in lines), "utf-8")
-        files[split] = {"src": f"corpus/{split}.src", "tgt": f"corpus/{split}.tgt"}
-    return files
-
-
-def model_config(*, decoder_hidden_size: int = 64) -> dict:
-    """The real YAML groups (GRU encoder, Bahdanau decoder, additive attention), made tiny."""
-    cfg = OmegaConf.create(
-        {
-            "model": {
-                "embed_dim": 32,
-                "dropout": 0.0,
-                "tie_embeddings": False,
-                "encoder": OmegaConf.load(CONFIGS / "model/encoder/gru.yaml"),
-                "decoder": OmegaConf.load(CONFIGS / "model/decoder/bahdanau.yaml"),
-                "attention": OmegaConf.load(CONFIGS / "model/attention/additive.yaml"),
-            }
-        }
-    )
-    cfg.model.encoder.hidden_size = 32
-    cfg.model.decoder.hidden_size = decoder_hidden_size
-    return OmegaConf.to_container(cfg, resolve=True)["model"]
-
-
-@functools.cache
-def tokenizers() -> Tokenizers:
-    """A joint unigram model: on this corpus every word becomes one piece."""
-    shared = SentencePieceTokenizer.train(
-        sentences(SPLIT_SIZES["train"], seed=0),
-        model_type="unigram",
-        vocab_size=39,
-        seed=1,
-        max_sentences=0,
-    )
-    return Tokenizers(src=shared, tgt=shared, joint=True)
-
-
-def checkpoint_payload(model, data_files: dict, model_cfg: dict | None = None) -> dict:
-    """Everything a trainer's checkpoint carries, minus the training-only extras."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "model": model.state_dict(),
-        "config": {
-            "model": model_cfg or model_config(),
-            "data": {"kind": "files", "src_lang": "src", "tgt_lang": "tgt", **data_files},
-            "tokenizer": {"model_type": "unigram", "vocab_size": 39, "joint": True},
-            "paths": {"data_dir": "data", "cache_dir": "data/cache"},
-        },
-        "tokenizers": tokenizers_to_payload(tokenizers()),
-        "optimizer": {"state": {}, "param_groups": []},
-    }
-
-
-def make_checkpoint(
-    directory: Path, *, train_steps: int = 0, name: str = "last.pt", decoder_hidden_size: int = 64
-) -> Path:
-    """Write ``directory/checkpoints/<name>`` (and the corpus) for a tiny model.
-
-    With ``train_steps``, the model is first trained on the copy task (300 steps: ~5 s).
-    """
-    data_files = write_corpus(directory)
-    model_cfg = model_config(decoder_hidden_size=decoder_hidden_size)
-    vocab_size = tokenizers().src.vocab_size
-    torch.manual_seed(0)
-    model = build_model(
-        OmegaConf.create(model_cfg), src_vocab_size=vocab_size, tgt_vocab_size=vocab_size
-    )
-    if train_steps:
-        train_copy_task(model, steps=train_steps)
-    path = directory / "checkpoints" / name
-    save_checkpoint(checkpoint_payload(model.eval(), data_files, model_cfg), path)
-    return path
-
-
-def train_copy_task(model, *, steps: int) -> None:
-    ids = [np.asarray(x) for x in tokenizers().src.encode(sentences(SPLIT_SIZES["train"], seed=0))]
-    rng = random.Random(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_ID)
-    model.train()
-    # Matrices this small run fastest on one thread, and the test machine's cores are shared.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        _copy_steps(model, ids, rng, optimizer, loss_fn, steps)
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
-
-
-def _copy_steps(model, ids, rng, optimizer, loss_fn, steps: int) -> None:
-    for _ in range(steps):
-        picked = [rng.randrange(len(ids)) for _ in range(32)]
-        batch = collate([(ids[i], ids[i]) for i in picked], picked)
-        features, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss = loss_fn(model.project(features).flatten(0, 1), batch.tgt_out.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-
-
-@functools.cache
-def _trained_checkpoint(session_dir: Path) -> Path:
-    return make_checkpoint(session_dir / "copy_model", train_steps=300, name="best.pt")
-
-
-def trained_checkpoint(tmp_path_factory) -> Path:
-    """The copy model's checkpoint, trained once per session (its corpus lies beside it)."""
-    return _trained_checkpoint(tmp_path_factory.getbasetemp())
-
-
-# -- tests -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_checkpoint(trained_checkpoint(tmp_path_factory), beam_size=4)
+def translator(trained_checkpoint) -> Translator:
+    return Translator.from_checkpoint(trained_checkpoint, beam_size=4)
 
 
-def test_copy_model_translates(translator):
-    inputs = sentences(30, seed=123)
+def test_copy_model_translates(translator, copy_sentences):
+    inputs = copy_sentences(30, seed=123)
     outputs = [n_best[0].text for n_best in translator.translate(inputs)]
     assert sum(o == i for o, i in zip(outputs, inputs, strict=True)) >= 25
 
@@ -211,9 +39,9 @@ def test_order_count_empty_and_long_lines(translator, caplog):
     assert "source sentence 4 has 400 pieces" in caplog.text
 
 
-def test_results_do_not_depend_on_batching(tmp_path_factory):
-    path = trained_checkpoint(tmp_path_factory)
-    inputs = sentences(12, seed=7) + [""]
+def test_results_do_not_depend_on_batching(trained_checkpoint, copy_sentences):
+    path = trained_checkpoint
+    inputs = copy_sentences(12, seed=7) + [""]
     big = Translator.from_checkpoint(path, beam_size=3, max_tokens=4000).translate(inputs)
     small = Translator.from_checkpoint(path, beam_size=3, max_tokens=1).translate(inputs)
     for a, b in zip(big, small, strict=True):
@@ -230,19 +58,18 @@ def test_translation_fields_and_attention(translator):
     assert best.score < 0
 
 
-def test_nbest_sorted_and_distinct(tmp_path_factory):
-    path = trained_checkpoint(tmp_path_factory)
-    translator = Translator.from_checkpoint(path, beam_size=4, nbest=3)
-    for n_best in translator.translate(sentences(5, seed=9)):
+def test_nbest_sorted_and_distinct(trained_checkpoint, copy_sentences):
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=4, nbest=3)
+    for n_best in translator.translate(copy_sentences(5, seed=9)):
         assert len(n_best) == 3
         assert [t.score for t in n_best] == sorted((t.score for t in n_best), reverse=True)
         assert len({t.text for t in n_best}) == 3
 
 
-def test_translate_ids_greedy_path_matches_greedy_search(tmp_path_factory):
-    checkpoint = load_checkpoint(trained_checkpoint(tmp_path_factory))
+def test_translate_ids_greedy_path_matches_greedy_search(trained_checkpoint, copy_sentences):
+    checkpoint = load_checkpoint(trained_checkpoint)
     model, tokenizers_, _ = model_from_checkpoint(checkpoint)
-    ids = [np.asarray(x, dtype=np.uint16) for x in tokenizers_.src.encode(sentences(6, seed=5))]
+    ids = [np.asarray(x, dtype=np.uint16) for x in tokenizers_.src.encode(copy_sentences(6, seed=5))]
     translator = Translator(model, tokenizers_, device="cpu", beam_size=1, length_penalty=0.0)
     model.train()  # the trainer lends its model in training mode...
     results = translator.translate_ids(ids, return_attention=True)
@@ -271,3 +98,31 @@ def test_invalid_options_are_clear_errors(translator):
         Translator(translator.model, translator.tokenizers, device="cpu", beam_size=2, nbest=3)
     with pytest.raises(ValueError, match="max_tokens must be positive"):
         Translator(translator.model, translator.tokenizers, device="cpu", max_tokens=0)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_bf16_decoding_agrees_with_fp32(trained_checkpoint, copy_sentences, beam_size):
+    """precision=bf16 (autocast) runs on the CPU, keeps count and order, and mostly agrees."""
+    inputs = copy_sentences(30, seed=321)
+    inputs[7:7] = ["", "moon"]  # an empty line and a one-word line inside the batch
+    fp32 = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size)
+    bf16 = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size, precision="bf16")
+    reference = fp32.translate(inputs)
+    expected = [n_best[0].text for n_best in reference]
+    results = bf16.translate(inputs, return_attention=True)
+    assert len(results) == len(inputs)
+    got = [n_best[0].text for n_best in results]
+    # The search really ran in bf16: its scores are fp32's up to bf16 rounding, not equal.
+    same = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g == e and g]
+    differences = [abs(results[i][0].score - reference[i][0].score) for i in same]
+    assert 0 < max(differences) < 0.5, differences
+    assert got[7] == "" and results[7] == [Translation("", 0.0, [], [], None)]
+    assert got[8] == "moon"
+    # In input order: the copy model's output is (mostly) its own input.
+    assert sum(g == i for g, i in zip(got, inputs, strict=True)) >= 25, got
+    assert sum(g == e for g, e in zip(got, expected, strict=True)) >= 27, (got, expected)
+    for n_best in results[9:]:
+        best = n_best[0]
+        assert np.isfinite(best.score) and best.score < 0
+        torch.testing.assert_close(best.attention.float().sum(-1),
+                                   torch.ones(len(best.target_pieces) + 1), atol=2e-2, rtol=0)
