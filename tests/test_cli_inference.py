@@ -116,6 +116,22 @@ def test_translate_missing_checkpoint_is_one_line_error(tmp_path):
     assert_no_hydra_folders(tmp_path)
 
 
+@pytest.mark.parametrize(("tool", "override", "message"), [
+    ("translate.py", "beam_size=abc", "beam_size: expected an integer, got 'abc'"),
+    ("translate.py", "length_penalty=high", "length_penalty: expected a number, got 'high'"),
+    ("evaluate.py", "batch.max_tokens=lots", "batch.max_tokens: expected an integer, got 'lots'"),
+    ("evaluate.py", "num_threads=two", "num_threads: expected an integer, got 'two'"),
+])
+def test_bad_option_value_is_one_line_error_naming_the_key(
+    workdir, trained_checkpoint, tool, override, message
+):
+    result = run_tool([str(ROOT / tool), f"checkpoint={trained_checkpoint}", override],
+                      cwd=workdir, stdin="x\n")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"error: {message}"
+
+
 def test_evaluate_bleu_equals_the_sacrebleu_command(workdir):
     result = run_tool(
         [str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt", "beam_size=2"],

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
+
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR as _CONFIG_PATH
+from seq2seq.config_types import ConfigError, check_value
 
 # An absolute path: Hydra resolves a relative config_path against the importing module's
 # package, which breaks when an app is imported (root scripts, console scripts) not run.
@@ -23,3 +26,25 @@ def fail(message: str | BaseException) -> NoReturn:
     text = first_line(message) if isinstance(message, BaseException) else message
     print(f"error: {text}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+# The types of the decoding options evaluate.py and translate.py share (their YAML files
+# document each one).
+DECODING_OPTION_TYPES: dict[str, Any] = {
+    "device": str, "num_threads": int | None, "precision": str, "beam_size": int,
+    "length_penalty": float, "nbest": int, "max_len_a": float, "max_len_b": float,
+    "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
+}
+
+
+def check_options(cfg: DictConfig, types: dict[str, Any] = DECODING_OPTION_TYPES) -> None:
+    """Exit with a one-line error naming the key when an option has the wrong type."""
+    for key, annotation in types.items():
+        node, _, name = key.rpartition(".")
+        parent = OmegaConf.select(cfg, node) if node else cfg
+        if parent is None or name not in parent:
+            continue
+        try:
+            check_value(parent[name], annotation, key)
+        except ConfigError as error:
+            fail(error)

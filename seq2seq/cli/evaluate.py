@@ -38,7 +38,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.cli.common import CONFIG_DIR, check_options, fail
 from seq2seq.device import set_num_threads
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -186,6 +186,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
 
+    check_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):

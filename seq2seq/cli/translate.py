@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.cli.common import CONFIG_DIR, check_options, fail
 from seq2seq.device import set_num_threads
 
 if TYPE_CHECKING:
@@ -137,6 +137,7 @@ def run(cfg: DictConfig) -> int:
     from seq2seq.inference.translator import Translator
 
     started = MODULE_LOADED
+    check_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH")
     if cfg.text is not None and cfg.input is not None:
