@@ -13,7 +13,7 @@ relative data paths are taken from the current directory), or any pair of files
 ``checkpoint=`` is a file, a run folder (every ``*.pt`` in its ``checkpoints/``) or a glob
 (quote it); with several checkpoints each is scored and a table is printed, best BLEU first.
 
-Outputs, per checkpoint (see ``configs/evaluate.yaml`` for the default ``output_dir``)::
+Outputs, per checkpoint (see ``seq2seq/configs/evaluate.yaml`` for the default ``output_dir``)::
 
     <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.hyp    # one hypothesis a line
     <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.json   # scores, settings, timings

@@ -3,7 +3,7 @@
 Reads one sentence a line (stdin, ``input=FILE`` or ``text="..."``) and writes one
 translation a line (stdout or ``output=FILE``), in input order. Stdout carries the
 translations and nothing else: every log line goes to stderr, and Hydra writes no
-``outputs/`` or ``.hydra/`` folder (see ``configs/translate.yaml``).
+``outputs/`` or ``.hydra/`` folder (see ``seq2seq/configs/translate.yaml``).
 
 Examples::
 

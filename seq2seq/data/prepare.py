@@ -224,8 +224,8 @@ def prepare_data_from_config(
     """Runs the data stage from the `data` and `tokenizer` config nodes (as in train.yaml).
 
     Args:
-        data: The `data` node as a plain dict (see configs/data/*.yaml).
-        tokenizer: The `tokenizer` node as a plain dict (see configs/tokenizer/*.yaml).
+        data: The `data` node as a plain dict (see seq2seq/configs/data/*.yaml).
+        tokenizer: The `tokenizer` node as a plain dict (see seq2seq/configs/tokenizer/*.yaml).
         cache_dir: `paths.cache_dir`.
         progress: Show progress bars (None: only when stderr is a terminal).
 
