@@ -34,6 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, TextIO
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.atomic import atomic_write
 from seq2seq.cli.common import CONFIG_DIR, check_options, fail
 from seq2seq.device import set_num_threads
 
@@ -174,37 +176,32 @@ def run(cfg: DictConfig) -> int:
     else:
         lines = _stdin_lines()
 
-    output_file = None
     try:
-        if cfg.output is not None:
-            output_path = Path(cfg.output)
-            output_path.parent.mkdir(parents=True, exist_ok=True)
-            output_file = open(output_path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
-            stream: TextIO = output_file
-        else:
-            # UTF-8 and "\n" whatever the locale, so the output matches the files' encoding.
-            if hasattr(sys.stdout, "reconfigure"):
-                sys.stdout.reconfigure(encoding="utf-8", newline="\n")
-            stream = sys.stdout
-        writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
-        decode_seconds = 0.0
-        if interactive:
-            decode_seconds = _interactive(translator, writer)
-        else:
-            for chunk in _chunks(lines, cfg.chunk_lines):
-                chunk_started = time.perf_counter()
-                writer.write(translator.translate(chunk, return_attention=plot_dir is not None))
-                decode_seconds += time.perf_counter() - chunk_started
-        stream.flush()
+        with ExitStack() as stack:
+            if cfg.output is not None:
+                # All or nothing: a run stopped half-way leaves no partial output file.
+                stream: TextIO = stack.enter_context(atomic_write(cfg.output, mode="w"))
+            else:
+                # UTF-8 and "\n" whatever the locale, so the output matches the files' encoding.
+                if hasattr(sys.stdout, "reconfigure"):
+                    sys.stdout.reconfigure(encoding="utf-8", newline="\n")
+                stream = sys.stdout
+            writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
+            decode_seconds = 0.0
+            if interactive:
+                decode_seconds = _interactive(translator, writer)
+            else:
+                for chunk in _chunks(lines, cfg.chunk_lines):
+                    chunk_started = time.perf_counter()
+                    writer.write(translator.translate(chunk, return_attention=plot_dir is not None))
+                    decode_seconds += time.perf_counter() - chunk_started
+            stream.flush()
     except DataError as error:
         fail(str(error))
     except OSError as error:
         if isinstance(error, BrokenPipeError):
             raise
         fail(f"cannot write {cfg.output or 'the output'}: {error.strerror or error}")
-    finally:
-        if output_file is not None:
-            output_file.close()
     total = time.perf_counter() - started
     log.info(
         "translated %d lines: %.1fs decoding, %.1fs in total (startup %.1fs)",

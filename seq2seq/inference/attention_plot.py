@@ -16,6 +16,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from seq2seq.atomic import atomic_write
+
 # Inches per source/target piece, and limits so that long sentences stay readable.
 _CELL_INCHES = 0.32
 _MIN_INCHES, _MAX_INCHES = 3.0, 30.0
@@ -91,7 +93,7 @@ def save_attention_plot(
         - weights: (T, S)
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure = plot_attention(weights, source_pieces, target_pieces, title=title)
-    figure.savefig(path)
+    with atomic_write(path) as handle:
+        figure.savefig(handle, format=path.suffix.lstrip(".") or "png")
     return path

@@ -16,6 +16,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
 from seq2seq.config_types import check_config
 from seq2seq.device import set_num_threads
@@ -140,7 +141,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
 
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(OmegaConf.create(config), run_dir / "config.yaml")
+            write_text(run_dir / "config.yaml", OmegaConf.to_yaml(config))
 
         from seq2seq.data.corpus import read_lines
 
