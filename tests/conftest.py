@@ -232,6 +232,33 @@ def fake_validation_bleu(monkeypatch) -> Callable[[Sequence[float]], list[float]
     return fake
 
 
+# -- a tiny GRU + Luong + additive model, built without Hydra ---------------------------------
+TINY_VOCAB = 20  # ids 0-3 are special, 4-19 are "words"
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Callable[..., torch.nn.Module]:
+    """Returns build(seed=0): a small deterministic model (dropout 0) over ``TINY_VOCAB`` ids."""
+    from seq2seq.models.build import build_model
+
+    def build(seed: int = 0) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        config = {
+            "embed_dim": 16, "dropout": 0.0, "tie_embeddings": False,
+            "encoder": {"_target_": "seq2seq.models.encoder.RNNEncoder", "rnn_type": "gru",
+                        "embed_dim": 16, "hidden_size": 8, "num_layers": 1,
+                        "bidirectional": True, "dropout": 0.0},
+            "decoder": {"_target_": "seq2seq.models.decoders.LuongDecoder", "rnn_type": "gru",
+                        "embed_dim": 16, "hidden_size": 16, "num_layers": 1, "dropout": 0.0,
+                        "bridge": True, "input_feeding": True, "output_dim": None},
+            "attention": {"_target_": "seq2seq.models.attention.AdditiveScorer",
+                          "hidden_size": None},
+        }
+        return build_model(config, src_vocab_size=TINY_VOCAB, tgt_vocab_size=TINY_VOCAB)
+
+    return build
+
+
 # -- inference: the copy task ----------------------------------------------------------------
 COPY_WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "big", "small",
               "one", "two", "bird", "fish", "sun", "moon"]

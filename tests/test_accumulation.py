@@ -15,7 +15,6 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.models.build import build_model
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.schedulers import ConstantSchedule
 from seq2seq.training.settings import BatchSettings, TrainerSettings
@@ -50,24 +49,7 @@ def toy_pairs(count: int, seed: int) -> ToyPairs:
     return ToyPairs(pairs)
 
 
-def tiny_model(seed: int = 0):
-    torch.manual_seed(seed)
-    config = {
-        "embed_dim": 16, "dropout": 0.0, "tie_embeddings": False,
-        "encoder": {"_target_": "seq2seq.models.encoder.RNNEncoder", "rnn_type": "gru",
-                    "embed_dim": 16, "hidden_size": 8, "num_layers": 1, "bidirectional": True,
-                    "dropout": 0.0},
-        "decoder": {"_target_": "seq2seq.models.decoders.LuongDecoder", "rnn_type": "gru",
-                    "embed_dim": 16, "hidden_size": 16, "num_layers": 1, "dropout": 0.0,
-                    "bridge": True, "input_feeding": True, "output_dim": None},
-        "attention": {"_target_": "seq2seq.models.attention.AdditiveScorer",
-                      "hidden_size": None},
-    }
-    return build_model(config, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
-
-
-def make_trainer(tmp_path: Path, *, accumulate: int, label_smoothing: float = 0.0) -> Trainer:
-    model = tiny_model()
+def make_trainer(model, tmp_path: Path, *, accumulate: int, label_smoothing: float = 0.0) -> Trainer:
     data = toy_pairs(12, seed=3)
     return Trainer(
         model=model,
@@ -88,18 +70,20 @@ def make_trainer(tmp_path: Path, *, accumulate: int, label_smoothing: float = 0.
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-def test_accumulated_micro_batches_make_the_step_of_one_big_batch(tmp_path, label_smoothing):
+def test_accumulated_micro_batches_make_the_step_of_one_big_batch(
+    tmp_path, label_smoothing, tiny_model
+):
     data = toy_pairs(12, seed=3)
     groups = [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9, 10, 11]]  # three micro-batches, unequal sizes
     micro = [collate([data[i] for i in g], g) for g in groups]
     everything = collate([data[i] for g in groups for i in g], [i for g in groups for i in g])
 
-    accumulated = make_trainer(tmp_path / "a", accumulate=3, label_smoothing=label_smoothing)
+    accumulated = make_trainer(tiny_model(), tmp_path / "a", accumulate=3, label_smoothing=label_smoothing)
     accumulated.model.train()
     accumulated._accumulate(micro)
     accumulated._optimizer_step(sum(b.num_tgt_tokens for b in micro))
 
-    single = make_trainer(tmp_path / "b", accumulate=1, label_smoothing=label_smoothing)
+    single = make_trainer(tiny_model(), tmp_path / "b", accumulate=1, label_smoothing=label_smoothing)
     single.model.train()
     single._accumulate([everything])
     single._optimizer_step(everything.num_tgt_tokens)
@@ -115,10 +99,12 @@ def test_accumulated_micro_batches_make_the_step_of_one_big_batch(tmp_path, labe
     assert moved > 1e-3  # the step did change the parameters
 
 
-def test_the_last_micro_batch_of_a_group_synchronises_and_the_others_do_not(tmp_path):
+def test_the_last_micro_batch_of_a_group_synchronises_and_the_others_do_not(
+    tmp_path, tiny_model
+):
     """What DDP sees: no_sync() around every backward of a group but the last, partial groups
     included (a partial group whose backwards all ran under no_sync desynchronised ranks)."""
-    trainer = make_trainer(tmp_path, accumulate=4)
+    trainer = make_trainer(tiny_model(), tmp_path, accumulate=4)
     synced: list[bool] = []
 
     class RecordingObjective(torch.nn.Module):

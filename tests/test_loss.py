@@ -12,26 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.models.build import build_model
 from seq2seq.training.loss import SequenceLoss
 
 VOCAB = 20
-
-
-def tiny_model():
-    torch.manual_seed(0)
-    config = {
-        "embed_dim": 16, "dropout": 0.0, "tie_embeddings": False,
-        "encoder": {"_target_": "seq2seq.models.encoder.RNNEncoder", "rnn_type": "gru",
-                    "embed_dim": 16, "hidden_size": 8, "num_layers": 1, "bidirectional": True,
-                    "dropout": 0.0},
-        "decoder": {"_target_": "seq2seq.models.decoders.LuongDecoder", "rnn_type": "gru",
-                    "embed_dim": 16, "hidden_size": 16, "num_layers": 1, "dropout": 0.0,
-                    "bridge": True, "input_feeding": True, "output_dim": None},
-        "attention": {"_target_": "seq2seq.models.attention.AdditiveScorer",
-                      "hidden_size": None},
-    }
-    return build_model(config, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB).eval()
 
 
 def padded_batch(target_lengths=(5, 2, 3), width: int = 6, seed: int = 0):
@@ -70,8 +53,8 @@ def by_hand(model, src, src_lengths, tgt_in, tgt_out, eps: float) -> tuple[float
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
-def test_loss_is_the_label_smoothing_formula_over_real_tokens(eps):
-    model = tiny_model()
+def test_loss_is_the_label_smoothing_formula_over_real_tokens(eps, tiny_model):
+    model = tiny_model().eval()
     batch = padded_batch()
     loss, nll = SequenceLoss(model, label_smoothing=eps)(*batch)
     expected_loss, expected_nll = by_hand(model, *batch, eps)
@@ -89,9 +72,9 @@ def test_loss_is_the_label_smoothing_formula_over_real_tokens(eps):
     assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
 
 
-def test_padding_positions_change_nothing():
+def test_padding_positions_change_nothing(tiny_model):
     """Whatever stands at padded target positions, and however wide the padding, same loss."""
-    model = tiny_model()
+    model = tiny_model().eval()
     src, src_lengths, tgt_in, tgt_out = padded_batch()
     objective = SequenceLoss(model, label_smoothing=0.1)
     loss, nll = objective(src, src_lengths, tgt_in, tgt_out)
@@ -112,9 +95,9 @@ def test_padding_positions_change_nothing():
     torch.testing.assert_close(nll_wider, nll)
 
 
-def test_gradient_is_the_gradient_of_the_formula():
+def test_gradient_is_the_gradient_of_the_formula(tiny_model):
     """The loss is differentiable end to end, and its gradient is the formula's."""
-    model = tiny_model()
+    model = tiny_model().eval()
     batch = padded_batch()
     SequenceLoss(model, label_smoothing=0.2)(*batch)[0].backward()
     got = {name: p.grad.clone() for name, p in model.named_parameters()}
