@@ -145,7 +145,8 @@ class Trainer:
                                              keep_best=settings.keep_best, enabled=context.is_main)
         self.validator = Validator(
             data=valid_data, sources=valid_sources, references=valid_references,
-            tokenizers=tokenizers, settings=settings.valid, precision=settings.precision,
+            tokenizers=tokenizers, settings=settings.valid,
+            precision=settings.precision if amp_dtype is not None else "fp32",
             output_dir=self.run_dir / "validation" if context.is_main else None,
             writer=self.writer, autocast=self._autocast,
         )
