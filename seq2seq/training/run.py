@@ -169,6 +169,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)", resume_path,
                      trainer.state.step, trainer.state.epoch + 1, trainer.state.batches_in_epoch)
         state = trainer.fit()
+        # Every rank is done communicating before any tears the process group down (a rank
+        # exiting while another still tore down its gloo threads was seen to abort).
+        context.barrier()
         return {"best_bleu": state.best_bleu, "best_step": state.best_step, "steps": state.step}
     finally:
         cleanup_distributed()
