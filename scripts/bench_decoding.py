@@ -65,7 +65,7 @@ def bench_one(
         "sentences": len(sources),
         "startup_seconds": startup,
         "generation_seconds": generation,
-        "sentences_per_second": len(sources) / max(generation, 1e-9),
+        "sentences_per_second": evaluation.sentences_per_second,
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
         "bleu": evaluation.scores["bleu"],
         "device": str(torch_device),

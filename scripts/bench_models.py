@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.models.decoders import AttentionDecoder  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
-CONFIGS = CONFIG_DIR
 VOCAB = 8000
 TARGET_VOCAB = 4273
 
@@ -61,9 +61,9 @@ def model_config(encoder: str, decoder: str, scorer: str, decoder_overrides: dic
             "embed_dim": 256,
             "dropout": 0.2,
             "tie_embeddings": False,
-            "encoder": OmegaConf.load(CONFIGS / f"model/encoder/{encoder}.yaml"),
-            "decoder": OmegaConf.load(CONFIGS / f"model/decoder/{decoder}.yaml"),
-            "attention": OmegaConf.load(CONFIGS / f"model/attention/{scorer}.yaml"),
+            "encoder": OmegaConf.load(CONFIG_DIR / f"model/encoder/{encoder}.yaml"),
+            "decoder": OmegaConf.load(CONFIG_DIR / f"model/decoder/{decoder}.yaml"),
+            "attention": OmegaConf.load(CONFIG_DIR / f"model/attention/{scorer}.yaml"),
         }
     })
     cfg.model.decoder.merge_with(decoder_overrides)
@@ -99,10 +99,10 @@ def bench(name, encoder, decoder, scorer, overrides, force_loop, *, steps, warmu
     objective = SequenceLoss(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     batches = synthetic_batches(steps + warmup, max_tokens, torch.Generator().manual_seed(1))
+    dtype = AUTOCAST_DTYPES[precision]
     rates = []
     for index, (src, src_lengths, tgt_in, tgt_out) in enumerate(batches):
         started = time.perf_counter()
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
             loss, _ = objective(src, src_lengths, tgt_in, tgt_out)
         tokens = int((tgt_out != PAD_ID).sum())

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
 
 from seq2seq import CONFIG_DIR  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
@@ -44,7 +45,7 @@ def main() -> None:
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     batches = synthetic_batches(args.steps + 2, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.trainer.precision)
+    dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
 
     def step(batch) -> None:
         with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):

@@ -38,15 +38,13 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_write(
-    path: str | os.PathLike, *, mode: str = "wb", encoding: str | None = None,
-    suffix: str = ".tmp",
+    path: str | os.PathLike, *, mode: str = "wb", suffix: str = ".tmp"
 ) -> Iterator[IO]:
     """Open a temporary file for writing; on success it replaces ``path`` atomically.
 
     Args:
         path: the destination; its folder is created when missing.
-        mode: ``"wb"`` or ``"w"``.
-        encoding: for text mode (default UTF-8).
+        mode: ``"wb"``, or ``"w"`` for UTF-8 text with ``\\n`` line ends.
         suffix: of the temporary file's name (``.{name}.XXXX{suffix}`` beside ``path``).
 
     On an exception inside the block the temporary file is removed and ``path`` is untouched.
@@ -59,7 +57,7 @@ def atomic_write(
         prefix=f".{path.name}.", suffix=suffix, dir=path.parent
     )
     try:
-        text = {"encoding": encoding or "utf-8", "newline": "\n"} if mode == "w" else {}
+        text = {"encoding": "utf-8", "newline": "\n"} if mode == "w" else {}
         with os.fdopen(descriptor, mode, **text) as handle:
             yield handle
             handle.flush()

@@ -1,10 +1,13 @@
-"""Where computations run: the device choice and the CPU thread count, for every entry point."""
+"""Where computations run: the device, the CPU thread count and the autocast dtype."""
 
 from __future__ import annotations
 
 import os
 
 import torch
+
+# The autocast dtype of each ``precision`` option, in training and in search (fp32: none).
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def select_device(name: str | torch.device = "auto", *, local_rank: int = 0) -> torch.device:

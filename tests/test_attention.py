@@ -346,7 +346,7 @@ def test_additive_hidden_size_defaults_to_query_dim():
 
 def test_multihead_options():
     scorer = MultiHeadScorer(query_dim=6, key_dim=8, heads=4, scorer=DotScorer)
-    assert scorer.num_heads == Attention(scorer).num_heads == 4
+    assert scorer.num_heads == 4
     assert scorer.head_dim == 2 and scorer.query_proj.out_features == 8
     with pytest.raises(ValueError, match=r"key_dim=5.*heads=2"):
         MultiHeadScorer(query_dim=6, key_dim=5, heads=2, scorer=DotScorer)

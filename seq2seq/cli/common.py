@@ -1,4 +1,4 @@
-"""What the Hydra entry points share: the config folder, one-line errors, CPU threads."""
+"""What the Hydra entry points share: the config folder, one-line errors, decoding options."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ DECODING_OPTION_TYPES: dict[str, Any] = {
 }
 
 
-def check_options(cfg: DictConfig, types: dict[str, Any] = DECODING_OPTION_TYPES) -> None:
-    """Exit with a one-line error naming the key when an option has the wrong type."""
-    for key, annotation in types.items():
+def check_options(cfg: DictConfig) -> None:
+    """Exit with a one-line error naming the key when a decoding option has the wrong type."""
+    for key, annotation in DECODING_OPTION_TYPES.items():
         node, _, name = key.rpartition(".")
         parent = OmegaConf.select(cfg, node) if node else cfg
         if parent is None or name not in parent:
@@ -48,3 +48,16 @@ def check_options(cfg: DictConfig, types: dict[str, Any] = DECODING_OPTION_TYPES
             check_value(parent[name], annotation, key)
         except ConfigError as error:
             fail(error)
+
+
+def translator_options(cfg: DictConfig) -> dict[str, Any]:
+    """The ``Translator`` arguments that evaluate.py and translate.py both read from config."""
+    return {
+        "beam_size": cfg.beam_size,
+        "length_penalty": cfg.length_penalty,
+        "max_len_a": cfg.max_len_a,
+        "max_len_b": cfg.max_len_b,
+        "max_tokens": cfg.batch.max_tokens,
+        "max_source_length": cfg.max_source_length,
+        "precision": cfg.precision,
+    }

@@ -38,7 +38,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.common import CONFIG_DIR, check_options, fail
+from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
 from seq2seq.device import set_num_threads
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -106,18 +106,7 @@ def evaluate_checkpoint(
         src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
-    translator = Translator(
-        model,
-        tokenizers,
-        device=device,
-        beam_size=cfg.beam_size,
-        length_penalty=cfg.length_penalty,
-        max_len_a=cfg.max_len_a,
-        max_len_b=cfg.max_len_b,
-        max_tokens=cfg.batch.max_tokens,
-        max_source_length=cfg.max_source_length,
-        precision=cfg.precision,
-    )
+    translator = Translator(model, tokenizers, device=device, **translator_options(cfg))
     startup = time.perf_counter() - started
 
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(path)

@@ -43,7 +43,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
-from seq2seq.cli.common import CONFIG_DIR, check_options, fail
+from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
 from seq2seq.device import set_num_threads
 
 if TYPE_CHECKING:
@@ -151,16 +151,7 @@ def run(cfg: DictConfig) -> int:
     set_num_threads(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
-            cfg.checkpoint,
-            device=cfg.device,
-            beam_size=cfg.beam_size,
-            length_penalty=cfg.length_penalty,
-            max_len_a=cfg.max_len_a,
-            max_len_b=cfg.max_len_b,
-            nbest=cfg.nbest,
-            max_tokens=cfg.batch.max_tokens,
-            max_source_length=cfg.max_source_length,
-            precision=cfg.precision,
+            cfg.checkpoint, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
         )
     except (CheckpointError, ValueError) as error:
         fail(error)

@@ -30,13 +30,11 @@ class Evaluation:
         hypotheses: the best translation of each source, in input order.
         scores: ``bleu``, ``chrf``, ``bleu_detail``, ``bleu_signature``, ``chrf_signature``.
         generation_seconds: the translation alone (tokenize, search, detokenize).
-        hypotheses_path: where the hypotheses were written, if anywhere.
     """
 
     hypotheses: list[str]
     scores: dict[str, Any]
     generation_seconds: float
-    hypotheses_path: Path | None = None
 
     @property
     def sentences_per_second(self) -> float:
@@ -72,12 +70,9 @@ def evaluate_translations(
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
     scores = corpus_scores(hypotheses, references)
-    path = None
     if hypotheses_path is not None:
-        path = Path(hypotheses_path)
-        write_text(path, "".join(f"{hypothesis}\n" for hypothesis in hypotheses))
-    return Evaluation(hypotheses=hypotheses, scores=scores,
-                      generation_seconds=generation_seconds, hypotheses_path=path)
+        write_text(hypotheses_path, "".join(f"{hypothesis}\n" for hypothesis in hypotheses))
+    return Evaluation(hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds)
 
 
 def read_parallel(src_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str]]:

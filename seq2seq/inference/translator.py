@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
-from seq2seq.device import select_device
+from seq2seq.device import AUTOCAST_DTYPES, select_device
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,6 @@ class Translation(NamedTuple):
     source_pieces: list[str]
     target_pieces: list[str]
     attention: Tensor | None
-
-
-# Autocast dtypes of the ``precision`` option (fp32: no autocast).
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @contextmanager
@@ -113,8 +109,10 @@ class Translator:
         max_source_length: int = 250,
         precision: str = "fp32",
     ) -> None:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision not in AUTOCAST_DTYPES:
+            raise ValueError(
+                f"precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}"
+            )
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -131,7 +129,7 @@ class Translator:
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
         self.nbest = nbest
-        self.autocast_dtype = PRECISIONS[precision]
+        self.autocast_dtype = AUTOCAST_DTYPES[precision]
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
 

@@ -305,10 +305,6 @@ class Attention(nn.Module):
         super().__init__()
         self.scorer = scorer
 
-    @property
-    def num_heads(self) -> int:
-        return self.scorer.num_heads
-
     def precompute_keys(self, keys: Tensor) -> Tensor:
         """Run the scorer's once-per-batch key work; pass the result to every :meth:`forward`."""
         return self.scorer.precompute_keys(keys)

@@ -33,7 +33,6 @@ class AttentionDecoder(nn.Module):
         embed_dim: target embedding size.
         hidden_size: decoder RNN hidden size (also the attention query size).
         attention: the shared :class:`Attention` module wrapping a scorer.
-        encoder_output_size: size of one encoder memory vector (the attention values).
         encoder_final_size: size of the encoder's final state fed to the bridge.
         num_layers: stacked RNN layers.
         rnn_type: ``"gru"`` or ``"lstm"``.
@@ -51,7 +50,6 @@ class AttentionDecoder(nn.Module):
         embed_dim: int,
         hidden_size: int,
         attention: Attention,
-        encoder_output_size: int,
         encoder_final_size: int,
         num_layers: int,
         rnn_type: str,
@@ -75,7 +73,6 @@ class AttentionDecoder(nn.Module):
         self.is_lstm = rnn_type == "lstm"
         self.num_layers = num_layers
         self.hidden_size = hidden_size
-        self.encoder_output_size = encoder_output_size
         self.output_dim = output_dim
         self.embed_dim = embed_dim
         self.bridge = nn.Linear(encoder_final_size, num_layers * hidden_size) if bridge else None
@@ -153,6 +150,10 @@ class BahdanauDecoder(AttentionDecoder):
     ``c_t = attend(s_{t-1})``; ``s_t = RNN([e_{t-1}; c_t], s_{t-1})``; the features are
     ``tanh(W_o [s_t; c_t; e_{t-1}])``. The attention query is the top layer's state.
 
+    Args:
+        encoder_output_size: size of one encoder memory vector (the attention values).
+        others: see :class:`AttentionDecoder`.
+
     Shape:
         see :meth:`AttentionDecoder.forward` and :meth:`AttentionDecoder.step`.
     """
@@ -179,7 +180,6 @@ class BahdanauDecoder(AttentionDecoder):
             embed_dim=embed_dim,
             hidden_size=hidden_size,
             attention=attention,
-            encoder_output_size=encoder_output_size,
             encoder_final_size=encoder_final_size,
             num_layers=num_layers,
             rnn_type=rnn_type,
@@ -208,6 +208,10 @@ class LuongDecoder(AttentionDecoder):
     depends on the previous step's attention, so :meth:`forward` runs the RNN over the whole
     target in one call and attends for all steps in one batched product (no Python loop).
 
+    Args:
+        encoder_output_size: size of one encoder memory vector (the attention values).
+        others: see :class:`AttentionDecoder`.
+
     Shape:
         see :meth:`AttentionDecoder.forward` and :meth:`AttentionDecoder.step`.
     """
@@ -235,7 +239,6 @@ class LuongDecoder(AttentionDecoder):
             embed_dim=embed_dim,
             hidden_size=hidden_size,
             attention=attention,
-            encoder_output_size=encoder_output_size,
             encoder_final_size=encoder_final_size,
             num_layers=num_layers,
             rnn_type=rnn_type,

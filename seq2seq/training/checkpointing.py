@@ -51,7 +51,7 @@ class CheckpointManager:
 
     def record_validation(
         self, state: TrainerState, bleu: float, model_payload: Callable[[], dict]
-    ) -> bool:
+    ) -> None:
         """Update the best score in ``state`` and the files after a validation at ``state.step``.
 
         Args:
@@ -59,9 +59,6 @@ class CheckpointManager:
             bleu: this validation's BLEU.
             model_payload: builds the checkpoint of the current model (called at most once,
                 only when a file is written).
-
-        Returns:
-            Whether ``bleu`` is the best so far.
         """
         improved = bleu > state.best_bleu
         if improved:
@@ -70,13 +67,13 @@ class CheckpointManager:
         else:
             state.validations_without_improvement += 1
         if not self.enabled:
-            return improved
+            return
         payload = None
         if improved:
             payload = model_payload()
             save_checkpoint(payload, self.directory / "best.pt")
         if self.keep_best <= 0:
-            return improved
+            return
         ranked = sorted(state.best_checkpoints + [[bleu, state.step, None]], key=lambda r: -r[0])
         kept, dropped = ranked[: self.keep_best], ranked[self.keep_best :]
         for entry in kept:
@@ -88,4 +85,3 @@ class CheckpointManager:
             if entry[2] is not None:
                 (self.directory / entry[2]).unlink(missing_ok=True)
         state.best_checkpoints = kept
-        return improved

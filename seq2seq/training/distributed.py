@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 @dataclass
 class DistributedContext:
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
 
@@ -80,7 +79,7 @@ def init_distributed(device_name: str = "auto") -> DistributedContext:
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
         log.info("rank %d of %d joined the %s process group", rank, world_size, backend)
-    return DistributedContext(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+    return DistributedContext(rank=rank, world_size=world_size, device=device)
 
 
 def cleanup_distributed() -> None:

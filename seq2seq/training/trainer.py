@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
+from seq2seq.device import AUTOCAST_DTYPES
 from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.loss import SequenceLoss
@@ -42,8 +43,6 @@ from seq2seq.training.state import TrainerState, capture_rng_state, restore_rng_
 from seq2seq.training.validation import Validator
 
 log = logging.getLogger(__name__)
-
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingError(Exception):
