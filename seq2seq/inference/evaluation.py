@@ -30,11 +30,19 @@ class Evaluation:
         hypotheses: the best translation of each source, in input order.
         scores: ``bleu``, ``chrf``, ``bleu_detail``, ``bleu_signature``, ``chrf_signature``.
         generation_seconds: the translation alone (tokenize, search, detokenize).
+        attention_entropy: with ``attention_stats=True``, the entropy (nats) of the attention
+            distribution of each target step (EOS step and source EOS column included), averaged
+            over all steps of all sentences; else None.
+        attention_max_weight: with ``attention_stats=True``, the largest attention weight of
+            each target step, averaged the same way (1.0: every step looks at one source
+            piece; 1/S: uniform); else None.
     """
 
     hypotheses: list[str]
     scores: dict[str, Any]
     generation_seconds: float
+    attention_entropy: float | None = None
+    attention_max_weight: float | None = None
 
     @property
     def sentences_per_second(self) -> float:
@@ -47,6 +55,7 @@ def evaluate_translations(
     references: Sequence[str],
     *,
     hypotheses_path: str | Path | None = None,
+    attention_stats: bool = False,
 ) -> Evaluation:
     """Translate ``sources`` with ``translator``, score against ``references``, write hypotheses.
 
@@ -56,6 +65,9 @@ def evaluate_translations(
         sources: raw source sentences, one per entry.
         references: raw reference sentences, as many as ``sources``.
         hypotheses_path: if given, the hypotheses are written there (atomically), one a line.
+        attention_stats: also keep the best hypotheses' attention weights and return their
+            mean entropy and mean maximum weight (the translation keeps the weights, which
+            makes it a little slower; the hypotheses are the same).
 
     Raises:
         ValueError: when the counts of sources and references differ.
@@ -66,13 +78,51 @@ def evaluate_translations(
         )
     started = time.perf_counter()
     # The searches copy their results to the CPU, so no GPU work is still queued after this.
-    translations = translator.translate(list(sources), return_attention=False)
+    translations = translator.translate(list(sources), return_attention=attention_stats)
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
     scores = corpus_scores(hypotheses, references)
     if hypotheses_path is not None:
         write_text(hypotheses_path, "".join(f"{hypothesis}\n" for hypothesis in hypotheses))
-    return Evaluation(hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds)
+    evaluation = Evaluation(
+        hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds
+    )
+    if attention_stats:
+        evaluation.attention_entropy, evaluation.attention_max_weight = attention_statistics(
+            [n_best[0].attention for n_best in translations]
+        )
+    return evaluation
+
+
+def attention_statistics(attentions: Sequence[Any]) -> tuple[float, float]:
+    """Mean entropy (nats) and mean maximum weight over the rows of attention matrices.
+
+    Args:
+        attentions: one (T, S) matrix (tensor or array) per sentence, or None for a sentence
+            without attention (an empty source); each row is one target step's distribution.
+
+    Returns:
+        ``(nan, nan)`` when there is no row at all.
+    """
+    import numpy as np
+
+    entropy_sum = max_sum = 0.0
+    rows = 0
+    for weights in attentions:
+        if weights is None:
+            continue
+        if hasattr(weights, "detach"):
+            weights = weights.detach().float().cpu().numpy()
+        weights = np.asarray(weights, dtype=np.float64).reshape(-1, np.shape(weights)[-1])
+        if weights.size == 0:
+            continue
+        positive = np.where(weights > 0, weights, 1.0)  # 0 * log 0 = 0
+        entropy_sum += float(-(weights * np.log(positive)).sum())
+        max_sum += float(weights.max(axis=1).sum())
+        rows += weights.shape[0]
+    if rows == 0:
+        return float("nan"), float("nan")
+    return entropy_sum / rows, max_sum / rows
 
 
 def read_parallel(src_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str]]:

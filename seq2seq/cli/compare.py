@@ -1,0 +1,135 @@
+"""``python compare.py SWEEP_DIR [key=value ...]`` / ``seq2seq-compare``: compare training runs.
+
+Positional arguments are run folders, folders holding run folders (a Hydra multirun folder
+``multirun/DATE/TIME``, wherever a launcher put the runs) or quoted globs; ``key=value``
+arguments are options (Hydra-style, in any order)::
+
+    python compare.py multirun/2026-11-22/07-10-00 split=test beam_size=5
+    python compare.py outputs/a outputs/b 'outputs/2026-11-*/*' output_dir=reports/attn
+
+Options:
+    split=valid|test          the split of each run's own data config (default test)
+    beam_size=5               decoding, as in evaluate.py (also length_penalty, max_len_a,
+                              max_len_b, max_source_length, max_tokens, precision)
+    device=auto               auto | cpu | cuda | cuda:N | mps
+    num_threads=null          CPU threads for torch (null: torch's default)
+    output_dir=null           where comparison.{md,csv,json} and the PNGs go (null: the runs'
+                              deepest common parent folder)
+    test=bs                   significance test: bs (paired bootstrap) | ar (approximate
+                              randomization) | none
+    samples=0                 resamples/trials (0: sacreBLEU's default: 1000 bs, 10000 ar)
+    heatmap_sentence=0        the sentence (line of the split, from 0) of the heatmaps
+    refresh=false             re-score runs whose cached scores are still valid
+    plots=true                draw the PNGs
+
+Prints the table (markdown) on stdout; logs go to stderr. Bad options or no runs: one line
+``error: ...`` on stderr, exit status 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from seq2seq.cli.common import fail
+
+log = logging.getLogger("seq2seq.compare")
+
+USAGE = "usage: compare.py RUN_OR_SWEEP_DIR [...] [split=test] [beam_size=5] [output_dir=DIR] ..."
+_EXTRA_OPTIONS: dict[str, Any] = {
+    "num_threads": None, "output_dir": None, "test": "bs", "samples": 0, "refresh": False,
+    "plots": True,
+}
+
+
+def _convert(key: str, text: str, default: Any) -> Any:
+    if text.lower() in ("null", "none", "~") and (default is None or key == "num_threads"):
+        return None
+    kind = type(default)
+    if kind is bool or key in ("refresh", "plots"):
+        if text.lower() in ("true", "yes", "1"):
+            return True
+        if text.lower() in ("false", "no", "0"):
+            return False
+        fail(f"{key}: expected true or false, got {text!r}")
+    if kind in (int, float) or key == "num_threads":
+        try:
+            return float(text) if kind is float else int(text)
+        except ValueError:
+            fail(f"{key}: expected {'a number' if kind is float else 'an integer'}, got {text!r}")
+    return text
+
+
+def parse_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """Split ``argv`` into run specs and typed options; exits with one line on bad options."""
+    from seq2seq.study.scoring import ScoringOptions
+
+    defaults = {f.name: f.default for f in fields(ScoringOptions)} | _EXTRA_OPTIONS
+    specs: list[str] = []
+    options = dict(defaults)
+    for argument in argv:
+        if argument in ("-h", "--help"):
+            print(__doc__)
+            sys.exit(0)
+        key, sep, value = argument.partition("=")
+        key = key.removeprefix("+").removeprefix("batch.")  # batch.max_tokens as in evaluate.py
+        if sep and key.isidentifier():
+            if key not in defaults:
+                fail(f"unknown option {argument.partition('=')[0]!r} (options: "
+                     f"{', '.join(sorted(defaults))})")
+            options[key] = _convert(key, value, defaults[key])
+        elif argument.startswith("-"):
+            fail(f"unknown flag {argument!r}; {USAGE}")
+        else:
+            specs.append(argument)
+    if options["split"] not in ("valid", "test"):
+        fail(f"split must be valid or test, got {options['split']!r}")
+    if options["beam_size"] < 1:
+        fail(f"beam_size must be at least 1, got {options['beam_size']}")
+    if options["test"] not in ("bs", "ar", "none"):
+        fail(f"test must be bs, ar or none, got {options['test']!r}")
+    if not specs:
+        fail(f"no run folder given; {USAGE}")
+    return specs, options
+
+
+def run(argv: Sequence[str]):
+    """Compare the runs ``argv`` names; returns the :class:`~seq2seq.study.comparison.Comparison`."""
+    specs, options = parse_arguments(argv)
+    from seq2seq.checkpoint import CheckpointError
+    from seq2seq.data.corpus import DataError
+    from seq2seq.device import set_num_threads
+    from seq2seq.study.comparison import compare
+    from seq2seq.study.runs import StudyError
+    from seq2seq.study.scoring import ScoringOptions
+
+    scoring = ScoringOptions(**{f.name: options[f.name] for f in fields(ScoringOptions)})
+    set_num_threads(options["num_threads"])
+    try:
+        comparison = compare(
+            specs, scoring, output_dir=options["output_dir"], test=options["test"],
+            samples=options["samples"], refresh=options["refresh"], plots=options["plots"],
+        )
+    except (StudyError, CheckpointError, DataError, ValueError, OSError) as error:
+        fail(error)
+    print(comparison.table)
+    for failure in comparison.failed:
+        print(f"failed: {failure['run']} ({failure['group']}): {failure['reason']}")
+    print(f"written: {', '.join(str(p) for p in comparison.files)}", flush=True)
+    return comparison
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point (``seq2seq-compare``)."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("sacrebleu", "tensorboard"):  # per-metric and per-file INFO lines
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Compare training runs: discovery and grouping, cached scoring, report, plots."""

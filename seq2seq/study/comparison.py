@@ -1,0 +1,159 @@
+"""Compare runs end to end: discover, group, score (cached), aggregate, test, write, plot."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import write_text
+from seq2seq.study.logs import TrainingLog, read_training_log
+from seq2seq.study.report import (
+    GroupRow,
+    csv_text,
+    json_text,
+    markdown_report,
+    markdown_table,
+    significance,
+    summarize,
+)
+from seq2seq.study.runs import Group, StudyError, discover_runs, group_runs
+from seq2seq.study.scoring import ScoringOptions, score_run
+
+log = logging.getLogger("seq2seq.compare")
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` found and wrote."""
+
+    rows: list[GroupRow]
+    failed: list[dict[str, Any]]
+    differing_keys: list[str]
+    table: str
+    output_dir: Path
+    files: list[Path]
+
+
+def common_parent(paths: Sequence[Path]) -> Path:
+    """The deepest folder that holds every path (a single run: the run folder's parent)."""
+    resolved = [str(Path(p).resolve()) for p in paths]
+    parent = Path(os.path.commonpath(resolved))
+    return parent.parent if len(resolved) == 1 else parent
+
+
+def _describe_test(test: str, samples: int, seeds: int) -> str:
+    name = "paired bootstrap resampling" if test == "bs" else "paired approximate randomization"
+    count = samples or (1000 if test == "bs" else 10000)
+    return (f"sacreBLEU {name} ({count} samples) of BLEU against the best group, on "
+            f"{seeds} seed(s) per group pooled")
+
+
+def compare(
+    specs: Sequence[str],
+    options: ScoringOptions,
+    *,
+    output_dir: str | Path | None = None,
+    test: str = "bs",
+    samples: int = 0,
+    refresh: bool = False,
+    plots: bool = True,
+) -> Comparison:
+    """Compare the runs named by ``specs`` (sweep folders, run folders, globs).
+
+    Raises:
+        StudyError: no runs, bad options.
+    """
+    if test not in ("bs", "ar", "none"):
+        raise StudyError(f"test must be bs, ar or none, got {test!r}")
+    runs = discover_runs(specs)
+    keys, groups = group_runs(runs)
+    scores: dict[str, dict[str, Any]] = {}
+    logs: dict[str, TrainingLog] = {}
+    for run in runs:
+        if not run.ok:
+            continue
+        try:
+            scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
+            logs[str(run.path)] = read_training_log(run.path)
+        except Exception as error:  # a damaged run is listed as failed, the others go on
+            text = str(error).strip().splitlines()
+            run.failure = f"scoring failed: {text[0] if text else type(error).__name__}"
+            log.warning("%s: %s", run.path, run.failure)
+
+    rows = [summarize(group, scores, logs) for group in groups]
+    scored = [(group, row) for group, row in zip(groups, rows, strict=True) if row.runs]
+    scored.sort(key=lambda pair: -pair[1].bleu[0])
+    if scored:
+        scored[0][1].best = True
+    seeds = min((row.runs for _, row in scored), default=0)
+    description = "not computed"
+    if test != "none" and len(scored) > 1:
+        description = _run_significance(scored, scores, test, samples)
+        if description is None:
+            description = _describe_test(test, samples, seeds)
+    elif test != "none":
+        description = "needs two groups"
+    rows = [row for _, row in scored] + [row for row in rows if not row.runs]
+
+    failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
+              for group in groups for run in group.failed_runs]
+    output = Path(output_dir) if output_dir else common_parent([r.path for r in runs])
+    meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
+            "differing_keys": keys, "significance_test": description,
+            "options": asdict(options)}
+    files = [output / "comparison.md", output / "comparison.csv", output / "comparison.json"]
+    plot_files: list[Path] = []
+    if plots:
+        plot_files = _plots(output, groups, scored, logs, scores, options)
+    write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files]))
+    write_text(files[1], csv_text(rows))
+    write_text(files[2], json_text(rows, failed, meta))
+    return Comparison(rows=rows, failed=failed, differing_keys=keys,
+                      table=markdown_table(rows), output_dir=output, files=files + plot_files)
+
+
+def _run_significance(scored: list[tuple[Group, GroupRow]], scores: dict, test: str,
+                      samples: int) -> str | None:
+    """Fill each row's p-value; returns a note instead when the test cannot be run."""
+    from seq2seq.inference.evaluation import read_parallel
+
+    outputs = []
+    for group, row in scored:
+        outputs.append((row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
+                                    if str(r.path) in scores]))
+    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
+    if len({s["ref_sha256"] for s in firsts}) > 1:
+        return "not computed: the groups were scored on different references"
+    _, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
+    p_values = significance(outputs, references, test=test, samples=samples)
+    for _, row in scored:
+        row.p_value = p_values.get(row.label)
+    return None
+
+
+def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow]],
+           logs: dict[str, TrainingLog], scores: dict, options: ScoringOptions) -> list[Path]:
+    from seq2seq.study import plots
+
+    files = []
+    curves = {row.label: [logs[str(r.path)].bleu_curve for r in group.ok_runs
+                          if str(r.path) in logs] for group, row in scored}
+    files.append(plots.plot_bleu_curves(output / "valid_bleu_curves.png", curves))
+    files.append(plots.plot_group_bleu(
+        output / f"{options.split}_bleu.png",
+        [(row.label, row.bleu[0], row.bleu[1], [r["bleu"] for r in row.per_run])
+         for _, row in scored], split=options.split))
+    heatmaps = []
+    for group, row in scored:
+        best_run = max(group.ok_runs, key=lambda r: scores[str(r.path)]["bleu"])
+        heatmap = scores[str(best_run.path)].get("heatmap")
+        if heatmap:
+            heatmaps.append((f"{row.label}\n(seed {best_run.seed})", heatmap))
+    if heatmaps:
+        files.append(plots.plot_heatmaps(output / "attention_heatmaps.png", heatmaps))
+    return files
+

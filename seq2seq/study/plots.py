@@ -1,0 +1,108 @@
+"""The comparison's figures, PNG, drawn with matplotlib's object API on Agg canvases.
+
+* ``valid_bleu_curves.png``: validation BLEU against training minutes, one colour per
+  group: the mean over its runs (each run's curve interpolated linearly on a common grid of
+  minutes, held at its last value after its end) and the min-max band.
+* ``<split>_bleu.png``: the split's BLEU per group, mean with a standard-deviation error bar and
+  each run as a dot.
+* ``attention_heatmaps.png``: the same sentence's attention in each group (its best run), side
+  by side, drawn like :func:`seq2seq.inference.attention_plot.plot_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from seq2seq.atomic import atomic_write
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path = Path(path)
+    figure.tight_layout()
+    with atomic_write(path) as handle:
+        figure.savefig(handle, format="png", dpi=100)
+    return path
+
+
+def _figure(width: float, height: float) -> Figure:
+    figure = Figure(figsize=(width, height))
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def plot_bleu_curves(
+    path: Path, curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], points: int = 200
+) -> Path:
+    """``curves``: per group label, per run, ``(minutes, BLEU)`` pairs."""
+    figure = _figure(7, 4.5)
+    axes = figure.add_subplot()
+    for label, runs in curves.items():
+        runs = [sorted(run) for run in runs if run]
+        if not runs:
+            continue
+        end = max(run[-1][0] for run in runs)
+        grid = np.linspace(0.0, end if end > 0 else 1.0, points)
+        values = np.array([np.interp(grid, [m for m, _ in run], [b for _, b in run])
+                           for run in runs])
+        (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label} ({len(runs)} runs)")
+        axes.fill_between(grid, values.min(axis=0), values.max(axis=0), alpha=0.2,
+                          color=line.get_color(), linewidth=0)
+    axes.set_xlabel("training minutes")
+    axes.set_ylabel("validation BLEU")
+    axes.grid(alpha=0.3)
+    if axes.lines:
+        axes.legend(fontsize=8)
+    else:
+        axes.text(0.5, 0.5, "no valid/bleu in the runs' TensorBoard logs", ha="center",
+                  transform=axes.transAxes)
+    return _save(figure, path)
+
+
+def plot_group_bleu(
+    path: Path, groups: Sequence[tuple[str, float, float, Sequence[float]]], *, split: str
+) -> Path:
+    """``groups``: ``(label, mean, std, per-run BLEUs)``."""
+    figure = _figure(max(4.0, 1.6 * len(groups) + 2), 4.5)
+    axes = figure.add_subplot()
+    positions = np.arange(len(groups))
+    for x, (_, mean, std, values) in zip(positions, groups, strict=True):
+        axes.errorbar([x], [mean], yerr=[0.0 if math.isnan(std) else std], fmt="o",
+                      capsize=6, markersize=8, color="C0")
+        axes.scatter([x + 0.12] * len(values), values, s=14, color="C1", zorder=3)
+    axes.set_xticks(positions, labels=[g[0] for g in groups], rotation=20, ha="right",
+                    fontsize=8)
+    axes.set_xlim(-0.6, len(groups) - 0.4)
+    axes.set_ylabel(f"{split} BLEU (mean ± std; dots: runs)")
+    axes.grid(axis="y", alpha=0.3)
+    return _save(figure, path)
+
+
+def plot_heatmaps(path: Path, heatmaps: Sequence[tuple[str, Mapping[str, Any]]]) -> Path:
+    """``heatmaps``: ``(title, {"source_pieces", "target_pieces", "weights"})``, one panel each."""
+    columns = max(len(h["source_pieces"]) for _, h in heatmaps)
+    rows = max(len(h["target_pieces"]) for _, h in heatmaps)
+    cell = 0.32
+    width = min(max(cell * columns + 1.8, 3.5), 12.0) * len(heatmaps)
+    height = min(max(cell * rows + 1.8, 3.5), 16.0)
+    figure = _figure(min(width, 40.0), height)
+    for index, (title, heatmap) in enumerate(heatmaps, start=1):
+        axes = figure.add_subplot(1, len(heatmaps), index)
+        weights = np.asarray(heatmap["weights"], dtype=np.float32)
+        image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axes.set_xticks(np.arange(weights.shape[1]), labels=heatmap["source_pieces"],
+                        rotation=90, fontsize=8)
+        axes.set_yticks(np.arange(weights.shape[0]), labels=heatmap["target_pieces"], fontsize=8)
+        axes.xaxis.tick_top()
+        axes.set_title(title, fontsize=9, pad=10)
+    figure.colorbar(image, ax=figure.axes, fraction=0.03, pad=0.02)
+    path = Path(path)
+    with atomic_write(path) as handle:
+        figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
+    return path

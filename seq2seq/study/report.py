@@ -1,0 +1,217 @@
+"""One row per group: means and standard deviations over seeds, significance, the files.
+
+* Mean ± standard deviation: over the group's complete runs (one per seed); the standard
+  deviation is the sample one (n - 1 in the denominator), shown as ``-`` for a single run.
+* Significance: every group against the best one (highest mean BLEU) with sacreBLEU's paired
+  test (:class:`sacrebleu.significance.PairedTest`; paired bootstrap resampling by default, 1000
+  resamples, or approximate randomization) on *pooled outputs*: a group's hypotheses of its
+  first ``n`` seeds (sorted by seed) concatenated, against the references repeated ``n`` times,
+  where ``n`` is the smallest number of complete runs of any group, so every system covers the
+  same sentences the same number of times and sentence ``i`` of one group is paired with
+  sentence ``i`` (same reference, same seed position) of the other. The p-value is sacreBLEU's
+  (the chance of a BLEU difference at least this large if the systems were the same).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2seq.study.logs import TrainingLog
+from seq2seq.study.runs import Group
+
+NAN = math.nan
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (NaN when undefined); NaN inputs are left out."""
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return NAN, NAN
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else NAN
+
+
+@dataclass
+class GroupRow:
+    """The numbers of one group (see :func:`summarize`)."""
+
+    label: str
+    runs: int
+    failed: int
+    seeds: list[Any]
+    parameters: int | None
+    tokens_per_second: float
+    steps: float
+    bleu: tuple[float, float]
+    chrf: tuple[float, float]
+    sentences_per_second: float
+    attention_entropy: float
+    attention_max_weight: float
+    p_value: float | None = None
+    best: bool = False
+    per_run: list[dict[str, Any]] = field(default_factory=list)
+
+
+def summarize(
+    group: Group, scores: Mapping[str, Mapping[str, Any]], logs: Mapping[str, TrainingLog]
+) -> GroupRow:
+    """Aggregate a group's complete runs; ``scores``/``logs`` are keyed by ``str(run.path)``."""
+    per_run = []
+    for run in group.ok_runs:
+        score, log = scores[str(run.path)], logs.get(str(run.path), TrainingLog())
+        per_run.append({
+            "run": str(run.path), "seed": run.seed, "bleu": score["bleu"], "chrf": score["chrf"],
+            "sentences_per_second": score["sentences_per_second"],
+            "attention_entropy": score["attention_entropy"],
+            "attention_max_weight": score["attention_max_weight"],
+            "parameters": score["parameters"], "tokens_per_second": log.tokens_per_second,
+            "steps": log.steps,
+        })
+
+    def avg(name: str) -> float:
+        return mean_std([r[name] for r in per_run])[0]
+
+    return GroupRow(
+        label=group.label, runs=len(per_run), failed=len(group.failed_runs),
+        seeds=[r["seed"] for r in per_run],
+        parameters=per_run[0]["parameters"] if per_run else None,
+        tokens_per_second=avg("tokens_per_second"), steps=avg("steps"),
+        bleu=mean_std([r["bleu"] for r in per_run]), chrf=mean_std([r["chrf"] for r in per_run]),
+        sentences_per_second=avg("sentences_per_second"),
+        attention_entropy=avg("attention_entropy"),
+        attention_max_weight=avg("attention_max_weight"), per_run=per_run,
+    )
+
+
+def significance(
+    systems: Sequence[tuple[str, Sequence[Sequence[str]]]],
+    references: Sequence[str],
+    *,
+    test: str = "bs",
+    samples: int = 0,
+) -> dict[str, float | None]:
+    """p-values of each system against the first (the baseline: None), on pooled outputs.
+
+    Args:
+        systems: ``(name, per-seed hypothesis lists)``, best system first; each list of
+            hypotheses answers ``references`` line by line.
+        references: the references of one copy of the split.
+        test: ``bs`` (paired bootstrap) or ``ar`` (paired approximate randomization).
+        samples: resamples/trials; 0: sacreBLEU's default (1000 for bs, 10000 for ar).
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if len(systems) < 2:
+        return {name: None for name, _ in systems}
+    seeds = min(len(outputs) for _, outputs in systems)
+    if seeds == 0:
+        raise ValueError("every system needs at least one output")
+    named = [(name, [h for hyps in outputs[:seeds] for h in hyps]) for name, outputs in systems]
+    pooled_refs = list(references) * seeds
+    test_ = PairedTest(named, {"BLEU": BLEU()}, [pooled_refs], test_type=test, n_samples=samples)
+    _, results = test_()
+    p_values = [result.p_value for result in results["BLEU"]]
+    return {name: p for (name, _), p in zip(named, p_values, strict=True)}
+
+
+# -- formatting ------------------------------------------------------------------------------
+COLUMNS = ["group", "runs", "failed", "params", "train tok/s", "steps", "BLEU", "chrF",
+           "sent/s", "attn entropy", "attn max weight", "p vs best"]
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _pm(pair: tuple[float, float]) -> str:
+    mean, std = pair
+    return f"{_number(mean)} ± {_number(std)}" if not math.isnan(std) else _number(mean)
+
+
+def _p(row: GroupRow) -> str:
+    if row.best:
+        return "best"
+    return "-" if row.p_value is None else f"{row.p_value:.4f}"
+
+
+def markdown_table(rows: Sequence[GroupRow]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = [row.label, str(row.runs), str(row.failed),
+                 f"{row.parameters:,}" if row.parameters else "-",
+                 _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
+                 _pm(row.chrf), _number(row.sentences_per_second, 1),
+                 _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3), _p(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: NaN becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def row_dict(row: GroupRow) -> dict[str, Any]:
+    return {
+        "group": row.label, "runs": row.runs, "failed": row.failed, "seeds": row.seeds,
+        "parameters": row.parameters, "train_tokens_per_second": row.tokens_per_second,
+        "steps": row.steps, "bleu_mean": row.bleu[0], "bleu_std": row.bleu[1],
+        "chrf_mean": row.chrf[0], "chrf_std": row.chrf[1],
+        "sentences_per_second": row.sentences_per_second,
+        "attention_entropy": row.attention_entropy,
+        "attention_max_weight": row.attention_max_weight,
+        "p_value": row.p_value, "best": row.best,
+    }
+
+
+def csv_text(rows: Sequence[GroupRow]) -> str:
+    buffer = io.StringIO()
+    records = [row_dict(row) for row in rows]
+    writer = csv.DictWriter(buffer, fieldnames=list(records[0]) if records else ["group"],
+                            lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        record["seeds"] = " ".join(str(s) for s in record["seeds"])
+        writer.writerow({k: "" if v is None else v for k, v in _plain(record).items()})
+    return buffer.getvalue()
+
+
+def json_text(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
+              meta: Mapping[str, Any]) -> str:
+    document = {**meta, "groups": [{**row_dict(row), "per_run": row.per_run} for row in rows],
+                "failed_runs": list(failed)}
+    return json.dumps(_plain(document), indent=2) + "\n"
+
+
+def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
+                    meta: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
+    lines = [f"# Comparison: {meta.get('split')} split, beam {meta.get('beam_size')}", "",
+             f"Runs: {meta.get('runs')}; differing keys: "
+             f"{', '.join(meta.get('differing_keys') or []) or 'none'} (seed left out).", "",
+             markdown_table(rows), "",
+             "BLEU/chrF: mean ± sample standard deviation over seeds (sacreBLEU defaults). "
+             "attn entropy: mean entropy (nats) of a target step's attention; attn max weight: "
+             "mean largest weight of a target step (1 = one source piece). "
+             f"p vs best: {meta.get('significance_test')}.", ""]
+    if failed:
+        lines += ["## Failed runs", ""]
+        lines += [f"- `{f['run']}` ({f['group']}): {f['reason']}" for f in failed]
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""Training runs on disk: find them, tell what differs between them, group them.
+
+A *run folder* is a folder that holds ``config.yaml`` (written by the trainer once the run
+has started) or ``.hydra/config.yaml`` (written by Hydra before the job starts, so a run that
+failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists; every other
+run is kept as a failed one (with the reason), never dropped.
+
+Runs are compared on their flattened configs (dotted keys) plus Hydra's group choices
+(``model/attention: dot``, from ``.hydra/hydra.yaml``) where present. The keys whose values
+differ between runs, less the seed, define the groups; runs that differ only by seed form one
+group.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SEED_KEY = "trainer.seed"
+MISSING = "-"  # shown for a key a run's config does not have
+
+
+class StudyError(Exception):
+    """A problem with the runs or options given (shown as one line)."""
+
+
+@dataclass
+class Run:
+    """One run folder.
+
+    Attributes:
+        path: the run folder.
+        config: flattened config, dotted keys (``model.attention._target_``), plus Hydra's
+            group choices as ``group/name`` keys.
+        checkpoint: ``checkpoints/best.pt`` when it exists, else None.
+        failure: why the run cannot be scored (None for a complete run).
+    """
+
+    path: Path
+    config: dict[str, Any]
+    checkpoint: Path | None
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get(SEED_KEY)
+
+
+@dataclass
+class Group:
+    """Runs that share every differing key except the seed."""
+
+    key: tuple[tuple[str, Any], ...]
+    label: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def ok_runs(self) -> list[Run]:
+        return sorted((r for r in self.runs if r.ok), key=lambda r: (str(r.seed), str(r.path)))
+
+    @property
+    def failed_runs(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become tuples (hashable)."""
+    if isinstance(node, Mapping):
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        if not node and prefix:
+            flat[prefix[:-1]] = "{}"
+        return flat
+    if isinstance(node, list):
+        return {prefix[:-1]: _hashable(node)}
+    return {prefix[:-1]: node}
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise StudyError(f"cannot read {path}: {error}") from error
+
+
+def _read_config(path: Path) -> Any:
+    """A config file as plain containers, interpolations resolved where they can be."""
+    from omegaconf import OmegaConf
+
+    config = _read_yaml(path)
+    if not isinstance(config, Mapping):
+        return config
+    try:
+        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    except Exception:  # e.g. ${hydra:...} outside Hydra: keep the text
+        return config
+
+
+def read_run(folder: Path) -> Run:
+    """The run in ``folder`` (which holds ``config.yaml`` or ``.hydra/config.yaml``)."""
+    folder = Path(folder)
+    config_path = folder / "config.yaml"
+    if not config_path.is_file():
+        config_path = folder / ".hydra" / "config.yaml"
+    config = _read_config(config_path)
+    if not isinstance(config, Mapping):
+        return Run(folder, {}, None, failure=f"{config_path} holds no config")
+    flat = flatten(config)
+    hydra_path = folder / ".hydra" / "hydra.yaml"
+    if hydra_path.is_file():
+        try:
+            choices = (_read_yaml(hydra_path) or {})["hydra"]["runtime"]["choices"]
+        except (KeyError, TypeError, StudyError):
+            choices = {}
+        for group, option in (choices or {}).items():
+            if not str(group).startswith("hydra/"):
+                flat[str(group) if "/" in str(group) else f"{group}/"] = option
+    checkpoint = folder / "checkpoints" / "best.pt"
+    if checkpoint.is_file():
+        return Run(folder, flat, checkpoint)
+    reason = "no checkpoints/best.pt"
+    if not (folder / "config.yaml").is_file():
+        reason += " (training never started: no config.yaml)"
+    return Run(folder, flat, None, failure=reason)
+
+
+def _is_run_folder(folder: Path) -> bool:
+    return (folder / "config.yaml").is_file() or (folder / ".hydra" / "config.yaml").is_file()
+
+
+def find_run_folders(root: Path) -> list[Path]:
+    """Run folders at or below ``root`` (a run folder's own subfolders are not searched)."""
+    if _is_run_folder(root):
+        return [root]
+    found: list[Path] = []
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError as error:
+        raise StudyError(f"cannot list {root}: {error}") from error
+    for child in children:
+        found.extend(find_run_folders(child))
+    return found
+
+
+def discover_runs(specs: Sequence[str]) -> list[Run]:
+    """The runs named by folders (a sweep folder, run folders) or globs, without duplicates.
+
+    Raises:
+        StudyError: when a name matches nothing, or no run folder is found at all.
+    """
+    if not specs:
+        raise StudyError("no run folder given: compare.py SWEEP_DIR or RUN_DIR RUN_DIR ...")
+    folders: dict[Path, Path] = {}
+    for spec in specs:
+        matches = [Path(p) for p in glob.glob(str(Path(spec).expanduser()))] \
+            if glob.has_magic(spec) else [Path(spec).expanduser()]
+        matches = [m for m in matches if m.is_dir()]
+        if not matches:
+            raise StudyError(f"no such folder: {spec}")
+        for match in sorted(matches):
+            for folder in find_run_folders(match):
+                folders.setdefault(folder.resolve(), folder)
+    if not folders:
+        raise StudyError(
+            f"no run folder (one with config.yaml or .hydra/config.yaml) in {' '.join(specs)}"
+        )
+    return [read_run(folder) for folder in sorted(folders.values(), key=_natural_key)]
+
+
+def _natural_key(path: Path) -> tuple:
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts)
+
+
+def differing_keys(runs: Iterable[Run]) -> list[str]:
+    """The config keys whose values are not the same in every run (a missing key counts)."""
+    runs = list(runs)
+    keys = sorted({key for run in runs for key in run.config})
+    return [k for k in keys if len({repr(run.config.get(k, MISSING)) for run in runs}) > 1]
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    if "." in text and " " not in text and text.split(".")[0].isidentifier() and \
+            text.rsplit(".", 1)[-1][:1].isupper():
+        return text.rsplit(".", 1)[-1]  # a _target_ class path: its class name
+    return text
+
+
+def label_keys(keys: Sequence[str]) -> list[str]:
+    """The keys worth showing: a differing group choice hides the config keys it implies."""
+    chosen = [k.rstrip("/").replace("/", ".") + "." for k in keys if "/" in k]
+    return [k for k in keys if "/" in k or not any(k.startswith(p) for p in chosen)]
+
+
+def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
+    """Group runs by every differing key but the seed.
+
+    Returns:
+        ``(keys, groups)``: the differing keys (seed excluded) and the groups, in the order
+        their first run was found.
+    """
+    keys = [k for k in differing_keys(runs) if k != seed_key]
+    shown = label_keys(keys) or keys
+    groups: dict[tuple, Group] = {}
+    for run in runs:
+        key = tuple((k, _hashable(run.config.get(k, MISSING))) for k in keys)
+        if key not in groups:
+            values = {k: run.config.get(k, MISSING) for k in shown}
+            label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
+            groups[key] = Group(key=key, label=label)
+        groups[key].runs.append(run)
+    return keys, list(groups.values())

@@ -1,0 +1,166 @@
+"""Score one run's ``best.pt`` on a split, through the evaluation path ``evaluate.py`` uses.
+
+The translation and scoring are :func:`seq2seq.inference.evaluation.evaluate_translations`
+(with ``attention_stats=True``) on the files :func:`~seq2seq.inference.evaluation.split_files`
+names for the checkpoint's own data config, so BLEU and chrF equal what
+``evaluate.py checkpoint=RUN/checkpoints/best.pt split=... beam_size=...`` prints.
+
+Each run's result is cached in the run folder::
+
+    RUN/compare/best.<split>.beam<k>.hyp     the hypotheses, one a line
+    RUN/compare/best.<split>.beam<k>.json    scores, speed, attention statistics, a heatmap
+
+and reused while the checkpoint file (size and modification time) and the decoding settings
+are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import write_text
+
+log = logging.getLogger("seq2seq.compare")
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """Decoding settings (as in ``evaluate.py``) and the sentence whose attention is kept."""
+
+    split: str = "test"
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5
+    max_len_b: float = 10
+    max_source_length: int = 250
+    max_tokens: int = 4000
+    precision: str = "fp32"
+    device: str = "auto"
+    heatmap_sentence: int = 0
+
+    def translator_options(self) -> dict[str, Any]:
+        return {
+            "beam_size": self.beam_size,
+            "length_penalty": self.length_penalty,
+            "max_len_a": self.max_len_a,
+            "max_len_b": self.max_len_b,
+            "max_tokens": self.max_tokens,
+            "max_source_length": self.max_source_length,
+            "precision": self.precision,
+        }
+
+
+def cache_paths(run_dir: Path, options: ScoringOptions) -> tuple[Path, Path]:
+    stem = f"best.{options.split}.beam{options.beam_size}"
+    folder = Path(run_dir) / "compare"
+    return folder / f"{stem}.hyp", folder / f"{stem}.json"
+
+
+def _cache_key(checkpoint: Path, options: ScoringOptions) -> dict[str, Any]:
+    stat = checkpoint.stat()
+    settings = asdict(options)
+    settings.pop("device")  # the scores do not depend on it (speed does, but that is fine)
+    return {"version": CACHE_VERSION, "checkpoint_size": stat.st_size,
+            "checkpoint_mtime_ns": stat.st_mtime_ns, "settings": settings}
+
+
+def _sha256(lines: list[str]) -> str:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+def load_cached(run_dir: Path, checkpoint: Path, options: ScoringOptions) -> dict | None:
+    """The cached result of a run, or None when absent, unreadable or stale."""
+    _, json_path = cache_paths(run_dir, options)
+    try:
+        cached = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("key") != _cache_key(checkpoint, options):
+        return None
+    return cached
+
+
+def score_run(
+    run_dir: str | Path, checkpoint: str | Path, options: ScoringOptions, *, refresh: bool = False
+) -> dict[str, Any]:
+    """Translate the split with ``checkpoint``; return (and cache) its scores.
+
+    Returns:
+        A dict: ``bleu``, ``chrf``, their signatures, ``sentences``, ``sentences_per_second``,
+        ``generation_seconds``, ``attention_entropy``, ``attention_max_weight``,
+        ``parameters``, ``hypotheses`` (list), ``src``/``ref`` paths, ``ref_sha256``,
+        ``heatmap`` (``source_pieces``, ``target_pieces``, ``weights`` of one sentence, or
+        None), ``cached`` (whether it came from the cache).
+
+    Raises:
+        CheckpointError, DataError, ValueError: on unreadable checkpoints or data.
+    """
+    run_dir, checkpoint = Path(run_dir), Path(checkpoint)
+    if not refresh:
+        cached = load_cached(run_dir, checkpoint, options)
+        if cached is not None:
+            cached["cached"] = True
+            return cached
+
+    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+    from seq2seq.device import select_device
+    from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
+    from seq2seq.inference.translator import Translator
+
+    device = select_device(options.device)
+    payload = load_checkpoint(checkpoint)
+    parameters = sum(int(t.numel()) for t in payload["model"].values() if hasattr(t, "numel"))
+    model, tokenizers, _ = model_from_checkpoint(payload, device)
+    src_path, ref_path = split_files(payload["config"], options.split)
+    sources, references = read_parallel(src_path, ref_path)
+    translator = Translator(model, tokenizers, device=device, **options.translator_options())
+    hyp_path, json_path = cache_paths(run_dir, options)
+    log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
+    evaluation = evaluate_translations(
+        translator, sources, references, hypotheses_path=hyp_path, attention_stats=True
+    )
+    heatmap = None
+    if 0 <= options.heatmap_sentence < len(sources):
+        best = translator.translate([sources[options.heatmap_sentence]])[0][0]
+        if best.attention is not None:
+            heatmap = {
+                "sentence": options.heatmap_sentence,
+                "source_pieces": list(best.source_pieces) + ["</s>"],
+                "target_pieces": list(best.target_pieces) + ["</s>"],
+                "weights": best.attention.detach().float().cpu().tolist(),
+            }
+    scores = evaluation.scores
+    result = {
+        "key": _cache_key(checkpoint, options),
+        "run": str(run_dir),
+        "checkpoint": str(checkpoint),
+        "split": options.split,
+        "src": str(src_path),
+        "ref": str(ref_path),
+        "ref_sha256": _sha256(references),
+        "sentences": len(sources),
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "generation_seconds": evaluation.generation_seconds,
+        "sentences_per_second": evaluation.sentences_per_second,
+        "device": str(device),
+        "attention_entropy": evaluation.attention_entropy,
+        "attention_max_weight": evaluation.attention_max_weight,
+        "parameters": parameters,
+        "hypotheses": evaluation.hypotheses,
+        "heatmap": heatmap,
+    }
+    write_text(json_path, json.dumps(result, indent=1) + "\n")
+    result["cached"] = False
+    return result
