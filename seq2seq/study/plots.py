@@ -25,9 +25,8 @@ from seq2seq.atomic import atomic_write
 
 def _save(figure: Figure, path: Path) -> Path:
     path = Path(path)
-    figure.tight_layout()
     with atomic_write(path) as handle:
-        figure.savefig(handle, format="png", dpi=100)
+        figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
     return path
 
 
@@ -102,7 +101,4 @@ def plot_heatmaps(path: Path, heatmaps: Sequence[tuple[str, Mapping[str, Any]]])
         axes.xaxis.tick_top()
         axes.set_title(title, fontsize=9, pad=10)
     figure.colorbar(image, ax=figure.axes, fraction=0.03, pad=0.02)
-    path = Path(path)
-    with atomic_write(path) as handle:
-        figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
-    return path
+    return _save(figure, path)

@@ -189,11 +189,26 @@ def _natural_key(path: Path) -> tuple:
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts)
 
 
+def is_choice(key: str) -> bool:
+    """Whether ``key`` is a Hydra group choice (``model/attention``) rather than a config key."""
+    return "/" in key
+
+
 def differing_keys(runs: Iterable[Run]) -> list[str]:
-    """The config keys whose values are not the same in every run (a missing key counts)."""
+    """The keys whose values are not the same in every run (a missing key counts).
+
+    Group choices are compared only between runs that recorded them (a run folder without
+    ``.hydra/`` has none).
+    """
     runs = list(runs)
     keys = sorted({key for run in runs for key in run.config})
-    return [k for k in keys if len({repr(run.config.get(k, MISSING)) for run in runs}) > 1]
+    differing = []
+    for key in keys:
+        among = [r for r in runs if any(is_choice(k) for k in r.config)] if is_choice(key) \
+            else runs
+        if len({repr(run.config.get(key, MISSING)) for run in among}) > 1:
+            differing.append(key)
+    return differing
 
 
 def _short(value: Any) -> str:
@@ -206,25 +221,33 @@ def _short(value: Any) -> str:
 
 def label_keys(keys: Sequence[str]) -> list[str]:
     """The keys worth showing: a differing group choice hides the config keys it implies."""
-    chosen = [k.rstrip("/").replace("/", ".") + "." for k in keys if "/" in k]
-    return [k for k in keys if "/" in k or not any(k.startswith(p) for p in chosen)]
+    chosen = [k.rstrip("/").replace("/", ".") + "." for k in keys if is_choice(k)]
+    return [k for k in keys if is_choice(k) or not any(k.startswith(p) for p in chosen)]
 
 
 def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
-    """Group runs by every differing key but the seed.
+    """Group runs by every differing config key but the seed.
+
+    The groups are made from config keys alone (a choice is seen through the values it sets);
+    the labels show the differing group choices where the runs recorded them, and the config
+    keys those do not imply.
 
     Returns:
-        ``(keys, groups)``: the differing keys (seed excluded) and the groups, in the order
-        their first run was found.
+        ``(keys, groups)``: the differing keys (seed excluded, choices included) and the
+        groups, in the order their first run was found.
     """
     keys = [k for k in differing_keys(runs) if k != seed_key]
+    config_keys = [k for k in keys if not is_choice(k)]
     shown = label_keys(keys) or keys
-    groups: dict[tuple, Group] = {}
+    members: dict[tuple, list[Run]] = {}
     for run in runs:
-        key = tuple((k, _hashable(run.config.get(k, MISSING))) for k in keys)
-        if key not in groups:
-            values = {k: run.config.get(k, MISSING) for k in shown}
-            label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
-            groups[key] = Group(key=key, label=label)
-        groups[key].runs.append(run)
-    return keys, list(groups.values())
+        key = tuple((k, _hashable(run.config.get(k, MISSING))) for k in config_keys)
+        members.setdefault(key, []).append(run)
+    groups = []
+    for key, group_runs_ in members.items():
+        labelled = next((r for r in group_runs_ if any(is_choice(k) for k in r.config)),
+                        group_runs_[0])
+        values = {k: labelled.config.get(k, MISSING) for k in shown}
+        label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
+        groups.append(Group(key=key, label=label, runs=group_runs_))
+    return keys, groups

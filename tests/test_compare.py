@@ -1,0 +1,196 @@
+"""compare.py: a real 2 x 2 sweep (train.py -m) compared into a table, CSV, JSON and PNGs;
+grouping, statistics, significance and errors on small inputs; the submitit launcher."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from seq2seq.cli import compare as compare_cli
+from seq2seq.inference.evaluation import attention_statistics
+from seq2seq.study.report import mean_std, significance
+from seq2seq.study.runs import discover_runs, group_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TINY_SWEEP = {"trainer.max_steps": 16, "trainer.valid_every": 8, "trainer.log_every": 4,
+              "trainer.save_every": 8}
+
+
+def run_sweep(overrides: list[str], sweep_dir: Path, *extra: str, timeout: int = 120) -> None:
+    command = [sys.executable, str(ROOT / "train.py"), "-m", *extra, *overrides,
+               f"hydra.sweep.dir={sweep_dir}"]
+    result = subprocess.run(command, cwd=sweep_dir.parent, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 1000, path
+
+
+def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, capsys,
+                                                   monkeypatch):
+    sweep = tmp_path / "sweep"
+    run_sweep(tiny_train_config.overrides(**TINY_SWEEP), sweep,
+              "model/attention=dot,general", "trainer.seed=1,2")
+    # A run that never produced best.pt: a config but no checkpoint.
+    (sweep / "9").mkdir()
+    shutil.copy(sweep / "0" / "config.yaml", sweep / "9" / "config.yaml")
+
+    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200"])
+    table = capsys.readouterr().out
+    assert "| group |" in table and "p vs best" in table
+
+    rows = {row.label: row for row in comparison.rows}
+    assert set(rows) == {"model/attention=dot", "model/attention=general"}
+    assert [rows[label].runs for label in sorted(rows)] == [2, 2]
+    assert rows["model/attention=dot"].failed == 1
+    assert [f["run"] for f in comparison.failed] == [str(sweep / "9")]
+    assert "no checkpoints/best.pt" in comparison.failed[0]["reason"]
+    assert f"failed: {sweep / '9'}" in table
+
+    # Mean and standard deviation equal those of the per-run cached scores.
+    per_run = {}
+    for run in sorted(p for p in sweep.iterdir() if (p / "checkpoints" / "best.pt").exists()):
+        cached = json.loads((run / "compare" / "best.valid.beam2.json").read_text())
+        seed = yaml.safe_load((run / "config.yaml").read_text())["trainer"]["seed"]
+        assert cached["sentences"] == 40 and 0 < cached["attention_max_weight"] <= 1
+        per_run.setdefault(cached["run"], (seed, cached))
+    records = list(csv.DictReader((sweep / "comparison.csv").open()))
+    document = json.loads((sweep / "comparison.json").read_text())
+    assert len(records) == 2 and len(document["groups"]) == 2
+    assert document["failed_runs"][0]["run"] == str(sweep / "9")
+    for group in document["groups"]:
+        bleus = [per_run[r["run"]][1]["bleu"] for r in group["per_run"]]
+        chrfs = [per_run[r["run"]][1]["chrf"] for r in group["per_run"]]
+        assert sorted(r["seed"] for r in group["per_run"]) == [1, 2]
+        assert group["bleu_mean"] == pytest.approx(statistics.fmean(bleus))
+        assert group["bleu_std"] == pytest.approx(statistics.stdev(bleus))
+        assert group["chrf_mean"] == pytest.approx(statistics.fmean(chrfs))
+        assert group["chrf_std"] == pytest.approx(statistics.stdev(chrfs))
+        record = next(r for r in records if r["group"] == group["group"])
+        assert float(record["bleu_mean"]) == pytest.approx(group["bleu_mean"])
+        assert group["steps"] == 16 and group["train_tokens_per_second"] > 0
+        if group["best"]:
+            assert group["p_value"] is None and record["p_value"] == ""
+        else:
+            assert 0.0 <= group["p_value"] <= 1.0 and 0.0 <= float(record["p_value"]) <= 1.0
+    assert "paired bootstrap" in document["significance_test"]
+    markdown = (sweep / "comparison.md").read_text()
+    assert "## Failed runs" in markdown and "p vs best" in markdown
+    for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png"):
+        assert_png(sweep / name)
+
+    # The second call reads every run's cached scores: no translation at all.
+    from seq2seq.inference import evaluation
+
+    def no_translation(*args, **kwargs):
+        raise AssertionError("cached scores were not used")
+
+    monkeypatch.setattr(evaluation, "evaluate_translations", no_translation)
+    again = compare_cli.run([str(sweep / "*"), "split=valid", "beam_size=2", "plots=false",
+                             f"output_dir={tmp_path / 'report'}"])
+    assert {row.label: row.bleu for row in again.rows} == {k: r.bleu for k, r in rows.items()}
+    assert (tmp_path / "report" / "comparison.json").is_file()
+
+
+def make_run(folder: Path, *, attention: str, seed: int, checkpoint: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    config = {"model": {"attention": {"_target_": f"seq2seq.models.attention.{attention}"}},
+              "trainer": {"seed": seed, "max_steps": 10}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    if checkpoint:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "best.pt").write_bytes(b"")
+    return folder
+
+
+def test_runs_are_grouped_by_differing_keys_without_the_seed(tmp_path):
+    for number, (attention, seed) in enumerate(
+        [("DotScorer", 1), ("DotScorer", 2), ("GeneralScorer", 1), ("GeneralScorer", 2)]
+    ):
+        make_run(tmp_path / "sweep" / str(number), attention=attention, seed=seed,
+                 checkpoint=number != 3)
+    runs = discover_runs([str(tmp_path / "sweep")])
+    keys, groups = group_runs(runs)
+    assert keys == ["model.attention._target_"]
+    assert [g.label for g in groups] == ["model.attention._target_=DotScorer",
+                                        "model.attention._target_=GeneralScorer"]
+    assert [len(g.ok_runs) for g in groups] == [2, 1]
+    assert [r.path.name for r in groups[1].failed_runs] == ["3"]
+
+
+def test_statistics_and_significance():
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
+    assert math.isnan(mean_std([5.0])[1])
+    entropy, sharpness = attention_statistics([np.array([[1.0, 0.0], [0.5, 0.5]]), None])
+    assert entropy == pytest.approx(math.log(2) / 2) and sharpness == pytest.approx(0.75)
+    references = [f"the {w} sat on the mat" for w in ("cat", "dog", "bird", "cow", "fox")] * 4
+    good = [list(references), list(references)]
+    bad = [["a b c"] * len(references), ["a b c"] * len(references)]
+    p_values = significance([("good", good), ("bad", bad)], references, samples=100)
+    assert p_values["good"] is None and p_values["bad"] < 0.05
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["{empty}"], "no run folder"),
+        (["{empty}/nothing_here"], "no such folder"),
+        (["{empty}", "split=train"], "split must be valid or test"),
+        (["{empty}", "beam_size=x"], "beam_size: expected an integer"),
+        (["{empty}", "colour=red"], "unknown option 'colour'"),
+        ([], "no run folder given"),
+    ],
+)
+def test_bad_input_is_one_line_error(tmp_path, capsys, argv, message):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        compare_cli.main([a.format(empty=tmp_path / "empty") for a in argv])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
+                    reason="hydra-submitit-launcher is not installed (pip install .[cluster])")
+def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys):
+    sweep = tmp_path / "cluster_sweep"
+    run_sweep(tiny_train_config.overrides(**TINY_SWEEP), sweep, "hydra/launcher=submitit_local",
+              "hydra.launcher.timeout_min=5", "model/attention=dot,general", "trainer.seed=1",
+              timeout=240)
+    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false"])
+    assert sorted(row.label for row in comparison.rows) == ["model/attention=dot",
+                                                            "model/attention=general"]
+    assert all(row.runs == 1 for row in comparison.rows) and not comparison.failed
+    assert all(row.p_value is None or 0 <= row.p_value <= 1 for row in comparison.rows)
+
+
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher is not installed (pip install .[cluster])")
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from seq2seq import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hydra/launcher=slurm_gpu"],
+                      return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert cfg.hydra.launcher.gpus_per_node == 1
