@@ -3,6 +3,8 @@
 Every scorer is checked against a direct, loop-based computation of its formula from its own
 parameters (float64), then for the properties the decoders rely on: masking, shapes, T steps at
 once == T single steps, precomputed keys returned (not stored) and batch-first, gradients.
+Sparsemax is checked against hand-computed examples and its optimality conditions, and every
+scorer is run through it.
 """
 
 import math
@@ -22,10 +24,13 @@ from seq2seq.models.attention import (
     AdditiveScorer,
     Attention,
     DotScorer,
+    GaussianScorer,
     GeneralScorer,
+    LocationScorer,
     MultiHeadScorer,
     ScaledDotScorer,
     Scorer,
+    sparsemax,
 )
 
 ATTENTION_CONFIGS = CONFIG_DIR / "model" / "attention"
@@ -59,7 +64,12 @@ CASES = {
     ),
     "multihead_dot": (partial(MultiHeadScorer, heads=2, head_dim=3, scorer=DotScorer), 6, 4),
     "cosine": (CosineScorer, 6, 4),
+    "gaussian": (partial(GaussianScorer, hidden_size=5), 6, 4),
+    "epanechnikov": (partial(GaussianScorer, hidden_size=5, kernel="epanechnikov"), 6, 4),
+    "multihead_gaussian": (partial(MultiHeadScorer, heads=2, scorer=GaussianScorer), 6, 4),
+    "location": (partial(LocationScorer, max_length=8), 6, 4),
 }
+KEY_INDEPENDENT = {"location"}  # energies from the query alone
 
 
 @pytest.fixture(autouse=True)
@@ -86,8 +96,9 @@ def inputs(B: int, T: int, S: int, query_dim: int, key_dim: int, lengths=None):
 # ---------------------------------------------------------------- loop-based references
 
 
-def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Energy of one query vector (Dq,) and one raw key vector (Dk,), straight from the formula.
+def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor, s: int) -> torch.Tensor:
+    """Energy of one query vector (Dq,) and one raw key vector (Dk,) at source position s,
+    straight from the formula.
 
     Returns a scalar, or one energy per head (H,) for a multi-head scorer.
     """
@@ -95,7 +106,7 @@ def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tenso
         d = scorer.head_dim
         qp, kp = scorer.query_proj.weight @ q, scorer.key_proj.weight @ k
         heads = [slice(h * d, (h + 1) * d) for h in range(scorer.num_heads)]
-        return torch.stack([ref_pair(scorer.inner, qp[h], kp[h]) for h in heads])
+        return torch.stack([ref_pair(scorer.inner, qp[h], kp[h], s) for h in heads])
     if isinstance(scorer, AdditiveScorer):  # v^T tanh(W_q q + W_k k + b)
         hidden = torch.tanh(
             scorer.query_proj.weight @ q + scorer.key_proj.weight @ k + scorer.key_proj.bias
@@ -111,6 +122,17 @@ def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tenso
     if isinstance(scorer, CosineScorer):  # scale * cos(q, W k)
         wk = scorer.key_proj.weight @ k
         return scorer.scale * (q @ wk) / (q.norm() * wk.norm())
+    if isinstance(scorer, GaussianScorer):  # log K(||W_q q - W_k k - b|| / h)
+        diff = scorer.query_proj.weight @ q - scorer.key_proj.weight @ k - scorer.key_proj.bias
+        dist_sq = sum(diff[i] ** 2 for i in range(diff.numel()))
+        h_sq = math.exp(scorer.log_sigma.item()) ** 2
+        if scorer.kernel == "gaussian":
+            return -dist_sq / (2 * h_sq)
+        return torch.log(torch.clamp(1 - dist_sq / h_sq, min=1e-6))
+    if isinstance(scorer, LocationScorer):  # (W_a q + b)[s], -inf past max_length
+        if s >= scorer.max_length:
+            return torch.tensor(float("-inf"), dtype=q.dtype)
+        return scorer.position_proj.weight[s] @ q + scorer.position_proj.bias[s]
     raise TypeError(type(scorer))
 
 
@@ -121,7 +143,9 @@ def ref_energies(scorer, query, keys):
         [
             torch.stack(
                 [
-                    torch.stack([ref_pair(scorer, query[b, t], keys[b, s]) for s in range(S)], -1)
+                    torch.stack(
+                        [ref_pair(scorer, query[b, t], keys[b, s], s) for s in range(S)], -1
+                    )
                     for t in range(T)
                 ]
             )
@@ -130,7 +154,20 @@ def ref_energies(scorer, query, keys):
     )
 
 
-def ref_attention(scorer, query, keys, values, mask):
+def ref_sparsemax(z: list[float]) -> list[float]:
+    """Sparsemax of a list, -inf allowed, by the sorted-threshold rule in plain Python."""
+    ordered = sorted((x for x in z if x != float("-inf")), reverse=True)
+    support, total = 0, 0.0
+    for k, x in enumerate(ordered, start=1):
+        if 1 + k * x > total + x:
+            support, total = k, total + x
+        else:
+            break
+    tau = (total - 1) / support
+    return [max(x - tau, 0.0) for x in z]
+
+
+def ref_attention(scorer, query, keys, values, mask, normalizer="softmax"):
     """Context (B, T, Dv) and head-averaged weights (B, T, S) by explicit loops."""
     B, T, S = query.size(0), query.size(1), keys.size(1)
     H, Dv = scorer.num_heads, values.size(-1)
@@ -142,10 +179,14 @@ def ref_attention(scorer, query, keys, values, mask):
         real = [s for s in range(S) if mask[b, s]]
         for t in range(T):
             for h in range(H):
-                exps = {s: math.exp(energies[b, t, h, s].item()) for s in real}
-                total = sum(exps.values())
+                if normalizer == "softmax":
+                    exps = {s: math.exp(energies[b, t, h, s].item()) for s in real}
+                    probs = {s: e / sum(exps.values()) for s, e in exps.items()}
+                else:
+                    row = [energies[b, t, h, s].item() for s in real]
+                    probs = dict(zip(real, ref_sparsemax(row), strict=True))
                 for s in real:
-                    w = exps[s] / total
+                    w = probs[s]
                     context[b, t, h * d : (h + 1) * d] += w * values[b, s, h * d : (h + 1) * d]
                     weights[b, t, s] += w / H
     return context, weights
@@ -173,11 +214,101 @@ def test_attention_matches_loop_reference(name):
     torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_sparsemax_attention_matches_loop_reference(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])
+    attention = Attention(scorer, normalizer="sparsemax")
+    context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
+    ref_context, ref_weights = ref_attention(scorer, query, keys, keys, mask, "sparsemax")
+    torch.testing.assert_close(context, ref_context, rtol=0, atol=1e-6)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-6)
+    assert torch.all(weights[~mask[:, None, :].expand_as(weights)] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 2, dtype=torch.float64))
+
+
 def test_scaled_dot_is_dot_over_sqrt_d():
     query, keys, _ = inputs(2, 3, 4, 9, 9)
     dot = DotScorer(query_dim=9, key_dim=9).score(query, keys)
     scaled = ScaledDotScorer(query_dim=9, key_dim=9).score(query, keys)
     torch.testing.assert_close(scaled, dot / 3.0)
+
+
+# ---------------------------------------------------------------- sparsemax
+
+
+@pytest.mark.parametrize(
+    "z,expected",
+    [
+        ([1.0, 0.5, -1.0], [0.75, 0.25, 0.0]),  # tau = (1 + 0.5 - 1) / 2
+        ([0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]),
+        ([3.0, 0.0], [1.0, 0.0]),
+        ([0.2, float("-inf"), 0.0, float("-inf")], [0.6, 0.0, 0.4, 0.0]),  # tau = -0.4
+        ([5.0], [1.0]),
+    ],
+)
+def test_sparsemax_closed_form_examples(z, expected):
+    z = torch.tensor(z, dtype=torch.float64)
+    torch.testing.assert_close(sparsemax(z), torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(sparsemax(z + 7.0), sparsemax(z))  # shift-invariant
+    assert ref_sparsemax(z.tolist()) == pytest.approx(expected)
+
+
+def test_sparsemax_is_the_projection_onto_the_simplex():
+    # KKT conditions of argmin ||p - z||^2 over the simplex: p = z - tau on the support and
+    # z <= tau off it, for one tau per row; rows sum to 1.
+    z = 2 * torch.randn(6, 3, 9, dtype=torch.float64)
+    p = sparsemax(z)
+    assert torch.all(p >= 0)
+    torch.testing.assert_close(p.sum(-1), torch.ones(6, 3, dtype=torch.float64))
+    tau = ((z - p) * (p > 0)).sum(-1, keepdim=True) / (p > 0).sum(-1, keepdim=True)
+    torch.testing.assert_close(torch.where(p > 0, z - tau, p), p)
+    assert torch.all(z[p == 0] <= tau.expand_as(z)[p == 0])
+    # along another dim: the same as transposing
+    torch.testing.assert_close(sparsemax(z, dim=1), sparsemax(z.transpose(1, 2)).transpose(1, 2))
+
+
+def test_sparsemax_peaked_rows_are_sparse_and_masked_exactly_zero():
+    scorer = DotScorer(query_dim=4, key_dim=4).double()
+    query, keys, mask = inputs(3, 4, 6, 4, 4, lengths=[6, 2, 4])
+    query = 5 * query  # peaked energies: some real positions must get exactly zero
+    attention = Attention(scorer, normalizer="sparsemax")
+    _, weights = attention(query, keys, keys, mask)
+    mask = mask[:, None, :].expand_as(weights)
+    assert torch.all(weights[~mask] == 0)
+    assert (weights[mask] == 0).any()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, dtype=torch.float64))
+    softmax_weights = Attention(scorer)(query, keys, keys, mask[:, 0])[1]
+    assert torch.all(softmax_weights[mask] > 0)
+
+
+def test_sparsemax_gradcheck():
+    z = torch.randn(3, 2, 5, dtype=torch.float64)
+    z[0, 0, 3:] = float("-inf")  # padding
+    z.requires_grad_()
+    assert torch.autograd.gradcheck(lambda z: sparsemax(z).masked_fill(z.isinf(), 0), (z,))
+    sparsemax(z).sum().backward()
+    assert torch.all(z.grad[z.isinf()] == 0)
+
+
+@pytest.mark.parametrize("name", ["additive", "general", "gaussian", "location",
+                                  "multihead_dot"])
+def test_sparsemax_attention_gradcheck(name):
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(2, 2, 3, query_dim, key_dim, lengths=[3, 2])
+    values = torch.randn(2, 3, key_dim, dtype=torch.float64)
+    attention = Attention(scorer, normalizer="sparsemax")
+
+    def attend(query, keys, values):
+        return attention(query, attention.precompute_keys(keys), values, mask)
+
+    tensors = tuple(t.requires_grad_() for t in (query, keys, values))
+    assert torch.autograd.gradcheck(attend, tensors)
+
+
+def test_unknown_normalizer_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"normalizer must be one of softmax, sparsemax.*'max'"):
+        Attention(DotScorer(query_dim=4, key_dim=4), normalizer="max")
 
 
 # ---------------------------------------------------------------- masking
@@ -269,7 +400,8 @@ def test_precomputed_keys_are_returned_not_stored(name):
         for value in vars(module).values():
             assert value is not pre1 and value is not pre2
     # score reads only the keys it is given: old keys still give the old energies
-    assert not torch.allclose(scorer.score(query, pre2), energies1)
+    if name not in KEY_INDEPENDENT:
+        assert not torch.allclose(scorer.score(query, pre2), energies1)
     torch.testing.assert_close(scorer.score(query, pre1), energies1, rtol=0, atol=0)
 
 
@@ -335,6 +467,95 @@ def test_dot_project_keys(cls):
     assert scorer.precompute_keys(keys).shape == (2, 5, 6)
 
 
+def test_gaussian_weights_are_a_kernel_over_distances():
+    # W_q = W_k = I, b = 0: the weights are the normalized kernel of ||q - k||.
+    for kernel in GaussianScorer.KERNELS:
+        scorer = GaussianScorer(query_dim=3, key_dim=3, kernel=kernel, sigma=2.0).double()
+        with torch.no_grad():
+            scorer.query_proj.weight.copy_(torch.eye(3))
+            scorer.key_proj.weight.copy_(torch.eye(3))
+            scorer.key_proj.bias.zero_()
+        query, keys, _ = inputs(1, 2, 4, 3, 3)
+        _, weights = Attention(scorer)(query, scorer.precompute_keys(keys), keys)
+        dist_sq = torch.cdist(query, keys) ** 2  # (1, 2, 4)
+        if kernel == "gaussian":
+            kernel_values = torch.exp(-dist_sq / 8)
+        else:
+            kernel_values = (1 - dist_sq / 4).clamp(min=1e-6)
+        torch.testing.assert_close(weights, kernel_values / kernel_values.sum(-1, keepdim=True))
+
+
+def test_gaussian_options():
+    scorer = GaussianScorer(query_dim=6, key_dim=4)
+    assert scorer.query_proj.out_features == 6 and scorer.key_proj.in_features == 4
+    assert math.exp(scorer.log_sigma.item()) == pytest.approx(math.sqrt(6))
+    scorer = GaussianScorer(query_dim=6, key_dim=4, hidden_size=9, kernel="epanechnikov")
+    assert math.exp(scorer.log_sigma.item()) == pytest.approx(6.0)
+    assert GaussianScorer(query_dim=6, key_dim=4, sigma=0.5).log_sigma.requires_grad
+    assert GaussianScorer(query_dim=6, key_dim=4, hidden_size=9).precompute_keys(
+        torch.randn(2, 5, 4)).shape == (2, 5, 10)
+    with pytest.raises(ValueError, match="kernel must be one of gaussian, epanechnikov"):
+        GaussianScorer(query_dim=6, key_dim=4, kernel="box")
+    with pytest.raises(ValueError, match="sigma must be positive"):
+        GaussianScorer(query_dim=6, key_dim=4, sigma=0.0)
+
+
+@pytest.mark.parametrize("kernel", GaussianScorer.KERNELS)
+def test_gaussian_never_builds_a_4d_tensor(kernel):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    B, T, S, A = 2, 7, 11, 13
+    scorer = GaussianScorer(query_dim=5, key_dim=3, hidden_size=A, kernel=kernel)
+    query, keys = torch.randn(B, T, 5), torch.randn(B, S, 3)
+    with Largest():
+        scorer.score(query, scorer.precompute_keys(keys))
+    assert Largest.numel <= max(B * T * S, B * S * (A + 1), B * T * A)
+
+
+def test_epanechnikov_floor_outside_the_window():
+    # Every key far outside the bandwidth: the floor gives a uniform row, not 0/0.
+    scorer = GaussianScorer(query_dim=2, key_dim=2, kernel="epanechnikov", sigma=0.1).double()
+    query, keys, mask = inputs(1, 1, 3, 2, 2)
+    _, weights = Attention(scorer)(query, scorer.precompute_keys(100 * keys), keys, mask)
+    torch.testing.assert_close(weights, torch.full((1, 1, 3), 1 / 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+def test_location_source_longer_than_max_length(normalizer):
+    scorer = LocationScorer(query_dim=4, key_dim=3, max_length=3).double()
+    query, keys, mask = inputs(2, 2, 5, 4, 3, lengths=[5, 2])
+    precomputed = scorer.precompute_keys(keys)
+    assert precomputed.shape == (2, 5, 0)
+    energies = scorer.score(query, precomputed)
+    assert energies.shape == (2, 2, 5) and torch.all(energies[..., 3:] == float("-inf"))
+    attention = Attention(scorer, normalizer=normalizer)
+    context, weights = attention(query, precomputed, keys, mask)
+    assert torch.all(weights[0, :, 3:] == 0) and torch.all(weights[1, :, 2:] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, dtype=torch.float64))
+    short = attention(query[:1], precomputed[:1, :3], keys[:1, :3], mask[:1, :3])
+    torch.testing.assert_close((context[:1], weights[:1, :, :3]), short)  # tail ignored
+    with pytest.raises(ValueError, match="max_length must be >= 1"):
+        LocationScorer(query_dim=4, key_dim=3, max_length=0)
+
+
+def test_location_energies_ignore_the_keys():
+    scorer = LocationScorer(query_dim=4, key_dim=3, max_length=6)
+    query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 3)
+    energies = scorer.score(query, scorer.precompute_keys(keys))
+    torch.testing.assert_close(energies, scorer.position_proj(query)[..., :5])
+    torch.testing.assert_close(scorer.score(query, scorer.precompute_keys(-keys)), energies)
+
+
 def test_scaled_dot_divides_by_dot_product_length():
     assert ScaledDotScorer(query_dim=6, key_dim=4, project_keys=True).scale == 1 / math.sqrt(6)
 
@@ -395,13 +616,16 @@ def test_multihead_heads_read_their_own_value_slice():
 # ---------------------------------------------------------------- mixed precision
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "multihead_additive"])
-def test_autocast_bfloat16(name):
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+@pytest.mark.parametrize(
+    "name", ["additive", "general", "multihead_additive", "gaussian", "location"]
+)
+def test_autocast_bfloat16(name, normalizer):
     scorer, query_dim, key_dim = make(name)
     scorer.float()
     query, keys, mask = inputs(2, 3, 5, query_dim, key_dim, lengths=[5, 3])
     query, keys = query.float(), keys.float()
-    attention = Attention(scorer)
+    attention = Attention(scorer, normalizer=normalizer)
     ref_context, ref_weights = attention(query, attention.precompute_keys(keys), keys, mask)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
@@ -432,6 +656,8 @@ def test_half_precision_weights_follow_values_dtype():
         ("scaled_dot", ScaledDotScorer),
         ("general", GeneralScorer),
         ("multihead", MultiHeadScorer),
+        ("gaussian", GaussianScorer),
+        ("location", LocationScorer),
     ],
 )
 def test_config_instantiates(file, cls):

@@ -1,8 +1,10 @@
 """Attention: pluggable scorers plus the one module that turns their energies into a context.
 
 A *scorer* only computes energies e[b, t, s]: how well decoder step t of sentence b matches
-source position s. Everything else (padding mask, softmax, weighted sum of the values) lives in
-:class:`Attention`, so a new scorer never has to get masking or numerics right.
+source position s. Everything else (padding mask, normalization by softmax or sparsemax,
+weighted sum of the values) lives in :class:`Attention`, so a new scorer never has to get
+masking or numerics right. The library's scorers live in :mod:`seq2seq.models.scorers` and are
+re-exported here, so ``seq2seq.models.attention.AdditiveScorer`` etc. name them in configs.
 
 The scorer contract:
 
@@ -37,260 +39,81 @@ A user-defined scorer takes a few lines; plug it in with
             return self.scale * F.normalize(query, dim=-1) @ keys.transpose(1, 2)  # (B, T, S)
 """
 
-import math
-from collections.abc import Callable
-
 import torch
 from torch import Tensor, nn
 
+from seq2seq.models.scorers import (
+    AdditiveScorer,
+    DotScorer,
+    GaussianScorer,
+    GeneralScorer,
+    LocationScorer,
+    MultiHeadScorer,
+    ScaledDotScorer,
+    Scorer,
+)
 
-class Scorer(nn.Module):
-    """Base class of attention scorers: identity ``precompute_keys`` and ``num_heads = 1``.
-
-    Subclasses implement :meth:`score` and, when some work depends on the keys only, override
-    :meth:`precompute_keys` so that it runs once per source batch instead of once per step.
-    """
-
-    num_heads: int = 1
-
-    def precompute_keys(self, keys: Tensor) -> Tensor:
-        """Return what :meth:`score` needs from the keys; the identity by default.
-
-        Args:
-            keys: Encoder outputs.
-
-        Returns:
-            The precomputed keys, to pass back to :meth:`score`.
-
-        Shape:
-            - keys: (B, S, Dk)
-            - output: (B, S, *), scorer-specific.
-        """
-        return keys
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        """Return the energies of every query step against every key.
-
-        Args:
-            query: Decoder states, T steps at once.
-            keys: The output of :meth:`precompute_keys`.
-
-        Returns:
-            Unnormalized energies (no mask, no softmax).
-
-        Shape:
-            - query: (B, T, Dq)
-            - keys: (B, S, *)
-            - output: (B, T, S)
-        """
-        raise NotImplementedError
+__all__ = [
+    "AdditiveScorer",
+    "Attention",
+    "DotScorer",
+    "GaussianScorer",
+    "GeneralScorer",
+    "LocationScorer",
+    "MultiHeadScorer",
+    "NORMALIZERS",
+    "ScaledDotScorer",
+    "Scorer",
+    "sparsemax",
+]
 
 
-class AdditiveScorer(Scorer):
-    """Additive (Bahdanau) attention: e = v^T tanh(W_q q + W_k k + b).
+def sparsemax(energies: Tensor, dim: int = -1) -> Tensor:
+    """Sparsemax (Martins & Astudillo, 2016): the Euclidean projection onto the simplex.
 
-    W_k k + b depends on the keys only, so :meth:`precompute_keys` computes it once per batch.
-    The tanh needs every (step, position) pair, so :meth:`score` builds a (B, T, S, A) tensor.
-
-    Args:
-        query_dim: Size Dq of the query (decoder state).
-        key_dim: Size Dk of the keys (encoder outputs).
-        hidden_size: Size A of the hidden layer; ``None`` means ``query_dim``.
+    p = max(z - tau, 0) with tau = (sum_{j <= k} z_(j) - 1) / k, z_(1) >= z_(2) >= ... sorted,
+    and k the largest index with 1 + k z_(k) > sum_{j <= k} z_(j). Rows sum to 1 and, unlike
+    softmax, low energies get exactly zero weight. -inf entries (padding) are allowed and get
+    exactly zero; every row needs at least one finite entry. The gradient is autograd's through
+    this closed form (diag(s) - s s^T / |s| on the support s), exact away from ties.
 
     Shape:
-        - precompute_keys: (B, S, Dk) -> (B, S, A)
-        - score: query (B, T, Dq), keys (B, S, A) -> (B, T, S)
+        - energies: (*, S, *), any shape; normalized along ``dim``
+        - output: same shape
     """
-
-    def __init__(self, *, query_dim: int, key_dim: int, hidden_size: int | None = None):
-        super().__init__()
-        hidden_size = query_dim if hidden_size is None else hidden_size
-        # One bias is enough: a bias on both projections would just add up.
-        self.query_proj = nn.Linear(query_dim, hidden_size, bias=False)
-        self.key_proj = nn.Linear(key_dim, hidden_size)
-        # No bias on v: adding a constant to every energy does not change the softmax.
-        self.v = nn.Linear(hidden_size, 1, bias=False)
-
-    def precompute_keys(self, keys: Tensor) -> Tensor:
-        return self.key_proj(keys)  # (B, S, A)
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        q = self.query_proj(query)  # (B, T, A)
-        hidden = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
-        return self.v(hidden).squeeze(-1)  # (B, T, S)
+    z = energies - energies.amax(dim=dim, keepdim=True)  # shift-invariant; max is 0, finite
+    z_sorted = torch.sort(z, dim=dim, descending=True).values
+    finite = torch.isfinite(z_sorted)
+    z_sorted = z_sorted.masked_fill(~finite, 0.0)  # -inf sort last; keep them out of the sums
+    cumsum = z_sorted.cumsum(dim)
+    shape = [1] * z.dim()
+    shape[dim] = z.size(dim)
+    k = torch.arange(1, z.size(dim) + 1, device=z.device, dtype=z.dtype).view(shape)
+    support = finite & (1 + k * z_sorted > cumsum)  # a prefix of the sorted entries, >= 1 long
+    k_max = support.sum(dim=dim, keepdim=True)
+    tau = (cumsum.gather(dim, k_max - 1) - 1) / k_max.to(z.dtype)
+    return torch.clamp(z - tau, min=0)  # -inf - tau = -inf -> exactly 0
 
 
-class DotScorer(Scorer):
-    """Dot-product (Luong dot) attention: e = q^T k, or q^T P k with ``project_keys``.
-
-    Without a projection the dot product needs ``query_dim == key_dim``. With
-    ``project_keys=True`` a learned P (key_dim -> query_dim, no bias) is applied once per batch in
-    :meth:`precompute_keys`, which makes this the same model as :class:`GeneralScorer`.
-
-    Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
-        project_keys: Learn a projection of the keys to ``query_dim``.
-
-    Raises:
-        ValueError: If ``query_dim != key_dim`` and ``project_keys`` is false.
-
-    Shape:
-        - precompute_keys: (B, S, Dk) -> (B, S, Dq)
-        - score: query (B, T, Dq), keys (B, S, Dq) -> (B, T, S)
-    """
-
-    def __init__(self, *, query_dim: int, key_dim: int, project_keys: bool = False):
-        super().__init__()
-        if query_dim != key_dim and not project_keys:
-            raise ValueError(
-                f"{type(self).__name__} takes the dot product of query and key, but "
-                f"query_dim={query_dim} != key_dim={key_dim}. Set "
-                f"model.attention.project_keys=true to learn a key projection, or choose another "
-                f"scorer (e.g. model/attention=general or additive)."
-            )
-        # No bias: q^T (P k + c) adds q^T c, the same for every position, which softmax ignores.
-        self.key_proj = nn.Linear(key_dim, query_dim, bias=False) if project_keys else None
-
-    def precompute_keys(self, keys: Tensor) -> Tensor:
-        return keys if self.key_proj is None else self.key_proj(keys)  # (B, S, Dq)
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return query @ keys.transpose(1, 2)  # (B, T, Dq) @ (B, Dq, S) -> (B, T, S)
-
-
-class ScaledDotScorer(DotScorer):
-    """Scaled dot-product attention: e = q^T k / sqrt(d), d = ``query_dim``.
-
-    d is the length of the dot product (the keys have ``query_dim`` entries, projected or not).
-    The scaling keeps the energies' variance near 1 for unit-variance inputs, so the softmax does
-    not saturate as d grows. Options and errors are those of :class:`DotScorer`.
-
-    Shape:
-        - precompute_keys: (B, S, Dk) -> (B, S, Dq)
-        - score: query (B, T, Dq), keys (B, S, Dq) -> (B, T, S)
-    """
-
-    def __init__(self, *, query_dim: int, key_dim: int, project_keys: bool = False):
-        super().__init__(query_dim=query_dim, key_dim=key_dim, project_keys=project_keys)
-        self.scale = 1.0 / math.sqrt(query_dim)
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return super().score(query, keys) * self.scale  # (B, T, S)
-
-
-class GeneralScorer(Scorer):
-    """General (Luong general, bilinear) attention: e = q^T W k.
-
-    W k depends on the keys only, so :meth:`precompute_keys` computes it once per batch.
-
-    Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
-
-    Shape:
-        - precompute_keys: (B, S, Dk) -> (B, S, Dq)
-        - score: query (B, T, Dq), keys (B, S, Dq) -> (B, T, S)
-    """
-
-    def __init__(self, *, query_dim: int, key_dim: int):
-        super().__init__()
-        # No bias: q^T (W k + c) adds q^T c, the same for every position, which softmax ignores.
-        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
-
-    def precompute_keys(self, keys: Tensor) -> Tensor:
-        return self.key_proj(keys)  # (B, S, Dq)
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return query @ keys.transpose(1, 2)  # (B, T, Dq) @ (B, Dq, S) -> (B, T, S)
-
-
-class MultiHeadScorer(Scorer):
-    """Multi-head attention energies (as in RNMT+), any single-head scorer per head.
-
-    e_h = inner(Q_h q, K_h k) for h = 1..H, where Q_h and K_h are the h-th ``head_dim`` slices
-    of a query projection (Dq -> H * head_dim) and a key projection (Dk -> H * head_dim). One
-    inner scorer, built as ``scorer(query_dim=head_dim, key_dim=head_dim)``, is shared by all
-    heads; it runs once with the heads folded into the batch dimension, its own
-    ``precompute_keys`` included.
-
-    :class:`Attention` splits the values (B, S, Dv) into H equal slices, one per head, and
-    concatenates the per-head contexts back to Dv; hence ``key_dim`` (normally = Dv, both being
-    the encoder outputs) must be divisible by ``heads``.
-
-    Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
-        heads: Number of heads H.
-        scorer: Factory of the inner, single-head scorer (e.g. ``functools.partial`` of a class).
-        head_dim: Size of each head's projected query and key; ``None`` means ``key_dim // heads``.
-
-    Raises:
-        ValueError: If ``heads < 1``, ``key_dim`` is not divisible by ``heads``, or the inner
-            scorer is itself multi-head.
-
-    Shape:
-        - precompute_keys: (B, S, Dk) -> (B, H, S, *), the inner scorer's precomputed keys
-        - score: query (B, T, Dq), keys (B, H, S, *) -> (B, T, H, S)
-    """
-
-    def __init__(
-        self,
-        *,
-        query_dim: int,
-        key_dim: int,
-        heads: int,
-        scorer: Callable[..., nn.Module],
-        head_dim: int | None = None,
-    ):
-        super().__init__()
-        if heads < 1:
-            raise ValueError(f"MultiHeadScorer needs heads >= 1, got heads={heads}.")
-        if key_dim % heads != 0:
-            raise ValueError(
-                f"MultiHeadScorer splits the values into one slice per head, so key_dim={key_dim} "
-                f"must be divisible by heads={heads}. Change model.attention.heads."
-            )
-        self.num_heads = heads
-        self.head_dim = key_dim // heads if head_dim is None else head_dim
-        # No biases: the inner scorer has its own where they matter.
-        self.query_proj = nn.Linear(query_dim, heads * self.head_dim, bias=False)
-        self.key_proj = nn.Linear(key_dim, heads * self.head_dim, bias=False)
-        self.inner = scorer(query_dim=self.head_dim, key_dim=self.head_dim)
-        if getattr(self.inner, "num_heads", 1) != 1:
-            raise ValueError("MultiHeadScorer's inner scorer must be single-head.")
-
-    def _fold_heads(self, x: Tensor) -> Tensor:
-        """(B, L, H * head_dim) -> (B * H, L, head_dim): each head becomes its own batch row."""
-        B, L, _ = x.shape
-        x = x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, head_dim)
-        return x.reshape(B * self.num_heads, L, self.head_dim)
-
-    def precompute_keys(self, keys: Tensor) -> Tensor:
-        B = keys.size(0)
-        k = self._fold_heads(self.key_proj(keys))  # (B * H, S, head_dim)
-        k = self.inner.precompute_keys(k)  # (B * H, S, *)
-        # Unfold the heads again: callers index the precomputed keys by sentence (dim 0).
-        return k.unflatten(0, (B, self.num_heads))  # (B, H, S, *)
-
-    def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        B, T, _ = query.shape
-        q = self._fold_heads(self.query_proj(query))  # (B * H, T, head_dim)
-        energies = self.inner.score(q, keys.flatten(0, 1))  # (B * H, T, S)
-        energies = energies.view(B, self.num_heads, T, -1)  # (B, H, T, S)
-        return energies.transpose(1, 2)  # (B, T, H, S)
+NORMALIZERS = {"softmax": torch.softmax, "sparsemax": sparsemax}
 
 
 class Attention(nn.Module):
-    """Masked softmax attention around a scorer: energies -> weights -> context.
+    """Masked attention around a scorer: energies -> weights -> context.
 
-    This module alone applies the padding mask, the softmax over source positions and the
-    weighted sum of the values, for any scorer. With a multi-head scorer (4-D energies), head h
+    This module alone applies the padding mask, the normalization over source positions
+    (softmax, or sparsemax: a projection onto the simplex that gives low energies exactly zero
+    weight) and the weighted sum of the values, for any scorer. Padding gets exactly zero weight
+    under both normalizers. With a multi-head scorer (4-D energies), head h
     attends over the h-th of H equal slices of every value vector; the per-head contexts are
     concatenated back to Dv and the returned weights are averaged over the heads.
 
     Args:
         scorer: A scorer following the contract in this module's docstring.
+        normalizer: ``"softmax"`` or ``"sparsemax"`` (a key of :data:`NORMALIZERS`).
+
+    Raises:
+        ValueError: If ``normalizer`` is unknown.
 
     Shape:
         - query: (B, T, Dq)
@@ -301,9 +124,15 @@ class Attention(nn.Module):
         - weights: (B, T, S)
     """
 
-    def __init__(self, scorer: nn.Module):
+    def __init__(self, scorer: nn.Module, normalizer: str = "softmax"):
         super().__init__()
+        if normalizer not in NORMALIZERS:
+            raise ValueError(
+                f"model.attention.normalizer must be one of {', '.join(NORMALIZERS)}, "
+                f"got {normalizer!r}"
+            )
         self.scorer = scorer
+        self.normalizer = normalizer
 
     def precompute_keys(self, keys: Tensor) -> Tensor:
         """Run the scorer's once-per-batch key work; pass the result to every :meth:`forward`."""
@@ -333,14 +162,15 @@ class Attention(nn.Module):
         """
         energies = self.scorer.score(query, keys)  # (B, T, S) or (B, T, H, S)
         multi_head = energies.dim() == 4
-        # Softmax in at least float32: in bf16/fp16 (autocast) the exp and the normalizing sum
-        # lose too much precision. float64 stays float64.
+        # Normalize in at least float32: in bf16/fp16 (autocast) the exp (softmax), the sums and
+        # the threshold (sparsemax) lose too much precision. float64 stays float64.
         energies = energies.to(torch.promote_types(energies.dtype, torch.float32))
         if mask is not None:
-            # -inf makes exp() exactly 0, so padded positions get exactly zero weight.
+            # -inf gives exactly zero weight: exp(-inf) = 0 in softmax, max(-inf - tau, 0) = 0
+            # in sparsemax.
             pad = ~mask[:, None, None, :] if multi_head else ~mask[:, None, :]  # broadcast
             energies = energies.masked_fill(pad, float("-inf"))
-        weights = torch.softmax(energies, dim=-1).to(values.dtype)  # (B, T, [H,] S)
+        weights = NORMALIZERS[self.normalizer](energies, dim=-1).to(values.dtype)  # (B, T, [H,] S)
         if not multi_head:
             return torch.bmm(weights, values), weights  # (B, T, Dv), (B, T, S)
 

@@ -15,19 +15,26 @@ from seq2seq.data.vocab import PAD_ID
 from seq2seq.models.attention import Attention
 from seq2seq.models.seq2seq import Seq2Seq
 
+# Keys of the ``model.attention`` node that configure the shared Attention, not the scorer.
+ATTENTION_KEYS = ("normalizer",)
+
 
 def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
     """Build the model described by ``model_cfg`` (the ``model`` node of the train config).
 
     The sizes that depend on each other are passed here rather than repeated in YAML: the
     vocabulary sizes, the scorer's query and key sizes, and the decoder's output size when
-    embeddings are tied.
+    embeddings are tied. The attention node's ``normalizer`` (softmax or sparsemax, default
+    softmax) belongs to the shared :class:`Attention`, not to the scorer, so it is taken out of
+    the node before the scorer is instantiated; any scorer class, a user's included, works
+    with either normalizer.
     """
     tie = bool(model_cfg.get("tie_embeddings", False))
     encoder = instantiate(model_cfg["encoder"], vocab_size=src_vocab_size, padding_idx=PAD_ID)
     decoder_cfg = model_cfg["decoder"]
+    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
     scorer = instantiate(
-        model_cfg["attention"],
+        scorer_cfg,
         query_dim=decoder_cfg["hidden_size"],
         key_dim=encoder.output_size,
     )
@@ -35,13 +42,22 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     decoder = instantiate(
         decoder_cfg,
         vocab_size=tgt_vocab_size,
-        attention=Attention(scorer),
+        attention=Attention(scorer, normalizer=normalizer),
         encoder_output_size=encoder.output_size,
         encoder_final_size=encoder.output_size,
         padding_idx=PAD_ID,
         **extra,
     )
     return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie)
+
+
+def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
+    """Split the ``model.attention`` node into the scorer's node and the normalizer's name.
+
+    Works on plain dicts and DictConfigs alike, and leaves ``attention_cfg`` itself unchanged.
+    """
+    scorer_cfg = {key: value for key, value in attention_cfg.items() if key not in ATTENTION_KEYS}
+    return scorer_cfg, str(attention_cfg.get("normalizer", "softmax"))
 
 
 def count_parameters(model) -> int:
