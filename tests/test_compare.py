@@ -134,6 +134,19 @@ def test_runs_are_grouped_by_differing_keys_without_the_seed(tmp_path):
     assert [r.path.name for r in groups[1].failed_runs] == ["3"]
 
 
+def test_no_scorable_run_is_an_error_after_the_listing(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "a", attention="DotScorer", seed=1, checkpoint=False)
+    make_run(tmp_path / "runs" / "b", attention="DotScorer", seed=1)  # an empty best.pt
+    with pytest.raises(SystemExit) as exit_info:
+        compare_cli.main([str(tmp_path / "runs"), "plots=false"])
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert f"failed: {tmp_path / 'runs' / 'a'}" in captured.out
+    assert f"failed: {tmp_path / 'runs' / 'b'}" in captured.out and "scoring failed" in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith("error: none of the 2 runs")
+    assert json.loads((tmp_path / "runs" / "comparison.json").read_text())["failed_runs"]
+
+
 def test_statistics_and_significance():
     assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
     assert math.isnan(mean_std([5.0])[1])

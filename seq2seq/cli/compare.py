@@ -22,8 +22,9 @@ Options:
     refresh=false             re-score runs whose cached scores are still valid
     plots=true                draw the PNGs
 
-Prints the table (markdown) on stdout; logs go to stderr. Bad options or no runs: one line
-``error: ...`` on stderr, exit status 1.
+Prints the table (markdown) on stdout, then one ``failed: RUN (GROUP): reason`` line per run that
+could not be scored; logs go to stderr. Bad options, no run folder, or no run that could be
+scored: one line ``error: ...`` on stderr, exit status 1.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def run(argv: Sequence[str]):
     for failure in comparison.failed:
         print(f"failed: {failure['run']} ({failure['group']}): {failure['reason']}")
     print(f"written: {', '.join(str(p) for p in comparison.files)}", flush=True)
+    if not any(row.runs for row in comparison.rows):
+        fail(f"none of the {len(comparison.failed)} runs could be scored (listed above)")
     return comparison
 
 

@@ -39,10 +39,8 @@ class Comparison:
 
 
 def common_parent(paths: Sequence[Path]) -> Path:
-    """The deepest folder that holds every path (a single run: the run folder's parent)."""
-    resolved = [str(Path(p).resolve()) for p in paths]
-    parent = Path(os.path.commonpath(resolved))
-    return parent.parent if len(resolved) == 1 else parent
+    """The deepest folder that holds every path (a single run: the run folder itself)."""
+    return Path(os.path.commonpath([str(Path(p).resolve()) for p in paths]))
 
 
 def _describe_test(test: str, samples: int, seeds: int) -> str:
