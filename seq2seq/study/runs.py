@@ -146,17 +146,24 @@ def _is_run_folder(folder: Path) -> bool:
     return (folder / "config.yaml").is_file() or (folder / ".hydra" / "config.yaml").is_file()
 
 
-def find_run_folders(root: Path) -> list[Path]:
-    """Run folders at or below ``root`` (a run folder's own subfolders are not searched)."""
+def find_run_folders(root: Path, depth: int = 6) -> list[Path]:
+    """Run folders at or below ``root``, at most ``depth`` levels down.
+
+    A run folder's own subfolders, hidden folders (``.submitit``, ``.venv``) and symbolic
+    links are not searched.
+    """
     if _is_run_folder(root):
         return [root]
+    if depth == 0:
+        return []
     found: list[Path] = []
     try:
-        children = sorted(p for p in root.iterdir() if p.is_dir())
+        children = sorted(p for p in root.iterdir()
+                          if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     except OSError as error:
         raise StudyError(f"cannot list {root}: {error}") from error
     for child in children:
-        found.extend(find_run_folders(child))
+        found.extend(find_run_folders(child, depth - 1))
     return found
 
 
