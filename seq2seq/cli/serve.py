@@ -1,0 +1,113 @@
+"""``python serve.py checkpoint=PATH [overrides]`` / ``seq2seq-serve``: the translation API.
+
+Loads the configured checkpoints (``checkpoint=PATH``, or ``models={name: path, ...}``), builds
+the app of :mod:`seq2seq.serving.app` and runs it with uvicorn on ``host:port`` (default
+127.0.0.1:8000): the page at ``/``, the API under ``/v1/``, its OpenAPI docs at ``/docs``.
+Every option is documented in ``seq2seq/configs/serve.yaml``.
+
+SIGTERM (or Ctrl-C) stops it gracefully: uvicorn stops accepting connections and waits for the
+requests in flight, then the app's batchers finish their queues; the exit status is 0.
+Exit status 1 with a one-line ``error: ...`` for a missing serving dependency, a bad
+checkpoint, an invalid option or a port in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
+from seq2seq.device import set_num_threads
+
+log = logging.getLogger("seq2seq.serve")
+
+
+def model_paths(cfg: DictConfig) -> dict[str, str]:
+    """name -> checkpoint path, from ``checkpoint`` (+ ``name``) or ``models``."""
+    models = OmegaConf.to_container(cfg.models, resolve=True) if cfg.get("models") else {}
+    if cfg.checkpoint and models:
+        fail("give either checkpoint=PATH or models={name: path, ...}, not both")
+    if cfg.checkpoint:
+        path = Path(str(cfg.checkpoint))
+        name = cfg.get("name") or (
+            path.parents[1].name if path.parent.name == "checkpoints" and path.parents[1].name
+            else path.stem
+        )
+        return {str(name): str(path)}
+    if not models:
+        fail("no model given: add checkpoint=PATH or 'models={name: path, ...}'")
+    if not isinstance(models, dict):
+        fail("models must be a mapping {name: checkpoint path, ...}")
+    return {str(name): str(path) for name, path in models.items()}
+
+
+def build_app(cfg: DictConfig):
+    """The app serving the configured models (exits with a one-line error on a problem)."""
+    check_options(cfg)
+    try:
+        from seq2seq.serving.app import create_app
+        from seq2seq.serving.models import load_model
+    except ImportError as error:
+        fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
+    from seq2seq.checkpoint import CheckpointError
+
+    set_num_threads(cfg.get("num_threads"))
+    served = {}
+    for name, path in model_paths(cfg).items():
+        try:
+            served[name] = load_model(
+                path, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
+            )
+        except (CheckpointError, ValueError) as error:
+            fail(f"model {name}: {error}")
+        log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
+                 served[name].parameters, served[name].translator.device)
+    try:
+        return create_app(
+            served,
+            max_lines=cfg.limits.max_lines,
+            max_chars=cfg.limits.max_chars,
+            max_beam_size=cfg.limits.max_beam_size,
+            window_ms=cfg.batching.window_ms,
+            batch_tokens=cfg.batching.max_tokens,
+        )
+    except ValueError as error:
+        fail(error)
+
+
+def _after_shutdown(signum: int, frame) -> None:
+    log.info("stopped by %s", signal.Signals(signum).name)
+
+
+def run(cfg: DictConfig) -> None:
+    """Serve until SIGTERM / Ctrl-C."""
+    app = build_app(cfg)
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host=cfg.host, port=int(cfg.port), log_level=cfg.log_level,
+        access_log=bool(cfg.access_log), log_config=None, timeout_graceful_shutdown=60,
+    )
+    server = uvicorn.Server(config)
+    log.info("serving on http://%s:%d/", cfg.host, int(cfg.port))
+    # Uvicorn handles SIGTERM/SIGINT itself (graceful shutdown), then restores the handlers it
+    # found and raises the signal again: with these, that second delivery ends in exit status 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _after_shutdown)
+    server.run()
+    if not server.started:  # e.g. the port is in use (uvicorn has logged why)
+        fail(f"could not serve on {cfg.host}:{cfg.port}")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="serve")
+def main(cfg: DictConfig) -> None:
+    """Entry point; see the module docstring."""
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Dynamic batching: the sentences of requests that arrive together are decoded together.
+
+One :class:`DynamicBatcher` per model owns one worker thread, the only thread that ever runs
+that model. Requests (``submit``, a coroutine) go into a thread-safe queue and wait on an
+asyncio future; the event loop never decodes. The worker takes the first waiting job, then
+everything else already queued, then keeps collecting for at most ``window_ms`` after that
+first job arrived, or until the jobs hold ``max_tokens`` source pieces. It groups the jobs by
+decoding options (beam size, nbest, attention), runs one ``translate`` call per group (the
+Translator sorts and cuts the sentences into length batches itself) and hands each job its own
+slice of the results, in order.
+
+A lone request therefore waits at most ``window_ms`` (default 5 ms) before its decode starts;
+under load the queue fills while the model is busy and the next round takes all of it at once.
+A translation does not depend on the batch it was decoded in, so batching changes speed only.
+
+Per-option Translators are shallow copies of the model's Translator (same model, same
+tokenizers, other ``beam_size``/``nbest``), made and used by the worker thread alone: no state
+is shared across threads. ``close`` stops taking jobs, lets the worker finish every queued job,
+and joins it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher is shutting down and takes no new jobs."""
+
+
+@dataclass
+class _Job:
+    sentences: list[str]
+    key: tuple[int, int, bool]  # (beam_size, nbest, attention)
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    tokens: int = 0
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+def _settle(future: asyncio.Future, result=None, error: BaseException | None = None) -> None:
+    """Resolve a future in its loop's thread, unless its request was cancelled meanwhile."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class DynamicBatcher:
+    """Collects concurrent requests for one model into shared decoding rounds.
+
+    Args:
+        translator: a :class:`~seq2seq.inference.translator.Translator` (or anything with
+            ``translate(sentences, return_attention=)``, ``beam_size`` and ``nbest``).
+        window_ms: how long a round keeps collecting after its first job arrived.
+        max_tokens: a round stops collecting once its jobs hold this many source pieces.
+        name: for the worker thread's name and the logs.
+    """
+
+    def __init__(
+        self, translator, *, window_ms: float = 5.0, max_tokens: int = 8000, name: str = "model"
+    ) -> None:
+        if window_ms < 0:
+            raise ValueError(f"window_ms must be >= 0, got {window_ms}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        self.translator = translator
+        self.window = window_ms / 1000.0
+        self.max_tokens = max_tokens
+        self.name = name
+        self._queue: queue.Queue = queue.Queue()
+        self._closed = False
+        self._lock = threading.Lock()  # orders submit's check against close's sentinel
+        self._views: dict[tuple[int, int], object] = {}
+        self.rounds = 0  # decoding rounds run (for tests and logs)
+        self.largest_round = 0  # most jobs decoded in one round
+        self._thread = threading.Thread(target=self._run, name=f"batcher-{name}", daemon=True)
+        self._thread.start()
+
+    # -- event loop side -------------------------------------------------------------------
+    async def submit(
+        self, sentences: Sequence[str], *, beam_size: int, nbest: int, attention: bool
+    ) -> list:
+        """Translate ``sentences``; returns ``translate``'s result for them, in order.
+
+        Raises:
+            BatcherClosed: after ``close``.
+            Exception: whatever the decode raised.
+        """
+        loop = asyncio.get_running_loop()
+        job = _Job(list(sentences), (beam_size, nbest, attention), loop.create_future(), loop)
+        with self._lock:
+            if self._closed:
+                raise BatcherClosed(f"model {self.name} is shutting down")
+            self._queue.put(job)
+        return await job.future
+
+    async def close(self) -> None:
+        """Take no new jobs, finish the queued ones, stop the worker."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(_STOP)
+        await asyncio.to_thread(self._thread.join)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- worker thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            jobs, stopping = self._collect(first)
+            self._decode(jobs)
+        logger.debug("batcher %s stopped after %d rounds", self.name, self.rounds)
+
+    def _tokens(self, job: _Job) -> int:
+        encode = getattr(getattr(self.translator, "tokenizers", None), "src", None)
+        if encode is None:
+            return sum(len(s.split()) + 1 for s in job.sentences)
+        return sum(len(ids) + 1 for ids in encode.encode(job.sentences))
+
+    def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
+        """The jobs of one round; the flag says a stop was seen (the round still runs)."""
+        jobs = [first]
+        first.tokens = self._tokens(first)
+        tokens = first.tokens
+        deadline = first.arrived + self.window
+        while tokens < self.max_tokens:
+            try:
+                timeout = deadline - time.perf_counter()
+                job = self._queue.get_nowait() if timeout <= 0 else self._queue.get(timeout=timeout)
+            except queue.Empty:
+                break
+            if job is _STOP:
+                return jobs, True
+            job.tokens = self._tokens(job)
+            jobs.append(job)
+            tokens += job.tokens
+        return jobs, False
+
+    @staticmethod
+    def _reply(job: _Job, result, error: BaseException | None = None) -> None:
+        # A closed loop (RuntimeError) means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+
+    def _view(self, beam_size: int, nbest: int):
+        """The Translator with these options (a shallow copy, made and used by this thread)."""
+        base = self.translator
+        if beam_size == base.beam_size and nbest == base.nbest:
+            return base
+        view = self._views.get((beam_size, nbest))
+        if view is None:
+            view = copy.copy(base)
+            view.beam_size, view.nbest = beam_size, nbest
+            self._views[(beam_size, nbest)] = view
+        return view
+
+    def _decode(self, jobs: list[_Job]) -> None:
+        live = [job for job in jobs if not job.future.cancelled()]
+        groups: dict[tuple[int, int, bool], list[_Job]] = {}
+        for job in live:
+            groups.setdefault(job.key, []).append(job)
+        for (beam_size, nbest, attention), group in groups.items():
+            sentences = [s for job in group for s in job.sentences]
+            try:
+                results = self._view(beam_size, nbest).translate(
+                    sentences, return_attention=attention
+                )
+            except Exception as error:  # one bad round must not stop the worker
+                logger.exception("decoding failed on model %s", self.name)
+                for job in group:
+                    self._reply(job, None, error)
+                continue
+            start = 0
+            for job in group:
+                part = results[start : start + len(job.sentences)]
+                start += len(job.sentences)
+                self._reply(job, part)
+        self.rounds += 1
+        self.largest_round = max(self.largest_round, len(live))

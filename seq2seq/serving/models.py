@@ -1,0 +1,82 @@
+"""The models a server offers: a Translator per name, plus what ``GET /v1/models`` tells."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+# The trainer's summary fields worth showing (TrainerState in a trainer's checkpoint).
+TRAINING_FIELDS = ("step", "epoch", "tokens_seen", "train_seconds", "best_bleu", "best_step")
+
+
+@dataclass
+class ServedModel:
+    """One model of the server.
+
+    Attributes:
+        translator: its :class:`~seq2seq.inference.translator.Translator`, with the server's
+            default decoding options.
+        scorer: the attention scorer's class name, or None when unknown.
+        parameters: its number of parameters.
+        training: the trainer's summary from the checkpoint, or None.
+    """
+
+    translator: Any
+    scorer: str | None = None
+    parameters: int = 0
+    training: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def wrap(cls, translator) -> ServedModel:
+        """A model described from its Translator alone (no checkpoint at hand)."""
+        model = getattr(translator, "model", None)
+        parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        return cls(translator, scorer=_scorer_of_module(model), parameters=parameters)
+
+    def defaults(self) -> dict[str, Any]:
+        t = self.translator
+        names = ("beam_size", "nbest", "length_penalty", "max_len_a", "max_len_b",
+                 "max_source_length")
+        return {name: getattr(t, name) for name in names if hasattr(t, name)}
+
+
+def _scorer_of_module(model) -> str | None:
+    attention = getattr(getattr(model, "decoder", None), "attention", None)
+    scorer = getattr(attention, "scorer", attention)
+    return type(scorer).__name__ if scorer is not None else None
+
+
+def load_model(path: str | os.PathLike, *, device: str = "cpu", **options) -> ServedModel:
+    """Load a checkpoint (weights only) into a Translator and describe it.
+
+    Args:
+        path: a checkpoint file.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
+        **options: keyword arguments of :class:`~seq2seq.inference.translator.Translator`.
+
+    Raises:
+        CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
+        ValueError: on an invalid decoding option.
+    """
+    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+    from seq2seq.device import select_device
+    from seq2seq.inference.translator import Translator
+
+    device = select_device(device)
+    checkpoint = load_checkpoint(path)
+    model, tokenizers, config = model_from_checkpoint(checkpoint, device)
+    translator = Translator(model, tokenizers, device=device, **options)
+    target = (config.get("model", {}).get("attention") or {}).get("_target_")
+    state = checkpoint.get("trainer_state")
+    training = (
+        {name: state[name] for name in TRAINING_FIELDS if name in state}
+        if isinstance(state, dict) else None
+    )
+    return ServedModel(
+        translator,
+        scorer=target.rpartition(".")[2] if target else _scorer_of_module(model),
+        parameters=sum(p.numel() for p in model.parameters()),
+        training=training,
+    )
