@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -9,21 +10,41 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
+from seq2seq.config_types import check_config
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.models.build import build_model
+from seq2seq.models.attention import NORMALIZERS
+from seq2seq.models.build import build_model, split_attention_config
 from seq2seq.models.seq2seq import EncodedSource, select_state
 
 CONFIGS = CONFIG_DIR
 ENCODERS = ["gru", "lstm"]
 DECODERS = ["bahdanau", "luong", "luong_no_feed"]
 SCORERS = ["additive", "dot", "scaled_dot", "general", "multihead"]
-COMBINATIONS = list(itertools.product(ENCODERS, DECODERS, SCORERS))
+# Newer scorers and sparsemax ("scorer+normalizer"): every decoder, one encoder, to keep the
+# product (and the learning test's minute) small; the encoder does not touch attention.
+NEW_SCORERS = ["gaussian", "epanechnikov", "location", "additive+sparsemax",
+               "multihead+sparsemax", "gaussian+sparsemax"]
+COMBINATIONS = [
+    *itertools.product(ENCODERS, DECODERS, SCORERS),
+    *itertools.product(["gru"], DECODERS, NEW_SCORERS),
+]
+LEARNING = [
+    *itertools.product(ENCODERS, DECODERS, SCORERS),
+    *itertools.product(["gru"], ["luong"], NEW_SCORERS),
+]
 VOCAB = 12  # 0-3 are special, 4-11 are "words"
 
 
 def model_config(encoder_type: str, decoder_type: str, scorer_type: str, **overrides):
-    """The real YAML files of the three groups, shrunk to a tiny model."""
-    encoder, decoder, scorer = encoder_type, decoder_type, scorer_type
+    """The real YAML files of the three groups, shrunk to a tiny model.
+
+    ``scorer_type`` names an attention YAML, or ``epanechnikov`` (gaussian.yaml with that
+    kernel), optionally with ``+sparsemax`` for that normalizer.
+    """
+    encoder, decoder = encoder_type, decoder_type
+    scorer, _, normalizer = scorer_type.partition("+")
+    kernel = "epanechnikov" if scorer == "epanechnikov" else None
+    scorer = "gaussian" if kernel else scorer
     decoder_file = "luong" if decoder.startswith("luong") else decoder
     cfg = OmegaConf.create(
         {
@@ -41,6 +62,10 @@ def model_config(encoder_type: str, decoder_type: str, scorer_type: str, **overr
         cfg.decoder.input_feeding = False
     if scorer == "multihead":
         cfg.attention.heads = 2
+    if kernel:
+        cfg.attention.kernel = kernel
+    if normalizer:
+        cfg.attention.normalizer = normalizer
     # The group files interpolate ${model.*}; resolve them against this small root.
     root = OmegaConf.create({"model": cfg})
     root.merge_with({"model": overrides})
@@ -137,7 +162,7 @@ def reversal_batch(generator, batch_size=32):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("encoder", "decoder", "scorer"), COMBINATIONS)
+@pytest.mark.parametrize(("encoder", "decoder", "scorer"), LEARNING)
 def test_learns_to_reverse(encoder, decoder, scorer):
     """Reversal needs attention (a fixed-size summary cannot reorder); bounded to 600 steps."""
     torch.set_num_threads(1)  # tiny tensors: threads only add overhead
@@ -193,6 +218,36 @@ def test_index_select_reorders_encoded_source_and_state():
     assert torch.equal(picked.memory, encoded.memory[order])
     state = select_state(model.init_state(encoded), order)
     assert all(value.size(0) == 3 for value in state.values())
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+def test_builder_gives_the_normalizer_to_attention_not_the_scorer(normalizer):
+    cfg = OmegaConf.to_container(model_config("gru", "luong", "gaussian"), resolve=True)
+    cfg["attention"]["normalizer"] = normalizer
+    before = copy.deepcopy(cfg)
+    model = build_model(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+    assert model.decoder.attention.normalizer == normalizer
+    assert type(model.decoder.attention.scorer).__name__ == "GaussianScorer"
+    assert cfg == before  # the config (saved in checkpoints) keeps its normalizer
+
+
+def test_missing_normalizer_means_softmax():
+    model = make_model("gru", "luong", "general")
+    assert "normalizer" not in model_config("gru", "luong", "general").attention
+    assert model.decoder.attention.normalizer == "softmax"
+
+
+@pytest.mark.parametrize("file", sorted(p.stem for p in (CONFIGS / "model/attention").glob("*.yaml")))
+def test_attention_configs_without_builder_keys_fit_the_scorer_signature(file):
+    node = OmegaConf.to_container(OmegaConf.load(CONFIGS / f"model/attention/{file}.yaml"))
+    scorer_node, normalizer = split_attention_config(node)
+    assert normalizer in NORMALIZERS
+    check_config(scorer_node, "model.attention")
+
+
+def test_unknown_normalizer_fails_at_build_time():
+    with pytest.raises(ValueError, match="normalizer must be one of softmax, sparsemax"):
+        make_model("gru", "luong", "general", attention={"normalizer": "entmax"})
 
 
 def test_unknown_rnn_type_is_a_clear_error():
