@@ -1,0 +1,171 @@
+"""The page of seq2seq-serve in a real headless Chromium, driven by Selenium.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` packages and ``pip install selenium``;
+skipped (with the reason) where any is missing. Two models are served by ``serve.py`` as a
+real process: the trained copy model (additive attention) and one trained the same way with
+general (bilinear) attention, so the page shows them side by side.
+``SEQ2SEQ_SCREENSHOT=docs/serve.png`` saves a screenshot of the page (how docs/serve.png is made).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = ["red cat big house", "blue bird sun"]
+
+pytest.importorskip("fastapi", reason="serving needs `pip install .[serve]` (FastAPI)")
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs `pip install selenium`")
+if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+    pytest.skip("needs a headless browser: apt-get install chromium chromium-driver",
+                allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+
+def train_general_copy_model(source: Path, target: Path, *, steps: int = 300) -> Path:
+    """The copy model of ``source`` rebuilt with general attention and trained from scratch."""
+    from seq2seq.checkpoint import load_checkpoint, save_checkpoint, tokenizers_from_payload
+    from seq2seq.data.batching import collate
+    from seq2seq.data.vocab import PAD_ID
+    from seq2seq.models.build import build_model
+
+    payload = load_checkpoint(source)
+    payload["config"]["model"]["attention"] = {"_target_": "seq2seq.models.attention.GeneralScorer"}
+    tokenizers = tokenizers_from_payload(payload["tokenizers"])
+    torch.manual_seed(1)
+    size = tokenizers.src.vocab_size
+    model = build_model(payload["config"]["model"], src_vocab_size=size, tgt_vocab_size=size)
+    corpus = source.parents[1] / "corpus" / "train.src"
+    ids = [np.asarray(x) for x in tokenizers.src.encode(corpus.read_text("utf-8").splitlines())]
+    rng = random.Random(1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_ID)
+    model.train()
+    for _ in range(steps):
+        picked = [rng.randrange(len(ids)) for _ in range(32)]
+        batch = collate([(ids[i], ids[i]) for i in picked], picked)
+        features, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss = loss_fn(model.project(features).flatten(0, 1), batch.tgt_out.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    payload["model"] = model.eval().state_dict()
+    payload.pop("trainer_state", None)
+    save_checkpoint(payload, target)
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def server(trained_checkpoint, tmp_path):
+    """``serve.py`` with two models on a free loopback port; yields its URL."""
+    general = train_general_copy_model(trained_checkpoint, tmp_path / "general.pt")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "serve.py"), f"port={port}", "device=cpu", "num_threads=1",
+         f"models={{additive: '{trained_checkpoint}', general: '{general}'}}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1):
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "the server did not start in 60 s"
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.communicate(timeout=30)
+
+
+@pytest.fixture
+def browser():
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def test_page_translates_and_draws_interactive_attention(server, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    wait = WebDriverWait(browser, 30)
+    browser.get(server)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#model option")) == 3)
+    assert Select(browser.find_element(By.ID, "model")).first_selected_option.text.startswith("all")
+    box = browser.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys("\n".join(SENTENCES))
+    beam = browser.find_element(By.ID, "beam")
+    beam.clear()
+    beam.send_keys("3")
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".panel")) == 4)
+
+    sections = browser.find_elements(By.CSS_SELECTOR, "section.sentence")
+    assert len(sections) == 2
+    panels = sections[0].find_elements(By.CSS_SELECTOR, ".panel")
+    assert [p.get_attribute("data-model") for p in panels] == ["additive", "general"]
+    additive = panels[0]
+    assert additive.find_element(By.CSS_SELECTOR, ".translation").text == SENTENCES[0]
+    cells = additive.find_elements(By.CSS_SELECTOR, "td.cell")
+    sources = additive.find_elements(By.CSS_SELECTOR, "th.src")
+    targets = additive.find_elements(By.CSS_SELECTOR, "th.tgt")
+    assert len(sources) == len(targets) == 5  # four pieces and </s>
+    assert len(cells) == 25
+    assert panels[1].find_elements(By.CSS_SELECTOR, "td.cell")  # the second model's matrix
+
+    # A cell: its row and column light up, its weight is shown.
+    cell = cells[1 * 5 + 1]
+    ActionChains(browser).move_to_element(cell).perform()
+    wait.until(lambda d: "hl" in targets[1].get_attribute("class"))
+    assert "hl" in sources[1].get_attribute("class")
+    info = additive.find_element(By.CSS_SELECTOR, ".info").text
+    assert info.endswith(cell.get_attribute("data-weight")), info
+    # A target piece: the source pieces are shaded by its weights.
+    ActionChains(browser).move_to_element(targets[0]).perform()
+    wait.until(lambda d: "attends to" in additive.find_element(By.CSS_SELECTOR, ".info").text)
+    assert sources[0].value_of_css_property("background-color") != "rgba(0, 0, 0, 0)"
+    # A source piece: the target pieces are shaded.
+    ActionChains(browser).move_to_element(sources[2]).perform()
+    wait.until(lambda d: "attended by" in additive.find_element(By.CSS_SELECTOR, ".info").text)
+
+    ActionChains(browser).move_to_element(cells[2 * 5 + 2]).perform()
+    screenshot = os.environ.get("SEQ2SEQ_SCREENSHOT")
+    if screenshot:
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.save_screenshot(screenshot)
