@@ -32,6 +32,7 @@ from seq2seq.models.attention import (
     Scorer,
     sparsemax,
 )
+from seq2seq.models.build import split_attention_config
 
 ATTENTION_CONFIGS = CONFIG_DIR / "model" / "attention"
 
@@ -663,10 +664,12 @@ def test_half_precision_weights_follow_values_dtype():
 def test_config_instantiates(file, cls):
     cfg = OmegaConf.load(ATTENTION_CONFIGS / f"{file}.yaml")
     assert "query_dim" not in cfg and "key_dim" not in cfg  # the builder passes them
-    scorer = instantiate(cfg, query_dim=16, key_dim=16)
+    scorer_cfg, normalizer = split_attention_config(cfg)
+    assert normalizer == "softmax"  # every YAML names it, softmax by default
+    scorer = instantiate(scorer_cfg, query_dim=16, key_dim=16)
     assert type(scorer) is cls
     query, keys, mask = torch.randn(2, 3, 16), torch.randn(2, 4, 16), torch.ones(2, 4, dtype=bool)
-    attention = Attention(scorer)
+    attention = Attention(scorer, normalizer=normalizer)
     context, weights = attention(query, attention.precompute_keys(keys), keys, mask)
     assert context.shape == (2, 3, 16) and weights.shape == (2, 3, 4)
     if cls is MultiHeadScorer:

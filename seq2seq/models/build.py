@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 from hydra.utils import instantiate
 
+from seq2seq.config_types import ConfigError, check_config
 from seq2seq.data.vocab import PAD_ID
-from seq2seq.models.attention import Attention
+from seq2seq.models.attention import NORMALIZERS, Attention
 from seq2seq.models.seq2seq import Seq2Seq
 
 # Keys of the ``model.attention`` node that configure the shared Attention, not the scorer.
@@ -62,3 +63,17 @@ def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
+    """Check the ``model`` node's values before anything is built.
+
+    Raises:
+        ConfigError: naming the key of a value its class cannot take (see
+            :mod:`seq2seq.config_types`), or an unknown ``attention.normalizer``.
+    """
+    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
+    if normalizer not in NORMALIZERS:
+        raise ConfigError(f"{key}.attention.normalizer must be one of "
+                          f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
+    check_config({**model_cfg, "attention": scorer_cfg}, key)

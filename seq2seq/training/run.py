@@ -20,7 +20,7 @@ from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
 from seq2seq.config_types import check_config
 from seq2seq.device import set_num_threads
-from seq2seq.models.build import build_model, count_parameters
+from seq2seq.models.build import build_model, check_model_config, count_parameters
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.trainer import Trainer
@@ -114,7 +114,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True)  # the library takes plain containers
     settings = TrainerSettings.from_dict(config["trainer"])
     batch = BatchSettings.from_dict(config["batch"])
-    check_config(config)  # every _target_ node against its class's signature
+    # Every _target_ node against its class's signature, before any data is read.
+    check_config({name: node for name, node in config.items() if name != "model"})
+    check_model_config(config["model"])
     context = init_distributed(settings.device)
     try:
         if context.device.type == "cpu":
