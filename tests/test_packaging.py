@@ -84,6 +84,14 @@ def test_wheel_ships_every_config(wheel):
     assert shipped == expected
 
 
+def test_wheel_ships_the_serving_page(wheel):
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    static = ROOT / "seq2seq" / "serving" / "static"
+    expected = {path.relative_to(ROOT).as_posix() for path in static.iterdir() if path.is_file()}
+    assert "seq2seq/serving/static/index.html" in expected
+    assert expected <= shipped, sorted(expected - shipped)
+
+
 def test_installed_package_is_the_wheel(site, elsewhere):
     code = "import seq2seq; print(seq2seq.__file__); print(seq2seq.CONFIG_DIR)"
     result = run([sys.executable, "-c", code], cwd=elsewhere, env=installed_env(site))
