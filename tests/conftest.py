@@ -289,8 +289,8 @@ def write_copy_corpus(directory: Path) -> dict[str, dict[str, str]]:
     return files
 
 
-def copy_model_config(*, decoder_hidden_size: int = 64) -> dict:
-    """The real YAML groups (GRU encoder, Bahdanau decoder, additive attention), made tiny."""
+def copy_model_config(*, decoder_hidden_size: int = 64, attention: str = "additive") -> dict:
+    """The real YAML groups (GRU encoder, Bahdanau decoder, ``attention``), made tiny."""
     cfg = OmegaConf.create(
         {
             "model": {
@@ -299,7 +299,7 @@ def copy_model_config(*, decoder_hidden_size: int = 64) -> dict:
                 "tie_embeddings": False,
                 "encoder": OmegaConf.load(CONFIG_DIR / "model/encoder/gru.yaml"),
                 "decoder": OmegaConf.load(CONFIG_DIR / "model/decoder/bahdanau.yaml"),
-                "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
+                "attention": OmegaConf.load(CONFIG_DIR / f"model/attention/{attention}.yaml"),
             }
         }
     )
@@ -342,7 +342,8 @@ def checkpoint_payload(model, data_files: dict, model_cfg: dict | None = None) -
 
 
 def build_copy_checkpoint(
-    directory: Path, *, train_steps: int = 0, name: str = "last.pt", decoder_hidden_size: int = 64
+    directory: Path, *, train_steps: int = 0, name: str = "last.pt", decoder_hidden_size: int = 64,
+    attention: str = "additive",
 ) -> Path:
     """Write ``directory/checkpoints/<name>`` (and the corpus) for a tiny copy-task model.
 
@@ -352,7 +353,7 @@ def build_copy_checkpoint(
     from seq2seq.models.build import build_model
 
     data_files = write_copy_corpus(directory)
-    model_cfg = copy_model_config(decoder_hidden_size=decoder_hidden_size)
+    model_cfg = copy_model_config(decoder_hidden_size=decoder_hidden_size, attention=attention)
     vocab_size = copy_tokenizers().src.vocab_size
     torch.manual_seed(0)
     model = build_model(
@@ -401,9 +402,9 @@ def copy_sentences() -> Callable[..., list[str]]:
 
 @pytest.fixture(scope="session")
 def make_checkpoint() -> Callable[..., Path]:
-    """Returns make(directory, *, train_steps=0, name="last.pt", decoder_hidden_size=64) -> path
-    of ``directory/checkpoints/<name>``, an untrained (or briefly trained) copy-task model with
-    its corpus under ``directory/corpus``."""
+    """Returns make(directory, *, train_steps=0, name="last.pt", decoder_hidden_size=64,
+    attention="additive") -> path of ``directory/checkpoints/<name>``, an untrained (or briefly
+    trained) copy-task model with its corpus under ``directory/corpus``."""
     return build_copy_checkpoint
 
 

@@ -10,7 +10,6 @@ general (bilinear) attention, so the page shows them side by side.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -19,9 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -37,40 +34,6 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
 pytestmark = pytest.mark.slow
 
 
-def train_general_copy_model(source: Path, target: Path, *, steps: int = 300) -> Path:
-    """The copy model of ``source`` rebuilt with general attention and trained from scratch."""
-    from seq2seq.checkpoint import load_checkpoint, save_checkpoint, tokenizers_from_payload
-    from seq2seq.data.batching import collate
-    from seq2seq.data.vocab import PAD_ID
-    from seq2seq.models.build import build_model
-
-    payload = load_checkpoint(source)
-    payload["config"]["model"]["attention"] = {"_target_": "seq2seq.models.attention.GeneralScorer"}
-    tokenizers = tokenizers_from_payload(payload["tokenizers"])
-    torch.manual_seed(1)
-    size = tokenizers.src.vocab_size
-    model = build_model(payload["config"]["model"], src_vocab_size=size, tgt_vocab_size=size)
-    corpus = source.parents[1] / "corpus" / "train.src"
-    ids = [np.asarray(x) for x in tokenizers.src.encode(corpus.read_text("utf-8").splitlines())]
-    rng = random.Random(1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_ID)
-    model.train()
-    for _ in range(steps):
-        picked = [rng.randrange(len(ids)) for _ in range(32)]
-        batch = collate([(ids[i], ids[i]) for i in picked], picked)
-        features, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss = loss_fn(model.project(features).flatten(0, 1), batch.tgt_out.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-    payload["model"] = model.eval().state_dict()
-    payload.pop("trainer_state", None)
-    save_checkpoint(payload, target)
-    return target
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -78,9 +41,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def server(trained_checkpoint, tmp_path):
+def server(trained_checkpoint, make_checkpoint, tmp_path):
     """``serve.py`` with two models on a free loopback port; yields its URL."""
-    general = train_general_copy_model(trained_checkpoint, tmp_path / "general.pt")
+    general = make_checkpoint(tmp_path / "general", train_steps=300, attention="general")
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "serve.py"), f"port={port}", "device=cpu", "num_threads=1",
