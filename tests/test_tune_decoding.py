@@ -1,0 +1,121 @@
+"""scripts/tune_decoding.py: the decoding grid scored on the valid split, run as the user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "tune_decoding.py"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+SENTENCES = 12
+
+
+def run_script(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=ENV,
+        timeout=180,
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path, trained_checkpoint) -> Path:
+    """The copy model and the corpus it names (relatively) in a fresh folder."""
+    shutil.copytree(trained_checkpoint.parents[1] / "corpus", tmp_path / "corpus")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copy(trained_checkpoint, tmp_path / "run" / "checkpoints" / "best.pt")
+    return tmp_path
+
+
+def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(workdir, monkeypatch):
+    result = run_script(
+        ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "0.6,1.4",
+         "--max-sentences", str(SENTENCES), "--device", "cpu", "--num-threads", "1",
+         "--json", "out/tune.json"],
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "lp=0.6" in out and "lp=1.4" in out
+    rows = {line.split("|")[0].strip(): line for line in out.splitlines() if "|" in line}
+    assert {"1", "3"} <= set(rows)
+    assert "greedy" in out
+
+    report = json.loads((workdir / "out" / "tune.json").read_text(encoding="utf-8"))
+    assert report["split"] == "valid" and report["sentences"] == SENTENCES
+    cells = {(c["beam_size"], c["length_penalty"]): c for c in report["cells"]}
+    assert set(cells) == {(1, 0.6), (1, 1.4), (3, 0.6), (3, 1.4)}
+    for (beam_size, _), cell in cells.items():
+        assert f"{cell['bleu']:6.2f}" in rows[str(beam_size)]
+    assert cells[1, 0.6]["bleu"] == cells[1, 1.4]["bleu"]  # greedy: translated once
+    assert [c["evaluated"] for c in report["cells"][:2]] == [True, False]
+
+    best = report["best"]
+    assert best["bleu"] == max(c["bleu"] for c in report["cells"])
+    command = (f"python evaluate.py checkpoint=run/checkpoints/best.pt split=test "
+               f"beam_size={best['beam_size']} length_penalty={best['length_penalty']:g}")
+    assert command in out and report["test_command"] == command
+    assert f"BLEU {best['bleu']:.2f}" in out
+
+    # The chosen setting's BLEU is what evaluate_translations (evaluate.py's path) gives.
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
+    from seq2seq.inference.translator import Translator
+
+    monkeypatch.chdir(workdir)
+    config = load_checkpoint("run/checkpoints/best.pt")["config"]
+    sources, references = read_parallel(*split_files(config, "valid"))
+    translator = Translator.from_checkpoint(
+        "run/checkpoints/best.pt", beam_size=best["beam_size"],
+        length_penalty=best["length_penalty"],
+    )
+    evaluation = evaluate_translations(translator, sources[:SENTENCES], references[:SENTENCES])
+    assert evaluation.scores["bleu"] == pytest.approx(best["bleu"], abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--split", "test"],
+        ["--src", "corpus/test.src", "--ref", "corpus/test.tgt"],
+    ],
+    ids=["split-test", "test-files"],
+)
+def test_tuning_on_the_test_set_is_refused(workdir, args):
+    result = run_script(
+        ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "1.0", *args],
+        cwd=workdir,
+    )
+    assert result.returncode != 0
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "test" in lines[0] and "not allowed" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--beam-sizes", "0,3"],
+        ["--length-penalties", "a,b"],
+        ["--split", "train"],
+        ["--src", "corpus/valid.src"],
+        ["--max-sentences", "0"],
+    ],
+)
+def test_bad_arguments_are_one_line_errors(workdir, args):
+    result = run_script(["run/checkpoints/best.pt", *args], cwd=workdir)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert any(line.startswith(("error:", "tune_decoding.py: error:")) for line in errors)
+    assert len([line for line in errors if "error" in line]) == 1
