@@ -28,10 +28,10 @@ def fail(message: str | BaseException) -> NoReturn:
     sys.exit(1)
 
 
-# The types of the decoding options evaluate.py and translate.py share (their YAML files
-# document each one).
+# The types of the decoding options evaluate.py, translate.py and serve.py share (their YAML
+# files document each one).
 DECODING_OPTION_TYPES: dict[str, Any] = {
-    "device": str, "num_threads": int | None, "precision": str, "beam_size": int,
+    "device": str, "num_threads": int | None, "precision": str, "quantize": str, "beam_size": int,
     "length_penalty": float, "nbest": int, "max_len_a": float, "max_len_b": float,
     "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
 }
@@ -51,7 +51,7 @@ def check_options(cfg: DictConfig) -> None:
 
 
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
-    """The ``Translator`` arguments that evaluate.py and translate.py both read from config."""
+    """The ``Translator`` arguments that evaluate.py, translate.py and serve.py read from config."""
     return {
         "beam_size": cfg.beam_size,
         "length_penalty": cfg.length_penalty,
@@ -60,4 +60,6 @@ def translator_options(cfg: DictConfig) -> dict[str, Any]:
         "max_tokens": cfg.batch.max_tokens,
         "max_source_length": cfg.max_source_length,
         "precision": cfg.precision,
+        # A config without the key (older or hand-made) decodes in float, as before.
+        "quantize": cfg.get("quantize", "none"),
     }

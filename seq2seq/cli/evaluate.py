@@ -131,6 +131,7 @@ def evaluate_checkpoint(
         "max_len_b": cfg.max_len_b,
         "max_tokens": cfg.batch.max_tokens,
         "device": str(device),
+        "quantize": translator.quantize,
         "startup_seconds": startup,
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,

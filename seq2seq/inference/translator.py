@@ -34,6 +34,7 @@ from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, select_device
+from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 
 logger = logging.getLogger(__name__)
@@ -89,9 +90,14 @@ class Translator:
         max_source_length: longer sources are cut to this many pieces (with a warning).
         precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
             faster on GPUs and on CPUs with bf16 matrix instructions).
+        quantize: ``none``, or ``int8`` to decode on the CPU with a dynamically quantized copy
+            of ``model`` (int8 GRU/LSTM and ``nn.Linear`` weights, see
+            :mod:`seq2seq.inference.quantize`); ``self.model`` is then that copy, and the
+            model passed in is left as it is.
 
     Raises:
-        ValueError: on a non-positive size or ``nbest > beam_size``.
+        ValueError: on a non-positive size, ``nbest > beam_size``, an unknown ``quantize``
+            mode or ``quantize=int8`` on a device other than the CPU.
     """
 
     def __init__(
@@ -108,6 +114,7 @@ class Translator:
         max_tokens: int = 4000,
         max_source_length: int = 250,
         precision: str = "fp32",
+        quantize: str = "none",
     ) -> None:
         if precision not in AUTOCAST_DTYPES:
             raise ValueError(
@@ -121,9 +128,10 @@ class Translator:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if max_source_length < 1:
             raise ValueError(f"max_source_length must be positive, got {max_source_length}")
-        self.model = model
         self.tokenizers = tokenizers
         self.device = select_device(device)
+        self.quantize = quantize
+        self.model = quantize_for_cpu(model, quantize, self.device)
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.max_len_a = max_len_a
@@ -142,7 +150,8 @@ class Translator:
         Args:
             path: a checkpoint file.
             device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-            **options: any keyword argument of :class:`Translator`.
+            **options: any keyword argument of :class:`Translator`, e.g. ``quantize="int8"``
+                (CPU only).
 
         Raises:
             CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
