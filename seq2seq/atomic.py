@@ -15,11 +15,20 @@ from pathlib import Path
 from typing import IO
 
 
-def default_permissions(path: str | os.PathLike, *, directory: bool = False) -> None:
-    """Give a file or folder made by ``tempfile`` (0600/0700) the permissions the umask gives."""
+def _read_umask() -> int:
+    # Setting and restoring the umask changes it for every thread for a moment: read it once,
+    # at import, before the framework starts any thread.
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
+def default_permissions(path: str | os.PathLike, *, directory: bool = False) -> None:
+    """Give a file or folder made by ``tempfile`` (0600/0700) the permissions the umask gives."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:

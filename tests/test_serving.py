@@ -220,6 +220,28 @@ def test_batcher_survives_failures_and_cancelled_requests():
     asyncio.run(scenario())
 
 
+def test_batcher_lives_on_when_counting_pieces_fails():
+    """A tokenizer that raises while a round is collected must not kill the worker thread
+    (its requests would then wait forever)."""
+
+    class BrokenSource:
+        def encode(self, sentences):
+            raise RuntimeError("cannot encode")
+
+    async def scenario():
+        fake = FakeTranslator()
+        fake.tokenizers = type("Tokenizers", (), {"src": BrokenSource()})()
+        batcher = DynamicBatcher(fake, window_ms=1, name="fake")
+        results = await asyncio.wait_for(asyncio.gather(
+            *(batcher.submit([f"s{i}"], beam_size=1, nbest=1, attention=False)
+              for i in range(3))), timeout=10)
+        assert [r[0][0].text for r in results] == ["S0", "S1", "S2"]
+        assert batcher._thread.is_alive()
+        await batcher.close()
+
+    asyncio.run(scenario())
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -240,6 +240,55 @@ def test_nan_loss_is_skipped_counted_and_stops_after_a_streak(tiny_train_config,
         assert torch.isfinite(tensor).all()
 
 
+def validated_steps(caplog) -> list[int]:
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("validation step")]
+    return [int(line.split()[2]) for line in lines]
+
+
+def test_a_skipped_update_does_not_validate_or_save_its_step_again(tiny_train_config, tmp_path,
+                                                                   monkeypatch, caplog):
+    """The update after the validation of step 3 is NaN: the step stays 3, and step 3 must not
+    be validated (or logged, or saved) a second time."""
+    from seq2seq.training import loss as loss_module
+
+    real_forward = loss_module.SequenceLoss.forward
+    calls = {"n": 0}
+
+    def nan_after_step_3(self, *args):
+        loss_sum, nll_sum = real_forward(self, *args)
+        if self.model.training:
+            calls["n"] += 1
+            if calls["n"] == 4:
+                return loss_sum * float("nan"), nll_sum
+        return loss_sum, nll_sum
+
+    monkeypatch.setattr(loss_module.SequenceLoss, "forward", nan_after_step_3)
+    cfg = tiny_train_config(**{
+        "trainer.max_steps": 6, "trainer.valid_every": 3, "trainer.save_every": 3,
+        "trainer.valid.max_sentences": 8, "trainer.early_stopping_patience": 2})
+    with caplog.at_level("INFO"):
+        train(cfg, tmp_path / "run")
+    assert validated_steps(caplog) == [3, 6]
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["trainer_state"]
+    assert state["step"] == 6 and state["nonfinite_total"] == 1
+    assert state["validations_without_improvement"] <= 1
+
+
+def test_resuming_a_finished_run_does_not_validate_its_last_step_again(tiny_train_config,
+                                                                        tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    options = {"trainer.max_steps": 6, "trainer.valid_every": 3, "trainer.valid.max_sentences": 8}
+    train(tiny_train_config(**options), run_dir)
+    before = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        train(tiny_train_config(**options, **{"trainer.resume": "auto"}), run_dir)
+    assert validated_steps(caplog) == []
+    after = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
+    assert after["validations_without_improvement"] == before["validations_without_improvement"]
+    assert after["best_checkpoints"] == before["best_checkpoints"]
+
+
 def test_unknown_config_key_fails_with_hydras_message(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), "trainer.no_such_key=1"],
                             cwd=tmp_path, capture_output=True, text=True)

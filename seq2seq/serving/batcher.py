@@ -133,10 +133,14 @@ class DynamicBatcher:
         logger.debug("batcher %s stopped after %d rounds", self.name, self.rounds)
 
     def _tokens(self, job: _Job) -> int:
+        """The job's source pieces, for the round's budget (an estimate is enough)."""
         encode = getattr(getattr(self.translator, "tokenizers", None), "src", None)
-        if encode is None:
-            return sum(len(s.split()) + 1 for s in job.sentences)
-        return sum(len(ids) + 1 for ids in encode.encode(job.sentences))
+        if encode is not None:
+            try:
+                return sum(len(ids) + 1 for ids in encode.encode(job.sentences))
+            except Exception:  # noqa: BLE001 - the decode reports it; the worker must live on
+                logger.debug("could not count the pieces of a job", exc_info=True)
+        return sum(len(s.split()) + 1 for s in job.sentences)
 
     def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
         """The jobs of one round; the flag says a stop was seen (the round still runs)."""

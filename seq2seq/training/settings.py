@@ -20,7 +20,7 @@ class ValidationSettings:
     max_sentences: int | None = None
     max_tokens: int = 4000
     max_len_a: float = 1.5
-    max_len_b: int = 10
+    max_len_b: float = 10
     num_examples: int = 3
     attention_plot_index: int = 0
 

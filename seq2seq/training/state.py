@@ -24,6 +24,7 @@ class TrainerState:
     best_bleu: float = -1.0
     best_step: int = 0
     validations_without_improvement: int = 0
+    last_validated_step: int = -1  # so a resumed run does not validate the same step twice
     nonfinite_in_row: int = 0
     nonfinite_total: int = 0
     # [bleu, step, file name] of the best checkpoints kept, best first.

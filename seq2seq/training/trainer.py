@@ -212,7 +212,7 @@ class Trainer:
         self.schedule.on_validation(bleu)
         self.checkpoints.record_validation(
             state, bleu, lambda: self.checkpoint_payload(with_training_state=False))
-        self.last_validated_step = state.step
+        state.last_validated_step = state.step
         patience = self.settings.early_stopping_patience
         if patience is not None and state.validations_without_improvement >= patience:
             log.info("early stopping: no better validation BLEU in %d validations (best %.2f at "
@@ -263,7 +263,6 @@ class Trainer:
         """Train until max_steps, max_epochs, max_time or early stopping; return the state."""
         settings, state = self.settings, self.state
         self.model.train()
-        self.last_validated_step = -1
         total = settings.max_steps
         if total is None and settings.max_epochs is not None:
             groups = math.ceil(len(self.sampler) / settings.accumulate_grad_batches)
@@ -278,13 +277,20 @@ class Trainer:
         while not stop:
             if settings.max_epochs is not None and state.epoch >= settings.max_epochs:
                 break
+            if settings.max_steps is not None and state.step >= settings.max_steps:
+                break  # a resumed run that had already finished
             self.sampler.set_epoch(state.epoch, position=state.batches_in_epoch)
             for group in self._groups():
                 nll_sum, tokens = self._accumulate(group)
                 state.batches_in_epoch += len(group)
                 window_loss += nll_sum
                 window_tokens += tokens
-                self._optimizer_step(tokens)
+                if not self._optimizer_step(tokens):
+                    # A skipped update (NaN/inf) moves no step: nothing to log, validate or save.
+                    if self._time_is_up(started):
+                        stop = True
+                        break
+                    continue
                 progress.update(1)
                 if state.step % settings.log_every == 0:
                     self._log_train(window_loss, window_tokens, window_started, progress)
@@ -305,14 +311,14 @@ class Trainer:
                     break
             else:  # the epoch ran out: validate, then the next epoch
                 state.train_seconds += time.perf_counter() - started
-                if self.last_validated_step != state.step:
+                if state.last_validated_step != state.step:
                     stop = self._validate_and_keep()
                 state.epoch += 1
                 state.batches_in_epoch = 0
                 started = time.perf_counter()
         state.train_seconds += time.perf_counter() - started
         progress.close()
-        if self.last_validated_step != state.step:
+        if state.last_validated_step != state.step:
             self._validate_and_keep()
         self.save_last()
         if self.context.is_distributed:
@@ -331,8 +337,12 @@ class Trainer:
             raise TrainingError(f"ranks {differing} ended with parameters that differ from rank 0")
         log.info("parameters identical on all %d ranks", self.context.world_size)
 
-    def _optimizer_step(self, tokens: int) -> None:
+    def _optimizer_step(self, tokens: int) -> bool:
         """Clip, set the lr and step; skip the update on a NaN/inf gradient.
+
+        Returns:
+            Whether the update was made (every rank gets the same answer: the gradients it
+            judges were all-reduced first).
 
         Raises:
             TrainingError: after ``max_consecutive_nonfinite`` skipped updates in a row.
@@ -358,7 +368,7 @@ class Trainer:
                     f"stopping. The last good checkpoint is {self.checkpoints.last_path}. "
                     "Try a lower learning rate, gradient clipping, or fp32."
                 )
-            return
+            return False
         factor = self.schedule.factor(state.step + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
@@ -368,6 +378,7 @@ class Trainer:
         state.nonfinite_in_row = 0
         state.step += 1
         state.tokens_seen += tokens
+        return True
 
     def _log_train(self, loss_sum, loss_tokens: int, window_started: float, progress) -> None:
         elapsed = max(time.perf_counter() - window_started, 1e-9)
