@@ -42,17 +42,12 @@ def bench_one(
     precision: str = "fp32",
 ) -> dict:
     """Time one search setting on a freshly loaded model."""
-    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.device import select_device
     from seq2seq.inference.evaluation import evaluate_translations
     from seq2seq.inference.translator import Translator
 
     started = time.perf_counter()
-    torch_device = select_device(device)
-    model, tokenizers, _ = model_from_checkpoint(load_checkpoint(checkpoint), torch_device)
-    translator = Translator(
-        model, tokenizers, device=torch_device, beam_size=beam_size, max_tokens=max_tokens,
-        precision=precision,
+    translator = Translator.from_checkpoint(
+        checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision
     )
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
     startup = time.perf_counter() - started + data_seconds
@@ -68,7 +63,7 @@ def bench_one(
         "sentences_per_second": evaluation.sentences_per_second,
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
         "bleu": evaluation.scores["bleu"],
-        "device": str(torch_device),
+        "device": str(translator.device),
         "precision": precision,
     }
 

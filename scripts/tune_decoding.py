@@ -196,9 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    from seq2seq.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.data.corpus import DataError
-    from seq2seq.device import select_device
     from seq2seq.inference.evaluation import read_parallel, split_files
     from seq2seq.inference.translator import Translator
 
@@ -222,12 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         if not sources:
             return fail(f"{src_path} holds no sentences", 1)
-        device = select_device(args.device)
-        model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
+        translator = Translator.from_payload(checkpoint, args.device, max_tokens=args.max_tokens,
+                                             precision=args.precision,
+                                             beam_size=max(args.beam_sizes))
         del checkpoint
-        translator = Translator(model, tokenizers, device=device, max_tokens=args.max_tokens,
-                                precision=args.precision,
-                                beam_size=max(args.beam_sizes))
         cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties)
     except (CheckpointError, DataError, ValueError) as error:
         return fail(str(error).splitlines()[0] if str(error) else repr(error), 1)
@@ -235,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     best = best_cell(cells)
     command = evaluate_command(args, best)
     where = "valid split" if args.src is None else str(src_path)
-    print(f"{len(sources)} sentences of {where} ({src_path}), device {device}, "
+    print(f"{len(sources)} sentences of {where} ({src_path}), device {translator.device}, "
           f"precision {args.precision}")
     print(format_table(cells, args.beam_sizes, args.length_penalties))
     print(f"best on {where}: beam_size={best['beam_size']} "
@@ -250,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "src": str(src_path),
             "ref": str(ref_path),
             "sentences": len(sources),
-            "device": str(device),
+            "device": str(translator.device),
             "precision": args.precision,
             "max_tokens": args.max_tokens,
             "beam_sizes": args.beam_sizes,

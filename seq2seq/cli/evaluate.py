@@ -90,14 +90,12 @@ def evaluate_checkpoint(
         started: ``time.perf_counter()`` value the startup time counts from (default: now).
     """
     started = time.perf_counter() if started is None else started
-    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.device import select_device
+    from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.translator import Translator
 
-    device = select_device(cfg.device)
     checkpoint = load_checkpoint(path)
-    model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
+    translator = Translator.from_payload(checkpoint, cfg.device, **translator_options(cfg))
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
@@ -106,7 +104,6 @@ def evaluate_checkpoint(
         src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
-    translator = Translator(model, tokenizers, device=device, **translator_options(cfg))
     startup = time.perf_counter() - started
 
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(path)
@@ -130,7 +127,7 @@ def evaluate_checkpoint(
         "max_len_a": cfg.max_len_a,
         "max_len_b": cfg.max_len_b,
         "max_tokens": cfg.batch.max_tokens,
-        "device": str(device),
+        "device": str(translator.device),
         "quantize": translator.quantize,
         "startup_seconds": startup,
         "generation_seconds": evaluation.generation_seconds,

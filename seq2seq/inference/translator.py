@@ -156,10 +156,23 @@ class Translator:
         Raises:
             CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         """
-        from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+        from seq2seq.checkpoint import load_checkpoint
+
+        return cls.from_payload(load_checkpoint(path), device, **options)
+
+    @classmethod
+    def from_payload(
+        cls, checkpoint: dict, device: str | torch.device = "cpu", **options
+    ) -> Translator:
+        """Wrap the model of a checkpoint already read with
+        :func:`~seq2seq.checkpoint.load_checkpoint` (for callers that also need its config).
+
+        Raises:
+            CheckpointError: when the checkpoint's config or weights do not make a model.
+        """
+        from seq2seq.checkpoint import model_from_checkpoint
 
         device = select_device(device)
-        checkpoint = load_checkpoint(path)
         model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
         return cls(model, tokenizers, device=device, **options)
 

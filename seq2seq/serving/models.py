@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # The trainer's summary fields worth showing (TrainerState in a trainer's checkpoint).
@@ -26,7 +26,6 @@ class ServedModel:
     scorer: str | None = None
     parameters: int = 0
     training: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def wrap(cls, translator) -> ServedModel:
@@ -60,15 +59,13 @@ def load_model(path: str | os.PathLike, *, device: str = "cpu", **options) -> Se
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
-    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.device import select_device
+    from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.translator import Translator
 
-    device = select_device(device)
     checkpoint = load_checkpoint(path)
-    model, tokenizers, config = model_from_checkpoint(checkpoint, device)
-    translator = Translator(model, tokenizers, device=device, **options)
-    target = (config.get("model", {}).get("attention") or {}).get("_target_")
+    translator = Translator.from_payload(checkpoint, device, **options)
+    model = translator.model
+    target = (checkpoint["config"].get("model", {}).get("attention") or {}).get("_target_")
     state = checkpoint.get("trainer_state")
     training = (
         {name: state[name] for name in TRAINING_FIELDS if name in state}
@@ -77,6 +74,7 @@ def load_model(path: str | os.PathLike, *, device: str = "cpu", **options) -> Se
     return ServedModel(
         translator,
         scorer=target.rpartition(".")[2] if target else _scorer_of_module(model),
-        parameters=sum(p.numel() for p in model.parameters()),
+        # From the checkpoint: a quantized copy hides its packed weights from parameters().
+        parameters=sum(int(t.numel()) for t in checkpoint["model"].values()),
         training=training,
     )

@@ -111,18 +111,16 @@ def score_run(
             cached["cached"] = True
             return cached
 
-    from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.device import select_device
+    from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.translator import Translator
 
-    device = select_device(options.device)
     payload = load_checkpoint(checkpoint)
     parameters = sum(int(t.numel()) for t in payload["model"].values() if hasattr(t, "numel"))
-    model, tokenizers, _ = model_from_checkpoint(payload, device)
     src_path, ref_path = split_files(payload["config"], options.split)
     sources, references = read_parallel(src_path, ref_path)
-    translator = Translator(model, tokenizers, device=device, **options.translator_options())
+    translator = Translator.from_payload(payload, options.device,
+                                         **options.translator_options())
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
     evaluation = evaluate_translations(
@@ -154,7 +152,7 @@ def score_run(
         "chrf_signature": scores["chrf_signature"],
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
-        "device": str(device),
+        "device": str(translator.device),
         "attention_entropy": evaluation.attention_entropy,
         "attention_max_weight": evaluation.attention_max_weight,
         "parameters": parameters,
