@@ -302,6 +302,8 @@ def test_unknown_config_key_fails_with_hydras_message(tmp_path):
     ("trainer.max_steps=ten", "trainer.max_steps: expected an integer, got 'ten'"),
     ("model.attention.hidden_size=big", "model.attention.hidden_size: expected an integer"),
     ("trainer.precision=fp8", "trainer.precision must be one of fp32, bf16, fp16"),
+    ("trainer.average_last=0", "trainer.average_last must be a positive integer or null, got 0"),
+    ("trainer.average_last=abc", "trainer.average_last: expected an integer, got 'abc'"),
 ])
 def test_bad_config_value_is_one_line_error_naming_the_key(tmp_path, override, message):
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), override],
@@ -325,7 +327,8 @@ def test_print_composed_config(tmp_path):
 def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_path):
     run_dir = tmp_path / "ddp"
     overrides = tiny_train_config.overrides(**{"trainer.max_steps": 20,
-                                               "trainer.valid_every": 10})
+                                               "trainer.valid_every": 10,
+                                               "trainer.average_last": 2})
     env = dict(os.environ, OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}"]
@@ -338,9 +341,15 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
     # Only rank 0 logs to the file and writes checkpoints.
     log_text = (run_dir / "train.log").read_text()
     assert "rank 1 of 2" not in log_text
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[0] == "best.pt"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[:2] == [
+        "averaged.pt", "best.pt"]
+    # Rank 0 alone averaged the last 2 validations and validated the average; rank 1 waited.
+    assert "averaged last 2: BLEU" in log_text
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
     assert state["step"] == 20
+    averaged_from = load_checkpoint(run_dir / "checkpoints" / "averaged.pt")["averaged_from"]
+    assert averaged_from == state["recent_checkpoints"]  # the last 2 validations (epoch ends too)
+    assert len(averaged_from) == 2 and averaged_from[-1] == "recent/step0000020.pt"
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -21,6 +21,7 @@ from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_p
 from seq2seq.config_types import check_config
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters
+from seq2seq.training import averaging
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.trainer import Trainer
@@ -110,7 +111,13 @@ def prepare(config: dict, *, is_main: bool, barrier):
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
-    """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers."""
+    """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers.
+
+    Returns:
+        ``best_bleu``, ``best_step``, ``steps``; with ``trainer.average_last`` and an averaged
+        model, also ``averaged_bleu`` and ``better_checkpoint`` (``checkpoints/averaged.pt`` or
+        ``checkpoints/best.pt``, whichever validated better).
+    """
     config = OmegaConf.to_container(cfg, resolve=True)  # the library takes plain containers
     settings = TrainerSettings.from_dict(config["trainer"])
     batch = BatchSettings.from_dict(config["batch"])
@@ -174,6 +181,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         # Every rank is done communicating before any tears the process group down (a rank
         # exiting while another still tore down its gloo threads was seen to abort).
         context.barrier()
-        return {"best_bleu": state.best_bleu, "best_step": state.best_step, "steps": state.step}
+        result = {"best_bleu": state.best_bleu, "best_step": state.best_step, "steps": state.step}
+        if settings.average_last:  # averaged_bleu, better_checkpoint
+            result.update(averaging.summary(state))
+        return result
     finally:
         cleanup_distributed()

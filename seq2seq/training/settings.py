@@ -42,6 +42,8 @@ class TrainerSettings:
     valid_every: int | None = 1000
     save_every: int | None = 500
     keep_best: int = 3
+    # Average the models of the last N validations at the end of training (None: do not).
+    average_last: int | None = None
     # Validations in a row without a better BLEU after which training stops (None: never).
     early_stopping_patience: int | None = None
     max_consecutive_nonfinite: int = 5
@@ -68,6 +70,9 @@ class TrainerSettings:
             value = getattr(settings, name)
             if value is not None and value < 0:
                 raise ConfigError(f"trainer.{name} must be positive or null, got {value}")
+        if settings.average_last is not None and settings.average_last < 1:
+            raise ConfigError(f"trainer.average_last must be a positive integer or null, "
+                              f"got {settings.average_last}")
         if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
             raise ConfigError("set at least one of trainer.max_epochs, trainer.max_steps and "
                               "trainer.max_time, or training never ends")

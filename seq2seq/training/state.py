@@ -29,6 +29,12 @@ class TrainerState:
     nonfinite_total: int = 0
     # [bleu, step, file name] of the best checkpoints kept, best first.
     best_checkpoints: list = field(default_factory=list)
+    # trainer.average_last: the kept models of the last validations, oldest first, as paths
+    # relative to checkpoints/ ("recent/stepNNNNNNN.pt").
+    recent_checkpoints: list = field(default_factory=list)
+    # The validation BLEU of checkpoints/averaged.pt and what it averages (same paths).
+    averaged_bleu: float | None = None
+    averaged_from: list = field(default_factory=list)
 
     def state_dict(self) -> dict:
         return asdict(self)

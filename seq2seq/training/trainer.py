@@ -34,6 +34,7 @@ from tqdm import tqdm
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.device import AUTOCAST_DTYPES
+from seq2seq.training.averaging import average_recent
 from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.loss import SequenceLoss
@@ -140,8 +141,9 @@ class Trainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-        self.checkpoints = CheckpointManager(directory=self.run_dir / "checkpoints",
-                                             keep_best=settings.keep_best, enabled=context.is_main)
+        self.checkpoints = CheckpointManager(
+            directory=self.run_dir / "checkpoints", keep_best=settings.keep_best,
+            average_last=settings.average_last, enabled=context.is_main)
         self.validator = Validator(
             data=valid_data, sources=valid_sources, references=valid_references,
             tokenizers=tokenizers, settings=settings.valid,
@@ -222,11 +224,9 @@ class Trainer:
 
     def _progress_bar(self, total: int | None):
         show = self.settings.progress_bar
-        if show == "auto":
-            show = sys.stderr.isatty()
-        return tqdm(total=total, initial=self.state.step,
-                    disable=not (show and self.context.is_main),
-                    unit="step", dynamic_ncols=True, file=sys.stderr)
+        show = (sys.stderr.isatty() if show == "auto" else show) and self.context.is_main
+        return tqdm(total=total, initial=self.state.step, disable=not show, unit="step",
+                    dynamic_ncols=True, file=sys.stderr)
 
     # -- training ----------------------------------------------------------------------------
     def _groups(self) -> Iterator[list[Batch]]:
@@ -320,6 +320,7 @@ class Trainer:
         progress.close()
         if state.last_validated_step != state.step:
             self._validate_and_keep()
+        average_recent(self)  # trainer.average_last: checkpoints/averaged.pt, validated
         self.save_last()
         if self.context.is_distributed:
             self._check_ranks_in_sync()

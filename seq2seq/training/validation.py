@@ -101,20 +101,31 @@ class Validator:
         """Validate ``model`` (its train/eval mode is restored after); report; return scores."""
         was_training = model.training
         model.eval()
-        started = time.perf_counter()
         try:
-            loss = self.loss(model, device)
-            translator = self.translator(model, device)
             hyp_path = self.output_dir / f"step{step:07d}.hyp" if self.output_dir else None
-            evaluation = evaluate_translations(translator, self.sources, self.references,
-                                               hypotheses_path=hyp_path)
-            scores = dict(evaluation.scores, loss=loss, ppl=math.exp(min(loss, 100)),
-                          seconds=time.perf_counter() - started)
-            self._report(scores, evaluation.hypotheses, hyp_path, translator, step, epoch)
+            scores, hypotheses, translator = self.evaluate(model, device, hyp_path)
+            self._report(scores, hypotheses, hyp_path, translator, step, epoch)
         finally:
             if was_training:
                 model.train()
         return scores
+
+    def evaluate(self, model, device: torch.device, hyp_path: Path | None = None):
+        """Score ``model`` (in eval mode) without reporting: the validation of a model that is
+        not the one being trained, e.g. the average of the last checkpoints.
+
+        Returns:
+            ``(scores, hypotheses, translator)``: loss, ppl, BLEU, chrF (and their signatures)
+            and seconds; the detokenized translations, also written to ``hyp_path`` if given.
+        """
+        started = time.perf_counter()
+        loss = self.loss(model, device)
+        translator = self.translator(model, device)
+        evaluation = evaluate_translations(translator, self.sources, self.references,
+                                           hypotheses_path=hyp_path)
+        scores = dict(evaluation.scores, loss=loss, ppl=math.exp(min(loss, 100)),
+                      seconds=time.perf_counter() - started)
+        return scores, evaluation.hypotheses, translator
 
     def _report(self, scores, hypotheses, hyp_path, translator, step: int, epoch: int) -> None:
         first_report = not self.signature_reported

@@ -1,0 +1,152 @@
+"""Checkpoint averaging (seq2seq.averaging and the thin scripts/average_checkpoints.py over it),
+on synthetic payloads: the average is the mean of the tensors, mismatches are refused."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.averaging import average_checkpoints, average_payloads
+from seq2seq.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def synthetic_payload(seed: int, *, tokenizer_bytes: bytes = b"spm model", **model_changes):
+    """A checkpoint-shaped dict: random float weights (fp32 and fp16), an integer buffer,
+    tokenizers as uint8 tensors and the training-only entries a last.pt carries."""
+    generator = torch.Generator().manual_seed(seed)
+    model = {
+        "encoder.weight": torch.randn(4, 3, generator=generator),
+        "decoder.bias": torch.randn(5, generator=generator),
+        "half.weight": torch.randn(2, 2, generator=generator).half(),
+        "steps_seen": torch.tensor([seed, seed + 1]),  # an integer entry
+    }
+    model.update(model_changes)
+    tokens = torch.frombuffer(bytearray(tokenizer_bytes), dtype=torch.uint8).clone()
+    return {
+        "format_version": FORMAT_VERSION,
+        "model": model,
+        "config": {"model": {"embed_dim": 3}, "seed": seed},
+        "tokenizers": {"joint": True, "src": tokens, "tgt": tokens},
+        "optimizer": {"state": {}, "param_groups": []},
+        "trainer_state": {"step": seed},
+        "rng": {"torch": torch.zeros(3, dtype=torch.uint8)},
+    }
+
+
+def expected_mean(payloads: list[dict], name: str) -> torch.Tensor:
+    stacked = torch.stack([payload["model"][name].double() for payload in payloads])
+    return stacked.mean(0).to(payloads[0]["model"][name].dtype)
+
+
+def test_average_of_two_payloads_is_the_mean_of_their_tensors():
+    first, second = synthetic_payload(1), synthetic_payload(2)
+    averaged = average_payloads([first, second], names=["a.pt", "b.pt"])
+    for name in ("encoder.weight", "decoder.bias"):
+        torch.testing.assert_close(averaged["model"][name],
+                                   (first["model"][name] + second["model"][name]) / 2)
+        assert not torch.equal(averaged["model"][name], first["model"][name])
+    half = averaged["model"]["half.weight"]
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half, expected_mean([first, second], "half.weight"))
+    # Integer entries come from the first checkpoint, unchanged.
+    assert torch.equal(averaged["model"]["steps_seen"], first["model"]["steps_seen"])
+    # The first one's config and tokenizers, no training state, the sources listed.
+    assert averaged["config"] == first["config"]
+    assert torch.equal(averaged["tokenizers"]["src"], first["tokenizers"]["src"])
+    assert not {"optimizer", "trainer_state", "rng"} & set(averaged)
+    assert averaged["averaged_from"] == ["a.pt", "b.pt"]
+    # The inputs are left as they were.
+    untouched = synthetic_payload(1)["model"]["encoder.weight"]
+    assert torch.equal(first["model"]["encoder.weight"], untouched)
+
+
+def test_average_payloads_names_them_by_position_by_default():
+    averaged = average_payloads([synthetic_payload(1), synthetic_payload(2)])
+    assert averaged["averaged_from"] == ["checkpoint 1", "checkpoint 2"]
+    with pytest.raises(ValueError, match="2 payloads but 1 names"):
+        average_payloads([synthetic_payload(1), synthetic_payload(2)], names=["a"])
+    with pytest.raises(CheckpointError, match="no checkpoints to average"):
+        average_payloads([])
+
+
+def test_average_checkpoints_of_files_is_the_mean_and_loads(tmp_path):
+    payloads = [synthetic_payload(seed) for seed in (1, 2, 3)]
+    paths = []
+    for index, payload in enumerate(payloads):
+        paths.append(tmp_path / f"step{index}.pt")
+        save_checkpoint(payload, paths[-1])
+    averaged = average_checkpoints(paths)
+    assert averaged["averaged_from"] == [str(path) for path in paths]
+    for name in ("encoder.weight", "decoder.bias", "half.weight"):
+        torch.testing.assert_close(averaged["model"][name], expected_mean(payloads, name))
+    save_checkpoint(averaged, tmp_path / "averaged.pt")
+    reloaded = load_checkpoint(tmp_path / "averaged.pt")
+    assert torch.equal(reloaded["model"]["encoder.weight"], averaged["model"]["encoder.weight"])
+
+
+@pytest.mark.parametrize(("other", "message"), [
+    (synthetic_payload(2, **{"extra.weight": torch.zeros(1)}),
+     r"has different parameters than .*unexpected: \['extra.weight'\]"),
+    (synthetic_payload(2, **{"decoder.bias": torch.zeros(6)}),
+     r"cannot average: decoder.bias has shape \(6,\) in b.pt but \(5,\) in a.pt"),
+    (synthetic_payload(2, **{"decoder.bias": torch.zeros(5, dtype=torch.int64)}),
+     r"cannot average: decoder.bias is torch.int64 in b.pt but torch.float32 in a.pt"),
+    (synthetic_payload(2, tokenizer_bytes=b"another spm model"),
+     r"cannot average: b.pt and a.pt use different tokenizers"),
+])
+def test_mismatched_payloads_are_refused_naming_the_difference(other, message):
+    with pytest.raises(CheckpointError, match=message):
+        average_payloads([synthetic_payload(1), other], names=["a.pt", "b.pt"])
+
+
+def load_script():
+    """scripts/average_checkpoints.py as a module (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location("average_checkpoints_script",
+                                                  ROOT / "scripts" / "average_checkpoints.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_writes_the_average(tmp_path, capsys):
+    first, second = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_checkpoint(synthetic_payload(1), first)
+    save_checkpoint(synthetic_payload(2), second)
+    output = tmp_path / "out" / "avg.pt"
+    assert load_script().main([str(first), str(second), "--output", str(output)]) == 0
+    assert f"averaged 2 checkpoints into {output}" in capsys.readouterr().err
+    written = load_checkpoint(output)
+    assert written["averaged_from"] == [str(first), str(second)]
+    torch.testing.assert_close(written["model"]["encoder.weight"],
+                               expected_mean([synthetic_payload(1), synthetic_payload(2)],
+                                             "encoder.weight"))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model_changes": {"extra.weight": torch.zeros(1)}}, "has different parameters than"),
+    ({"tokenizer_bytes": b"another spm model"}, "use different tokenizers"),
+])
+def test_script_refuses_mismatched_params_or_tokenizers(tmp_path, capsys, changes, message):
+    first, second = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_checkpoint(synthetic_payload(1), first)
+    other = synthetic_payload(2, tokenizer_bytes=changes.get("tokenizer_bytes", b"spm model"),
+                              **changes.get("model_changes", {}))
+    save_checkpoint(other, second)
+    output = tmp_path / "avg.pt"
+    assert load_script().main([str(first), str(second), "--output", str(output)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and message in error and error.count("\n") == 1, error
+    assert not output.exists()
+
+
+def test_script_refuses_an_unreadable_checkpoint(tmp_path, capsys):
+    first, broken = tmp_path / "a.pt", tmp_path / "broken.pt"
+    save_checkpoint(synthetic_payload(1), first)
+    broken.write_bytes(b"not a checkpoint")
+    assert load_script().main([str(first), str(broken), "--output", str(tmp_path / "o.pt")]) == 1
+    assert "truncated or corrupted" in capsys.readouterr().err
