@@ -50,6 +50,13 @@ def check_options(cfg: DictConfig) -> None:
             fail(error)
 
 
+def checkpoint_paths(value: Any) -> list[str]:
+    """``checkpoint=PATH`` or ``checkpoint=[A,B,...]`` (an ensemble) as a list of paths."""
+    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    return [str(value)]
+
+
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
     """The ``Translator`` arguments that evaluate.py, translate.py and serve.py read from config."""
     return {

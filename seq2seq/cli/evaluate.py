@@ -12,6 +12,9 @@ relative data paths are taken from the current directory), or any pair of files
 
 ``checkpoint=`` is a file, a run folder (every ``*.pt`` in its ``checkpoints/``) or a glob
 (quote it); with several checkpoints each is scored and a table is printed, best BLEU first.
+A list ``checkpoint=[A,B,...]`` (each entry a file, folder or glob) is scored as **one
+ensemble** of every checkpoint it names (:mod:`seq2seq.inference.ensemble`); its files are
+named ``ensemble<N>-<hash of the paths>.*`` and its JSON lists the members.
 
 Outputs, per checkpoint (see ``seq2seq/configs/evaluate.yaml`` for the default ``output_dir``)::
 
@@ -27,6 +30,7 @@ and writing the files.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import logging
 import time
@@ -38,7 +42,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
+from seq2seq.cli.common import (
+    CONFIG_DIR,
+    check_options,
+    checkpoint_paths,
+    fail,
+    translator_options,
+)
 from seq2seq.device import set_num_threads
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -79,13 +89,19 @@ def default_output_dir(checkpoint: Path) -> Path:
     return folder.parent / "eval" if folder.name == "checkpoints" else folder / "eval"
 
 
+def _ensemble_stem(paths: list[Path]) -> str:
+    """A file stem naming an ensemble: unique to its members, stable across calls."""
+    joined = "\n".join(str(p.resolve()) for p in paths)
+    return f"ensemble{len(paths)}-{hashlib.sha256(joined.encode()).hexdigest()[:8]}"
+
+
 def evaluate_checkpoint(
-    path: Path, cfg: DictConfig, *, started: float | None = None
+    path: Path | list[Path], cfg: DictConfig, *, started: float | None = None
 ) -> dict[str, Any]:
     """Translate and score one checkpoint; write its hypotheses and summary; return the summary.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file, or a list of files decoded as one ensemble.
         cfg: the evaluate config.
         started: ``time.perf_counter()`` value the startup time counts from (default: now).
     """
@@ -94,8 +110,12 @@ def evaluate_checkpoint(
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.translator import Translator
 
-    checkpoint = load_checkpoint(path)
-    translator = Translator.from_payload(checkpoint, cfg.device, **translator_options(cfg))
+    members = path if isinstance(path, list) else [path]
+    payloads = [load_checkpoint(member) for member in members]
+    checkpoint = payloads[0]
+    translator = Translator.from_payloads(
+        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg)
+    )
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
@@ -106,13 +126,15 @@ def evaluate_checkpoint(
     sources, references = read_parallel(src_path, ref_path)
     startup = time.perf_counter() - started
 
-    output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(path)
-    stem = f"{path.stem}.{test_name}.beam{cfg.beam_size}"
+    output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(members[0])
+    name = members[0].stem if len(members) == 1 else _ensemble_stem(members)
+    stem = f"{name}.{test_name}.beam{cfg.beam_size}"
     hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
     evaluation = evaluate_translations(translator, sources, references, hypotheses_path=hyp_path)
     scores = evaluation.scores
     summary = {
-        "checkpoint": str(path),
+        "checkpoint": " + ".join(str(m) for m in members),
+        "checkpoints": [str(m) for m in members],
         "split": None if cfg.src is not None else cfg.split,
         "src": str(src_path),
         "ref": str(ref_path),
@@ -181,7 +203,12 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     set_num_threads(cfg.get("num_threads"))
     summaries = []
     try:
-        paths = find_checkpoints(str(cfg.checkpoint))
+        if OmegaConf.is_list(cfg.checkpoint):
+            # One ensemble of every checkpoint the entries name.
+            members = [p for spec in checkpoint_paths(cfg.checkpoint) for p in find_checkpoints(spec)]
+            paths: list[Path | list[Path]] = [members]
+        else:
+            paths = list(find_checkpoints(str(cfg.checkpoint)))
         for number, path in enumerate(paths):
             summary = evaluate_checkpoint(path, cfg, started=MODULE_LOADED if number == 0 else None)
             print_summary(summary)

@@ -20,29 +20,42 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
+from seq2seq.cli.common import (
+    CONFIG_DIR,
+    check_options,
+    checkpoint_paths,
+    fail,
+    translator_options,
+)
 from seq2seq.device import set_num_threads
 
 log = logging.getLogger("seq2seq.serve")
 
 
-def model_paths(cfg: DictConfig) -> dict[str, str]:
-    """name -> checkpoint path, from ``checkpoint`` (+ ``name``) or ``models``."""
+def model_paths(cfg: DictConfig) -> dict[str, str | list[str]]:
+    """name -> checkpoint path (a list: an ensemble), from ``checkpoint`` (+ ``name``) or
+    ``models``."""
     models = OmegaConf.to_container(cfg.models, resolve=True) if cfg.get("models") else {}
     if cfg.checkpoint and models:
         fail("give either checkpoint=PATH or models={name: path, ...}, not both")
     if cfg.checkpoint:
-        path = Path(str(cfg.checkpoint))
+        paths = checkpoint_paths(cfg.checkpoint)
+        path = Path(paths[0])
         name = cfg.get("name") or (
             path.parents[1].name if path.parent.name == "checkpoints" and path.parents[1].name
             else path.stem
         )
-        return {str(name): str(path)}
+        if len(paths) > 1 and not cfg.get("name"):
+            name = "ensemble"
+        return {str(name): paths if len(paths) > 1 else paths[0]}
     if not models:
         fail("no model given: add checkpoint=PATH or 'models={name: path, ...}'")
     if not isinstance(models, dict):
         fail("models must be a mapping {name: checkpoint path, ...}")
-    return {str(name): str(path) for name, path in models.items()}
+    return {
+        str(name): checkpoint_paths(path) if isinstance(path, list) else str(path)
+        for name, path in models.items()
+    }
 
 
 def build_app(cfg: DictConfig):

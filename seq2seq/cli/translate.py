@@ -12,6 +12,7 @@ Examples::
     python translate.py checkpoint=best.pt input=test.de.gz output=test.hyp device=cuda
     python translate.py checkpoint=best.pt nbest=3 < test.de     # 3 lines per input line
     python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
+    python translate.py 'checkpoint=[a/best.pt,b/best.pt]' < test.de    # ensemble
 
 Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
 each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
@@ -43,7 +44,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
-from seq2seq.cli.common import CONFIG_DIR, check_options, fail, translator_options
+from seq2seq.cli.common import (
+    CONFIG_DIR,
+    check_options,
+    checkpoint_paths,
+    fail,
+    translator_options,
+)
 from seq2seq.device import set_num_threads
 
 if TYPE_CHECKING:
@@ -148,15 +155,16 @@ def run(cfg: DictConfig) -> int:
         fail(f"chunk_lines must be positive, got {cfg.chunk_lines}")
     if cfg.input is not None and not Path(cfg.input).is_file():
         fail(f"input file not found: {cfg.input}")
+    paths = checkpoint_paths(cfg.checkpoint)
     set_num_threads(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
-            cfg.checkpoint, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
+            paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
         )
     except (CheckpointError, ValueError) as error:
         fail(error)
     startup = time.perf_counter() - started
-    log.info("loaded %s on %s in %.1fs", cfg.checkpoint, translator.device, startup)
+    log.info("loaded %s on %s in %.1fs", " + ".join(paths), translator.device, startup)
 
     plot_dir = Path(cfg.attention_plot) if cfg.attention_plot else None
     interactive = cfg.text is None and cfg.input is None and sys.stdin.isatty()

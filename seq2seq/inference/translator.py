@@ -4,6 +4,7 @@ Typical use::
 
     translator = Translator.from_checkpoint("runs/x/checkpoints/best.pt", beam_size=5)
     best = [n_best[0].text for n_best in translator.translate(["Ein Hund läuft."])]
+    ensemble = Translator.from_checkpoint(["a/best.pt", "b/best.pt"], beam_size=5)
 
 Decisions worth knowing:
 
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, select_device
+from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 
@@ -77,7 +79,8 @@ class Translator:
     """Translates sentences (or piece ids) with greedy or beam search.
 
     Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, already on ``device``.
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or an
+            :class:`~seq2seq.inference.ensemble.Ensemble` of them), already on ``device``.
         tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
         device: where the model lives; source batches are moved there.
         beam_size: beams per sentence; 1 is greedy search.
@@ -143,22 +146,30 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | os.PathLike, device: str | torch.device = "cpu", **options
+        cls,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        device: str | torch.device = "cpu",
+        **options,
     ) -> Translator:
         """Load a checkpoint safely (weights only) and wrap its model.
 
         Args:
-            path: a checkpoint file.
+            path: a checkpoint file, or a list of files to decode as an ensemble
+                (:mod:`seq2seq.inference.ensemble`; a list of one is that one model).
             device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
             **options: any keyword argument of :class:`Translator`, e.g. ``quantize="int8"``
                 (CPU only).
 
         Raises:
             CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
+            ValueError: when the checkpoints of an ensemble differ in their vocabularies.
         """
         from seq2seq.checkpoint import load_checkpoint
 
-        return cls.from_payload(load_checkpoint(path), device, **options)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return cls.from_payloads(
+            [load_checkpoint(p) for p in paths], device, names=[str(p) for p in paths], **options
+        )
 
     @classmethod
     def from_payload(
@@ -170,11 +181,44 @@ class Translator:
         Raises:
             CheckpointError: when the checkpoint's config or weights do not make a model.
         """
+        return cls.from_payloads([checkpoint], device, **options)
+
+    @classmethod
+    def from_payloads(
+        cls,
+        checkpoints: Sequence[dict],
+        device: str | torch.device = "cpu",
+        *,
+        names: Sequence[str] | None = None,
+        **options,
+    ) -> Translator:
+        """Wrap one checkpoint's model, or several as an :class:`Ensemble`.
+
+        Args:
+            checkpoints: checkpoints read with :func:`~seq2seq.checkpoint.load_checkpoint`.
+            device: where the models go.
+            names: what to call each checkpoint in an error message (default: its number).
+            **options: any keyword argument of :class:`Translator`.
+
+        Raises:
+            CheckpointError: when a checkpoint's config or weights do not make a model.
+            ValueError: when there is no checkpoint, or the vocabularies of an ensemble differ.
+        """
         from seq2seq.checkpoint import model_from_checkpoint
 
+        if not checkpoints:
+            raise ValueError("no checkpoint given")
         device = select_device(device)
-        model, tokenizers, _ = model_from_checkpoint(checkpoint, device)
-        return cls(model, tokenizers, device=device, **options)
+        names = list(names) if names is not None else [
+            f"checkpoint {number + 1}" for number in range(len(checkpoints))
+        ]
+        members = [model_from_checkpoint(checkpoint, device)[:2] for checkpoint in checkpoints]
+        if len(members) == 1:
+            model, tokenizers = members[0]
+            return cls(model, tokenizers, device=device, **options)
+        check_same_vocabularies([tokenizers for _, tokenizers in members], names)
+        ensemble = Ensemble([model for model, _ in members])
+        return cls(ensemble, members[0][1], device=device, **options)
 
     # -- ids ------------------------------------------------------------------------------
     def translate_ids(

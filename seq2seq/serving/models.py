@@ -47,11 +47,14 @@ def _scorer_of_module(model) -> str | None:
     return type(scorer).__name__ if scorer is not None else None
 
 
-def load_model(path: str | os.PathLike, *, device: str = "cpu", **options) -> ServedModel:
+def load_model(
+    path: str | os.PathLike | list[str | os.PathLike], *, device: str = "cpu", **options
+) -> ServedModel:
     """Load a checkpoint (weights only) into a Translator and describe it.
 
     Args:
-        path: a checkpoint file.
+        path: a checkpoint file, or a list of files served as one ensemble (its scorer is the
+            members' scorers joined by ``+``, its parameters their sum; no training summary).
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
         **options: keyword arguments of :class:`~seq2seq.inference.translator.Translator`.
 
@@ -62,19 +65,28 @@ def load_model(path: str | os.PathLike, *, device: str = "cpu", **options) -> Se
     from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.translator import Translator
 
-    checkpoint = load_checkpoint(path)
-    translator = Translator.from_payload(checkpoint, device, **options)
-    model = translator.model
-    target = (checkpoint["config"].get("model", {}).get("attention") or {}).get("_target_")
-    state = checkpoint.get("trainer_state")
+    paths = list(path) if isinstance(path, list | tuple) else [path]
+    checkpoints = [load_checkpoint(p) for p in paths]
+    translator = Translator.from_payloads(
+        checkpoints, device, names=[str(p) for p in paths], **options
+    )
+    scorers = []
+    for checkpoint in checkpoints:
+        target = (checkpoint["config"].get("model", {}).get("attention") or {}).get("_target_")
+        scorers.append(target.rpartition(".")[2] if target else None)
+    state = checkpoints[0].get("trainer_state") if len(checkpoints) == 1 else None
     training = (
         {name: state[name] for name in TRAINING_FIELDS if name in state}
         if isinstance(state, dict) else None
     )
+    if len(checkpoints) == 1:
+        scorer = scorers[0] or _scorer_of_module(translator.model)
+    else:
+        scorer = "+".join(s or "?" for s in scorers)
     return ServedModel(
         translator,
-        scorer=target.rpartition(".")[2] if target else _scorer_of_module(model),
-        # From the checkpoint: a quantized copy hides its packed weights from parameters().
-        parameters=sum(int(t.numel()) for t in checkpoint["model"].values()),
+        scorer=scorer,
+        # From the checkpoints: a quantized copy hides its packed weights from parameters().
+        parameters=sum(int(t.numel()) for c in checkpoints for t in c["model"].values()),
         training=training,
     )

@@ -1,0 +1,128 @@
+"""Ensemble decoding: several models of one vocabulary searched as one.
+
+``Ensemble([model_a, model_b])`` offers the interface the searches use (``encode``,
+``init_state``, ``decode_step``), so greedy search, beam search, n-best lists and attention
+output work unchanged. At each step every member reads the same previous tokens and its own
+state; the ensemble's next-token scores are the **mean of the members' log-probabilities**
+(the search's ``log_softmax`` then renormalises them: a normalised geometric mean of the
+members' distributions, as in OpenNMT-py), and its attention weights are the mean of the
+members' weights. An ensemble of one model gives that model's translations.
+
+Members may differ in anything (scorer, sizes, encoder type) except their vocabularies: the
+same source pieces (they read one batch of ids) and the same target pieces (their scores are
+averaged id by id). :func:`check_same_vocabularies` refuses anything else with a message
+naming the first difference.
+
+Shape conventions as in :mod:`seq2seq.models.seq2seq`: per step, ``logits`` (B, V) and
+``weights`` (B, S).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+class EnsembleEncoded(tuple):
+    """One :class:`~seq2seq.models.seq2seq.EncodedSource` per member, reordered together."""
+
+    def index_select(self, index: Tensor) -> EnsembleEncoded:
+        return EnsembleEncoded(encoded.index_select(index) for encoded in self)
+
+    @property
+    def mask(self) -> Tensor:
+        """True at real source positions (the members read the same source). Shape (B, S)."""
+        return self[0].mask
+
+
+class Ensemble(nn.Module):
+    """Several models decoded as one; see the module docstring.
+
+    Args:
+        models: the members, on one device, with the same vocabularies.
+
+    Raises:
+        ValueError: when ``models`` is empty.
+    """
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        self.members = nn.ModuleList(models)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> EnsembleEncoded:
+        return EnsembleEncoded(model.encode(src, src_lengths) for model in self.members)
+
+    def init_state(self, encoded: EnsembleEncoded) -> dict[str, Tensor]:
+        # One flat dict ("0.hidden", "1.hidden", ...) so select_state reorders every member.
+        state = {}
+        for number, (model, member_encoded) in enumerate(zip(self.members, encoded, strict=True)):
+            for name, value in model.init_state(member_encoded).items():
+                state[f"{number}.{name}"] = value
+        return state
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: dict[str, Tensor], encoded: EnsembleEncoded
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Mean log-probabilities (B, V), mean attention weights (B, S) and the new state."""
+        log_prob_sum: Tensor | None = None
+        weight_sum: Tensor | None = None
+        new_state = {}
+        for number, (model, member_encoded) in enumerate(zip(self.members, encoded, strict=True)):
+            prefix = f"{number}."
+            member_state = {
+                name[len(prefix):]: value for name, value in state.items()
+                if name.startswith(prefix)
+            }
+            logits, weights, member_state = model.decode_step(
+                prev_tokens, member_state, member_encoded
+            )
+            log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
+            log_prob_sum = log_probs if log_prob_sum is None else log_prob_sum + log_probs
+            weights = weights.float()  # (B, S)
+            weight_sum = weights if weight_sum is None else weight_sum + weights
+            new_state.update({prefix + name: value for name, value in member_state.items()})
+        count = len(self.members)
+        return log_prob_sum / count, weight_sum / count, new_state
+
+
+def _first_difference(first: list[str], other: list[str]) -> str:
+    for index, (a, b) in enumerate(zip(first, other, strict=False)):
+        if a != b:
+            return f"first difference at id {index}: {a!r} vs {b!r}"
+    return f"{len(first)} vs {len(other)} pieces"
+
+
+def vocabulary_difference(first, other) -> str | None:
+    """How two :class:`~seq2seq.data.tokenizer.Tokenizers` differ in their pieces, or None."""
+    for side in ("src", "tgt"):
+        a, b = getattr(first, side), getattr(other, side)
+        pieces_a = a.pieces(range(a.vocab_size))
+        pieces_b = b.pieces(range(b.vocab_size))
+        if pieces_a != pieces_b:
+            name = "source" if side == "src" else "target"
+            detail = _first_difference(pieces_a, pieces_b)
+            if len(pieces_a) != len(pieces_b):
+                detail = f"{len(pieces_a)} vs {len(pieces_b)} pieces; {detail}"
+            return f"their {name} vocabularies differ ({detail})"
+    return None
+
+
+def check_same_vocabularies(tokenizers: Sequence, names: Sequence[str]) -> None:
+    """Raise ValueError naming the first member whose vocabularies differ from the first's.
+
+    Args:
+        tokenizers: each member's :class:`~seq2seq.data.tokenizer.Tokenizers`.
+        names: how to call each member in the message (e.g. its checkpoint path).
+    """
+    for other, name in zip(tokenizers[1:], names[1:], strict=True):
+        difference = vocabulary_difference(tokenizers[0], other)
+        if difference is not None:
+            raise ValueError(
+                f"cannot ensemble {names[0]} and {name}: {difference}; an ensemble's models "
+                "must share the sentencepiece vocabularies"
+            )
+
