@@ -302,7 +302,7 @@ def test_unknown_config_key_fails_with_hydras_message(tmp_path):
     ("trainer.max_steps=ten", "trainer.max_steps: expected an integer, got 'ten'"),
     ("model.attention.hidden_size=big", "model.attention.hidden_size: expected an integer"),
     ("trainer.precision=fp8", "trainer.precision must be one of fp32, bf16, fp16"),
-    ("trainer.average_last=0", "trainer.average_last must be a positive integer or null, got 0"),
+    ("trainer.average_last=1", "trainer.average_last must be at least 2 (or null), got 1"),
     ("trainer.average_last=abc", "trainer.average_last: expected an integer, got 'abc'"),
 ])
 def test_bad_config_value_is_one_line_error_naming_the_key(tmp_path, override, message):

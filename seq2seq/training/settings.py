@@ -70,8 +70,8 @@ class TrainerSettings:
             value = getattr(settings, name)
             if value is not None and value < 0:
                 raise ConfigError(f"trainer.{name} must be positive or null, got {value}")
-        if settings.average_last is not None and settings.average_last < 1:
-            raise ConfigError(f"trainer.average_last must be a positive integer or null, "
+        if settings.average_last is not None and settings.average_last < 2:
+            raise ConfigError(f"trainer.average_last must be at least 2 (or null), "
                               f"got {settings.average_last}")
         if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
             raise ConfigError("set at least one of trainer.max_epochs, trainer.max_steps and "
