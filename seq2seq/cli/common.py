@@ -34,6 +34,7 @@ DECODING_OPTION_TYPES: dict[str, Any] = {
     "device": str, "num_threads": int | None, "precision": str, "quantize": str, "beam_size": int,
     "length_penalty": float, "nbest": int, "max_len_a": float, "max_len_b": float,
     "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
+    "shortlist": str | None,
 }
 
 
@@ -57,8 +58,26 @@ def checkpoint_paths(value: Any) -> list[str]:
     return [str(value)]
 
 
+def load_shortlist(cfg: DictConfig):
+    """The ``shortlist=PATH`` option's :class:`~seq2seq.inference.shortlist.Shortlist`, or None.
+
+    Raises:
+        ShortlistError: (a ValueError) on a missing or unreadable file.
+    """
+    path = cfg.get("shortlist")
+    if not path:
+        return None
+    from seq2seq.inference.shortlist import Shortlist
+
+    return Shortlist.load(path)
+
+
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
-    """The ``Translator`` arguments that evaluate.py, translate.py and serve.py read from config."""
+    """The ``Translator`` arguments that evaluate.py, translate.py and serve.py read from config.
+
+    Raises:
+        ShortlistError: (a ValueError) when ``shortlist=PATH`` cannot be read.
+    """
     return {
         "beam_size": cfg.beam_size,
         "length_penalty": cfg.length_penalty,
@@ -69,4 +88,5 @@ def translator_options(cfg: DictConfig) -> dict[str, Any]:
         "precision": cfg.precision,
         # A config without the key (older or hand-made) decodes in float, as before.
         "quantize": cfg.get("quantize", "none"),
+        "shortlist": load_shortlist(cfg),
     }

@@ -21,6 +21,9 @@ Outputs, per checkpoint (see ``seq2seq/configs/evaluate.yaml`` for the default `
     <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.hyp    # one hypothesis a line
     <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.json   # scores, settings, timings
 
+``shortlist=PATH`` restricts the output layer of each batch (:mod:`seq2seq.inference.shortlist`);
+the JSON records the path (null without one).
+
 Timings: *startup* is loading the checkpoint, building the model and reading the data (for
 the first checkpoint also Hydra's config composition and importing torch); *generation* is
 the translation alone (tokenize, search, detokenize); *total* is startup, generation, scoring
@@ -151,6 +154,7 @@ def evaluate_checkpoint(
         "max_tokens": cfg.batch.max_tokens,
         "device": str(translator.device),
         "quantize": translator.quantize,
+        "shortlist": str(cfg.shortlist) if cfg.get("shortlist") else None,
         "startup_seconds": startup,
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,

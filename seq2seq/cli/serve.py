@@ -3,7 +3,8 @@
 Loads the configured checkpoints (``checkpoint=PATH``, or ``models={name: path, ...}``), builds
 the app of :mod:`seq2seq.serving.app` and runs it with uvicorn on ``host:port`` (default
 127.0.0.1:8000): the page at ``/``, the API under ``/v1/``, its OpenAPI docs at ``/docs``.
-Every option is documented in ``seq2seq/configs/serve.yaml``.
+Every option is documented in ``seq2seq/configs/serve.yaml``; ``shortlist=PATH`` (an
+output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served.
 
 SIGTERM (or Ctrl-C) stops it gracefully: uvicorn stops accepting connections and waits for the
 requests in flight, then the app's batchers finish their queues; the exit status is 0.
@@ -79,6 +80,8 @@ def build_app(cfg: DictConfig):
             fail(f"model {name}: {error}")
         log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
                  served[name].parameters, served[name].translator.device)
+        if cfg.get("shortlist"):
+            log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
     try:
         return create_app(
             served,

@@ -13,6 +13,7 @@ Examples::
     python translate.py checkpoint=best.pt nbest=3 < test.de     # 3 lines per input line
     python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
     python translate.py 'checkpoint=[a/best.pt,b/best.pt]' < test.de    # ensemble
+    python translate.py checkpoint=best.pt shortlist=shortlist.pt < test.de   # faster on CPUs
 
 Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
 each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
@@ -25,7 +26,8 @@ is a terminal and neither ``text`` nor ``input`` is given, it runs interactively
 stderr, a translation after each line, until end of input (Ctrl-D).
 
 Exit status 1 with a one-line ``error: ...`` on stderr (no traceback) for a missing,
-corrupted or unsafe checkpoint, a missing input file, or an invalid option.
+corrupted or unsafe checkpoint, a missing input file, a missing or mismatched shortlist, or an
+invalid option.
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ def run(cfg: DictConfig) -> int:
         fail(error)
     startup = time.perf_counter() - started
     log.info("loaded %s on %s in %.1fs", " + ".join(paths), translator.device, startup)
+    if translator.shortlist is not None:
+        log.info("output vocabulary restricted by %s", translator.shortlist.name)
 
     plot_dir = Path(cfg.attention_plot) if cfg.attention_plot else None
     interactive = cfg.text is None and cfg.input is None and sys.stdin.isatty()

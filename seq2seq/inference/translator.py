@@ -19,6 +19,8 @@ Decisions worth knowing:
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
+- With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
+  (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from seq2seq.device import AUTOCAST_DTYPES, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +100,13 @@ class Translator:
             of ``model`` (int8 GRU/LSTM and ``nn.Linear`` weights, see
             :mod:`seq2seq.inference.quantize`); ``self.model`` is then that copy, and the
             model passed in is left as it is.
+        shortlist: restrict each batch's output layer to its
+            :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
 
     Raises:
         ValueError: on a non-positive size, ``nbest > beam_size``, an unknown ``quantize``
-            mode or ``quantize=int8`` on a device other than the CPU.
+            mode, ``quantize=int8`` on a device other than the CPU, or a shortlist built for
+            other vocabularies (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
     """
 
     def __init__(
@@ -118,6 +124,7 @@ class Translator:
         max_source_length: int = 250,
         precision: str = "fp32",
         quantize: str = "none",
+        shortlist: Shortlist | None = None,
     ) -> None:
         if precision not in AUTOCAST_DTYPES:
             raise ValueError(
@@ -143,6 +150,9 @@ class Translator:
         self.autocast_dtype = AUTOCAST_DTYPES[precision]
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
+        if shortlist is not None:
+            shortlist.check_vocabulary(tokenizers)
+        self.shortlist = shortlist
 
     @classmethod
     def from_checkpoint(
@@ -300,18 +310,24 @@ class Translator:
             "length_penalty": self.length_penalty,
             "return_attention": return_attention,
         }
+        model, ids = self.model, None
+        if self.shortlist is not None:
+            ids = self.shortlist.for_sources(sources).to(self.device)  # (K,) target ids
+            model = restrict(self.model, ids)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype is not None):
             if self.beam_size == 1:
-                return greedy_search(self.model, src_tensor, src_lengths, **options)
-            return beam_search(
-                self.model,
-                src_tensor,
-                src_lengths,
-                beam_size=self.beam_size,
-                nbest=self.nbest,
-                **options,
-            )
+                results = greedy_search(model, src_tensor, src_lengths, **options)
+            else:
+                results = beam_search(
+                    model,
+                    src_tensor,
+                    src_lengths,
+                    beam_size=self.beam_size,
+                    nbest=self.nbest,
+                    **options,
+                )
+        return results if ids is None else real_ids(results, ids)
 
     # -- text -----------------------------------------------------------------------------
     def translate(

@@ -1,0 +1,327 @@
+"""Output-vocabulary shortlists (seq2seq/inference/shortlist.py): building, the guarantee that
+no reference piece of the training pairs is lost, decoding through one, files and the CLIs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq import CONFIG_DIR
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.data.corpus import read_lines
+from seq2seq.inference import translator as translator_module
+from seq2seq.inference.shortlist import (
+    RestrictedModel,
+    Shortlist,
+    ShortlistError,
+    restrict,
+    same_pieces,
+    vocabulary_fingerprint,
+)
+from seq2seq.inference.translator import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+
+
+def random_pairs(seed: int, count: int, vocab: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Pairs whose target pieces mostly depend on the source's (plus some noise)."""
+    rng = np.random.default_rng(seed)
+    sources, targets = [], []
+    for _ in range(count):
+        source = rng.integers(4, vocab, rng.integers(1, 9))
+        target = (source * 7) % (vocab - 4) + 4
+        noise = rng.integers(4, vocab, rng.integers(0, 3))
+        sources.append(source)
+        targets.append(rng.permutation(np.concatenate([target, noise])))
+    return sources, targets
+
+
+@pytest.mark.parametrize(("per_source", "frequent"), [(0, 0), (2, 3), (5, 0)])
+def test_no_reference_piece_of_the_training_pairs_is_removed(per_source, frequent):
+    sources, targets = random_pairs(0, 400, vocab=60)
+    shortlist = Shortlist.build(sources, targets, src_vocab_size=60, tgt_vocab_size=60,
+                                per_source=per_source, frequent=frequent)
+    sizes = []
+    for source, target in zip(sources, targets, strict=True):
+        ids = shortlist.for_sources([source]).numpy()
+        assert np.isin(target, ids).all()
+        sizes.append(ids.size)
+    assert np.mean(sizes) < 30  # and it does restrict the output layer
+    assert shortlist.frequent.size == frequent
+
+
+def test_building_in_chunks_gives_the_same_shortlist(monkeypatch):
+    from seq2seq.inference import shortlist as shortlist_module
+
+    sources, targets = random_pairs(3, 300, vocab=50)
+    options = {"src_vocab_size": 50, "tgt_vocab_size": 50, "per_source": 3, "frequent": 2}
+    whole = Shortlist.build(sources, targets, **options)
+    monkeypatch.setattr(shortlist_module, "_CHUNK_PAIRS", 7)  # about one sentence at a time
+    chunked = Shortlist.build(sources, targets, **options)
+    for name in ("offsets", "candidates", "frequent"):
+        np.testing.assert_array_equal(getattr(chunked, name), getattr(whole, name))
+
+
+def test_candidates_are_ranked_by_co_occurrence():
+    # Source 4 always comes with target 10; target 11 appears nearly everywhere.
+    sources = [[4, 5], [4, 6], [4], [5], [6], [7]]
+    targets = [[10, 11], [10, 11], [10], [11], [11, 12], [11]]
+    shortlist = Shortlist.build(sources, targets, src_vocab_size=20, tgt_vocab_size=20,
+                                per_source=1, frequent=0)
+    assert shortlist.candidates_of(4).tolist() == [10]  # Dice 1 (11: 0.5)
+    assert shortlist.candidates_of(5).tolist() == [11]  # 0.57 (10: 0.4)
+    # 6's best is 12 (0.67); pair 2 needs 11, which goes to its source piece of best Dice
+    # for it: 6 (0.57), not 4 (0.5).
+    assert shortlist.candidates_of(6).tolist() == [11, 12]
+    assert shortlist.candidates_of(8).size == 0  # never seen
+    # Frequent pieces are always included and not repeated among the candidates.
+    shortlist = Shortlist.build(sources, targets, src_vocab_size=20, tgt_vocab_size=20,
+                                per_source=1, frequent=1)
+    assert shortlist.frequent.tolist() == [11]
+    assert 11 not in shortlist.candidates
+    assert shortlist.for_sources([[7]]).tolist() == [0, 1, 2, 3, 11]
+
+
+def test_special_ids_come_first_and_the_result_is_sorted():
+    sources, targets = random_pairs(1, 100, vocab=40)
+    shortlist = Shortlist.build(sources, targets, src_vocab_size=40, tgt_vocab_size=40,
+                                per_source=2, frequent=2, same_piece=np.arange(40) - 1)
+    for batch in ([], [[]], [sources[0]], sources[:10]):
+        ids = shortlist.for_sources(batch)
+        assert ids.dtype == torch.int64
+        assert ids[:4].tolist() == [0, 1, 2, 3]
+        assert torch.equal(ids, torch.unique(ids))
+    assert 9 in shortlist.for_sources([[10]]).tolist()  # the same piece of source id 10
+    with pytest.raises(ShortlistError, match="source ids"):
+        shortlist.for_sources([[40]])
+
+
+def test_save_load_round_trip_and_bad_files(tmp_path):
+    sources, targets = random_pairs(2, 200, vocab=50)
+    shortlist = Shortlist.build(sources, targets, src_vocab_size=50, tgt_vocab_size=50,
+                                per_source=3, frequent=2, same_piece=np.full(50, -1),
+                                fingerprint="abc")
+    shortlist.save(tmp_path / "s.pt")
+    loaded = Shortlist.load(tmp_path / "s.pt")
+    for name in ("offsets", "candidates", "frequent", "same_piece"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(shortlist, name))
+    assert (loaded.fingerprint, loaded.tgt_vocab_size) == ("abc", 50)
+    assert torch.equal(loaded.for_sources(sources[:5]), shortlist.for_sources(sources[:5]))
+    assert [p.name for p in tmp_path.iterdir()] == ["s.pt"]  # no temporary file left
+
+    with pytest.raises(ShortlistError, match="shortlist not found"):
+        Shortlist.load(tmp_path / "missing.pt")
+    torch.save({"model": {}}, tmp_path / "other.pt")
+    with pytest.raises(ShortlistError, match="is not a shortlist"):
+        Shortlist.load(tmp_path / "other.pt")
+    torch.save({"format": "seq2seq-shortlist", "x": Path("a")}, tmp_path / "pickled.pt")
+    with pytest.raises(ShortlistError, match="Python objects"):
+        Shortlist.load(tmp_path / "pickled.pt")
+    (tmp_path / "text.pt").write_text("hello")
+    with pytest.raises(ShortlistError, match="cannot read"):
+        Shortlist.load(tmp_path / "text.pt")
+
+
+# -- decoding through a shortlist, on the trained copy model ---------------------------------
+@pytest.fixture(scope="module")
+def copy_model(trained_checkpoint):
+    model, tokenizers, _ = model_from_checkpoint(load_checkpoint(trained_checkpoint))
+    return model.eval(), tokenizers
+
+
+def copy_shortlist(trained_checkpoint, tokenizers, **options) -> Shortlist:
+    corpus = trained_checkpoint.parents[1] / "corpus"
+    sources = tokenizers.src.encode(read_lines(corpus / "train.src"))
+    targets = tokenizers.tgt.encode(read_lines(corpus / "train.tgt"))
+    return Shortlist.build(sources, targets, src_vocab_size=tokenizers.src.vocab_size,
+                           tgt_vocab_size=tokenizers.tgt.vocab_size,
+                           fingerprint=vocabulary_fingerprint(tokenizers), **options)
+
+
+def everything(tokenizers) -> Shortlist:
+    vocab = tokenizers.tgt.vocab_size
+    return Shortlist(offsets=np.zeros(tokenizers.src.vocab_size + 1, np.int64), candidates=[],
+                     frequent=np.arange(4, vocab), tgt_vocab_size=vocab,
+                     fingerprint=vocabulary_fingerprint(tokenizers))
+
+
+def assert_identical(got, expected) -> None:
+    assert len(got) == len(expected)
+    for n_got, n_expected in zip(got, expected, strict=True):
+        assert [(t.text, t.score, t.target_pieces) for t in n_got] == [
+            (t.text, t.score, t.target_pieces) for t in n_expected
+        ]
+        for a, b in zip(n_got, n_expected, strict=True):
+            assert (a.attention is None) == (b.attention is None)
+            if a.attention is not None:
+                assert torch.equal(a.attention, b.attention)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"beam_size": 1}, {"beam_size": 4, "nbest": 3}, {"beam_size": 3, "quantize": "int8"}],
+    ids=["greedy", "beam-nbest", "int8"],
+)
+def test_a_shortlist_of_everything_changes_nothing(copy_model, copy_sentences, options):
+    model, tokenizers = copy_model
+    inputs = copy_sentences(12, seed=31) + ["", "red red red red red red red"]
+    plain = Translator(model, tokenizers, device="cpu", **options)
+    restricted = Translator(model, tokenizers, device="cpu", shortlist=everything(tokenizers),
+                            **options)
+    assert_identical(restricted.translate(inputs), plain.translate(inputs))
+    if options.get("quantize") == "int8":  # a smaller int8 output layer, not a fallback
+        wrapped = restrict(restricted.model, torch.arange(6))
+        assert isinstance(wrapped.project, torch.nn.Module)
+        assert wrapped.decode_step(torch.tensor([2]), *prepare(wrapped))[0].shape == (1, 6)
+
+
+def prepare(model):
+    encoded = model.encode(torch.tensor([[5, 6, 3]]), torch.tensor([3]))
+    return model.init_state(encoded), encoded
+
+
+def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_model, copy_sentences):
+    _, tokenizers = copy_model
+    inputs = copy_sentences(8, seed=32)
+    pair = [trained_checkpoint, trained_checkpoint]
+    plain = Translator.from_checkpoint(pair, beam_size=3)
+    restricted = Translator.from_checkpoint(pair, beam_size=3, shortlist=everything(tokenizers))
+    assert_identical(restricted.translate(inputs), plain.translate(inputs))
+    wrapped = restrict(restricted.model, torch.arange(5))
+    assert all(isinstance(member, RestrictedModel) for member in wrapped.members)
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
+    trained_checkpoint, copy_model, copy_sentences, monkeypatch, quantize
+):
+    model, tokenizers = copy_model
+    vocab = tokenizers.tgt.vocab_size
+    shortlist = copy_shortlist(trained_checkpoint, tokenizers, per_source=2, frequent=0)
+    widths = []
+    real_search = translator_module.beam_search
+
+    def spying_search(search_model, *args, **kwargs):
+        step = search_model.decode_step
+
+        def decode_step(*step_args):
+            logits, weights, state = step(*step_args)
+            widths.append(logits.size(-1))
+            return logits, weights, state
+
+        monkeypatch.setattr(search_model, "decode_step", decode_step)
+        return real_search(search_model, *args, **kwargs)
+
+    monkeypatch.setattr(translator_module, "beam_search", spying_search)
+    inputs = copy_sentences(30, seed=123)
+    plain = [n[0].text for n in Translator(model, tokenizers, device="cpu", beam_size=4,
+                                           quantize=quantize).translate(inputs)]
+    assert widths and set(widths) == {vocab}
+    widths.clear()
+    restricted = Translator(model, tokenizers, device="cpu", beam_size=4, shortlist=shortlist,
+                            quantize=quantize, max_tokens=40)  # small batches: small shortlists
+    got = [n[0].text for n in restricted.translate(inputs)]
+    assert widths and max(widths) < vocab
+    copies = [i for i, (p, x) in enumerate(zip(plain, inputs, strict=True)) if p == x]
+    assert len(copies) >= 25
+    assert [got[i] for i in copies] == [inputs[i] for i in copies]
+    # One sentence: the specials, at most 2 candidates per piece.
+    ids = shortlist.for_sources(tokenizers.src.encode(["red cat"]))
+    assert ids.numel() <= 4 + 2 * 2
+
+
+def test_a_shortlist_for_other_vocabularies_is_refused(copy_model):
+    model, tokenizers = copy_model
+    other = everything(tokenizers)
+    other.fingerprint = "0123456789abcdef"
+    with pytest.raises(ShortlistError, match="built for other vocabularies"):
+        Translator(model, tokenizers, device="cpu", shortlist=other)
+    assert same_pieces(tokenizers)[4] == 4  # joint vocabulary: each piece is itself
+
+
+# -- the script and the command lines --------------------------------------------------------
+def load_script():
+    spec = importlib.util.spec_from_file_location("build_shortlist", ROOT / "scripts" /
+                                                  "build_shortlist.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_build_script_and_translate_cli(tmp_path, trained_checkpoint, capsys):
+    script = load_script()
+    corpus = trained_checkpoint.parents[1] / "corpus"
+    output = tmp_path / "shortlist.pt"
+    arguments = ["--checkpoint", str(trained_checkpoint), "--src", str(corpus / "train.src"),
+                 "--tgt", str(corpus / "train.tgt"), "--output", str(output),
+                 "--per-source", "3", "--frequent", "2"]
+    assert script.main(arguments) == 0
+    assert "shortlist of one sentence" in capsys.readouterr().out
+    shortlist = Shortlist.load(output)
+    assert shortlist.frequent.size == 2
+
+    # Bad input: one line, status 1, nothing written.
+    bad = [*arguments[:4], "--tgt", str(corpus / "valid.tgt"), "--output", str(tmp_path / "x.pt")]
+    assert script.main(bad) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "lines" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.pt").exists()
+
+    command = [sys.executable, str(ROOT / "translate.py"), f"checkpoint={trained_checkpoint}",
+               "text=green bird sun", "device=cpu"]
+    result = subprocess.run([*command, f"shortlist={output}"], capture_output=True, text=True,
+                            env=ENV, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "green bird sun\n"
+    assert "restricted by shortlist" in result.stderr
+    result = subprocess.run([*command, f"shortlist={tmp_path / 'missing.pt'}"],
+                            capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: shortlist not found: {tmp_path / 'missing.pt'}"
+    ]
+
+
+def compose(config_name: str, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
+    tmp_path, trained_checkpoint, copy_model, capsys
+):
+    from seq2seq.cli.evaluate import evaluate_checkpoint
+
+    _, tokenizers = copy_model
+    path = tmp_path / "everything.pt"
+    everything(tokenizers).save(path)
+    corpus = trained_checkpoint.parents[1] / "corpus"
+    cfg = compose("evaluate", [f"checkpoint={trained_checkpoint}", f"src={corpus / 'test.src'}",
+                               f"ref={corpus / 'test.tgt'}", "beam_size=2", "device=cpu",
+                               f"output_dir={tmp_path / 'eval'}", f"shortlist={path}"])
+    assert evaluate_checkpoint(Path(trained_checkpoint), cfg)["shortlist"] == str(path)
+
+    pytest.importorskip("fastapi")
+    from seq2seq.cli.serve import build_app
+
+    cfg = compose("serve", [f"checkpoint={trained_checkpoint}", "name=copy", "device=cpu",
+                            f"shortlist={tmp_path / 'missing.pt'}"])
+    with pytest.raises(SystemExit) as exit_info:
+        build_app(cfg)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: model copy: shortlist not found: {tmp_path / 'missing.pt'}"
+    )
