@@ -1,4 +1,5 @@
-"""Greedy and beam search: beam 1 is greedy, beam beats greedy, batching changes nothing."""
+"""Greedy and beam search: beam 1 is greedy, beam beats greedy, batching changes nothing,
+finished sentences leave the batch without changing any output."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.inference import search as search_module
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
@@ -17,6 +19,7 @@ from seq2seq.inference.search import (
     length_penalty_factor,
     max_output_lengths,
 )
+from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
 from seq2seq.models.seq2seq import EncodedSource
 
@@ -251,3 +254,139 @@ def test_zero_length_limit_gives_empty_outputs():
         beam_search(model, src, src_lengths, beam_size=3, max_len_a=0, max_len_b=0),
     ):
         assert [h[0].tokens for h in results] == [[], [], []]
+
+
+class WantsLength:
+    """Wraps a model and pushes EOS up, more at each step, once a sentence has as many tokens
+    as it "wants".
+
+    The wanted length is its first source id mod 13 (0..12), so some sentences stop early on
+    their own (at different steps) and others run into their length limit. The wanted length
+    and the step count live in the decoder state: they must follow the sentence's rows like
+    the rest of it.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def encode(self, src, src_lengths):
+        self.wanted = src[:, 0] % 13  # (B,)
+        return self.model.encode(src, src_lengths)
+
+    def init_state(self, encoded):
+        state = self.model.init_state(encoded)
+        return {**state, "wanted": self.wanted, "steps": torch.zeros_like(self.wanted)}
+
+    def decode_step(self, prev_tokens, state, encoded):
+        wanted, steps = state["wanted"], state["steps"]
+        inner = {name: value for name, value in state.items() if name not in ("wanted", "steps")}
+        logits, weights, inner = self.model.decode_step(prev_tokens, inner, encoded)
+        logits = logits.clone()
+        logits[:, EOS_ID] += 2.0 * (steps + 1 - wanted).clamp(min=0)
+        return logits, weights, {**inner, "wanted": wanted, "steps": steps + 1}
+
+
+class RowRecorder:
+    """Wraps a model and records the rows of each decoder step, after checking that the
+    encoded source and every state entry have the same rows."""
+
+    def __init__(self, model) -> None:
+        self.model, self.rows = model, []
+
+    def encode(self, src, src_lengths):
+        return self.model.encode(src, src_lengths)
+
+    def init_state(self, encoded):
+        return self.model.init_state(encoded)
+
+    def decode_step(self, prev_tokens, state, encoded):
+        rows = prev_tokens.numel()
+        assert all(value.size(0) == rows for value in (*encoded, *state.values()))
+        self.rows.append(rows)
+        return self.model.decode_step(prev_tokens, state, encoded)
+
+
+def assert_same_with_attention(first: list[Hypothesis], second: list[Hypothesis]) -> None:
+    assert_same_hypotheses(first, second)
+    for a, b in zip(first, second, strict=True):
+        torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-5)
+
+
+PRUNING_SEARCHES = {
+    "greedy": {},
+    "beam4-nbest3": {"beam_size": 4, "nbest": 3},
+    "beam3-alpha0": {"beam_size": 3, "nbest": 1, "length_penalty": 0.0},
+}
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("search", PRUNING_SEARCHES)
+def test_finished_sentences_leave_the_batch_and_change_nothing(architecture, search, monkeypatch):
+    model = WantsLength(tiny_model(*architecture, eos_bias=-5.0))
+    src, src_lengths = random_sources(12, max_len=10, seed=7)
+    options = {"max_len_a": 1.0, "max_len_b": 2, "return_attention": True}
+    options.update(PRUNING_SEARCHES[search])
+    beams = options.get("beam_size", 1)
+    default_fraction = search_module.PRUNE_FRACTION
+
+    def run(model, src, src_lengths, prune_fraction: float):
+        monkeypatch.setattr(search_module, "PRUNE_FRACTION", prune_fraction)
+        if search == "greedy":
+            return greedy_search(model, src, src_lengths, **options)
+        return beam_search(model, src, src_lengths, **options)
+
+    recorder = RowRecorder(model)
+    pruned = run(recorder, src, src_lengths, 0.0)  # every finished sentence leaves at once
+    unpruned_recorder = RowRecorder(model)
+    unpruned = run(unpruned_recorder, src, src_lengths, math.inf)  # as before: nobody leaves
+    default = run(model, src, src_lengths, default_fraction)
+
+    # The batch mixes outputs of very different lengths, some cut by the length limit...
+    limits = max_output_lengths(src_lengths, max_len_a=1.0, max_len_b=2).tolist()
+    best_lengths = [len(hypotheses[0].tokens) for hypotheses in pruned]
+    assert len(set(best_lengths)) >= 5
+    assert sum(length == limit for length, limit in zip(best_lengths, limits, strict=True)) >= 2
+    assert sum(length < limit for length, limit in zip(best_lengths, limits, strict=True)) >= 3
+    # ...and the sentences left it at several different steps, K beams each.
+    assert unpruned_recorder.rows == [12 * beams] * len(unpruned_recorder.rows)
+    assert recorder.rows[0] == 12 * beams and all(rows % beams == 0 for rows in recorder.rows)
+    assert recorder.rows == sorted(recorder.rows, reverse=True)
+    assert len(set(recorder.rows)) >= 5
+    assert sum(recorder.rows) < 0.8 * sum(unpruned_recorder.rows)
+    if search == "greedy":  # step t runs exactly the sentences whose output is still going
+        steps = max(best_lengths) + 1
+        assert recorder.rows == [sum(n + 1 > t for n in best_lengths) for t in range(steps)]
+
+    alone_steps = []
+    for row in range(12):
+        alone_recorder = RowRecorder(model)  # a batch of 1 cannot prune
+        alone = run(alone_recorder, *unpadded(src, src_lengths, [row]), 0.0)[0]
+        alone_steps.append(len(alone_recorder.rows))
+        assert_same_with_attention(pruned[row], alone)
+        assert_same_with_attention(pruned[row], unpruned[row])
+        assert_same_with_attention(pruned[row], default[row])
+        if search == "beam4-nbest3":
+            assert len(pruned[row]) == 3
+    # Each sentence left the batch right after the step at which it stops when searched alone.
+    expected_rows = [
+        beams * sum(steps > t for steps in alone_steps) for t in range(max(alone_steps))
+    ]
+    assert recorder.rows == expected_rows
+
+
+def test_full_history_scatters_each_step_to_its_sentences():
+    # Sentences 0..3; sentence 2 leaves after step 0, sentences 0 and 3 after step 1.
+    segments = [
+        (0, torch.tensor([0, 1, 2, 3])),
+        (1, torch.tensor([0, 1, 3])),
+        (2, torch.tensor([1])),
+    ]
+    per_step = [torch.tensor([10, 11, 12, 13]), torch.tensor([20, 21, 23]), torch.tensor([31])]
+    index = history_index(segments, steps=3, batch_size=4)
+    history = full_history(per_step, index, batch_size=4, fill=-1)
+    expected = torch.tensor([[10, 11, 12, 13], [20, 21, -1, 23], [-1, 31, -1, -1]])
+    torch.testing.assert_close(history, expected)
+    pairs = [value.unsqueeze(1).repeat(1, 2) for value in per_step]  # trailing dimensions follow
+    torch.testing.assert_close(
+        full_history(pairs, index, batch_size=4, fill=-1), expected.unsqueeze(2).repeat(1, 1, 2)
+    )
