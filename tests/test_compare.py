@@ -134,6 +134,29 @@ def test_runs_are_grouped_by_differing_keys_without_the_seed(tmp_path):
     assert [r.path.name for r in groups[1].failed_runs] == ["3"]
 
 
+def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
+    from seq2seq.study.runs import Run
+
+    def run(number: int, attention: str, normalizer: str, seed: int) -> Run:
+        config = {"model/attention": attention, "trainer.seed": seed,
+                  "model.attention._target_": f"seq2seq.models.attention.{attention.title()}",
+                  "model.attention.normalizer": normalizer}
+        return Run(path=tmp_path / str(number), config=config, checkpoint=None)
+
+    runs = [run(0, "dot", "softmax", 1), run(1, "dot", "softmax", 2),
+            run(2, "general", "softmax", 1), run(3, "dot", "sparsemax", 1)]
+    _, groups = group_runs(runs)
+    assert [g.label for g in groups] == [
+        "model/attention=dot, model.attention.normalizer=softmax",
+        "model/attention=general, model.attention.normalizer=softmax",
+        "model/attention=dot, model.attention.normalizer=sparsemax",
+    ]
+    assert [len(g.runs) for g in groups] == [2, 1, 1]
+    # Without the extra key, the choice alone names the groups (its _target_ is implied).
+    _, groups = group_runs(runs[:3])
+    assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
+
+
 def test_no_scorable_run_is_an_error_after_the_listing(tmp_path, capsys):
     make_run(tmp_path / "runs" / "a", attention="DotScorer", seed=1, checkpoint=False)
     make_run(tmp_path / "runs" / "b", attention="DotScorer", seed=1)  # an empty best.pt

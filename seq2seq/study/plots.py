@@ -84,15 +84,19 @@ def plot_group_bleu(
 
 
 def plot_heatmaps(path: Path, heatmaps: Sequence[tuple[str, Mapping[str, Any]]]) -> Path:
-    """``heatmaps``: ``(title, {"source_pieces", "target_pieces", "weights"})``, one panel each."""
+    """``heatmaps``: ``(title, {"source_pieces", "target_pieces", "weights"})``, one panel each,
+    at most four to a row; a title's comma-separated settings go one to a line."""
     columns = max(len(h["source_pieces"]) for _, h in heatmaps)
     rows = max(len(h["target_pieces"]) for _, h in heatmaps)
+    panels_per_row = min(4, len(heatmaps))
+    panel_rows = math.ceil(len(heatmaps) / panels_per_row)
     cell = 0.32
-    width = min(max(cell * columns + 1.8, 3.5), 12.0) * len(heatmaps)
-    height = min(max(cell * rows + 1.8, 3.5), 16.0)
+    width = min(max(cell * columns + 1.8, 3.5), 12.0) * panels_per_row
+    height = min(max(cell * rows + 2.4, 4.0), 16.0) * panel_rows
     figure = _figure(min(width, 40.0), height)
     for index, (title, heatmap) in enumerate(heatmaps, start=1):
-        axes = figure.add_subplot(1, len(heatmaps), index)
+        axes = figure.add_subplot(panel_rows, panels_per_row, index)
+        title = title.replace(", ", "\n")
         weights = np.asarray(heatmap["weights"], dtype=np.float32)
         image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
         axes.set_xticks(np.arange(weights.shape[1]), labels=heatmap["source_pieces"],
@@ -100,5 +104,7 @@ def plot_heatmaps(path: Path, heatmaps: Sequence[tuple[str, Mapping[str, Any]]])
         axes.set_yticks(np.arange(weights.shape[0]), labels=heatmap["target_pieces"], fontsize=8)
         axes.xaxis.tick_top()
         axes.set_title(title, fontsize=9, pad=10)
+    # Room between rows for the next row's title and source pieces.
+    figure.subplots_adjust(hspace=0.55, wspace=0.45)
     figure.colorbar(image, ax=figure.axes, fraction=0.03, pad=0.02)
     return _save(figure, path)

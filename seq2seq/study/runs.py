@@ -226,10 +226,29 @@ def _short(value: Any) -> str:
     return text
 
 
-def label_keys(keys: Sequence[str]) -> list[str]:
-    """The keys worth showing: a differing group choice hides the config keys it implies."""
-    chosen = [k.rstrip("/").replace("/", ".") + "." for k in keys if is_choice(k)]
-    return [k for k in keys if is_choice(k) or not any(k.startswith(p) for p in chosen)]
+def label_keys(keys: Sequence[str], runs: Sequence[Run]) -> list[str]:
+    """The keys worth showing: a differing group choice hides the config keys it implies.
+
+    A config key under a choice's node (``model.attention.*`` for ``model/attention``) is
+    implied when runs with the same choice agree on it; one set on the command line on top of
+    the choice (``model.attention.normalizer=sparsemax``) differs within a choice and is shown.
+    """
+    recorded = [r for r in runs if any(is_choice(k) for k in r.config)]
+
+    def implied(key: str) -> bool:
+        for choice in (k for k in keys if is_choice(k)):
+            if not key.startswith(choice.rstrip("/").replace("/", ".") + "."):
+                continue
+            seen: dict[str, str] = {}
+            if all(seen.setdefault(repr(r.config.get(choice)), repr(r.config.get(key, MISSING)))
+                   == repr(r.config.get(key, MISSING)) for r in recorded):
+                return True
+        return False
+
+    # Choices first: they name the group; the keys set on top of them follow.
+    return [k for k in keys if is_choice(k)] + [
+        k for k in keys if not is_choice(k) and not implied(k)
+    ]
 
 
 def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
@@ -245,7 +264,7 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
     """
     keys = [k for k in differing_keys(runs) if k != seed_key]
     config_keys = [k for k in keys if not is_choice(k)]
-    shown = label_keys(keys) or keys
+    shown = label_keys(keys, runs) or keys
     members: dict[tuple, list[Run]] = {}
     for run in runs:
         key = tuple((k, _hashable(run.config.get(k, MISSING))) for k in config_keys)
