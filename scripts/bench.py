@@ -1,19 +1,34 @@
 """``make bench``: training and decoding speed of the Multi30k presets, as a table and JSON.
 
+First the machine: the CPU model (``/proc/cpuinfo``), whether it has bf16 matrix instructions,
+and the **matmul ceiling** measured in the same run: the best of a few 4096 x 4096 x 4096
+``torch.mm`` in fp32 and in bf16, on the threads torch uses (2 here), in GFLOP/s. Every
+training speed is also given as a percentage of the ceiling of its precision:
+``tok/s x FLOP per target token / ceiling``. FLOP per target token come from the preset's model
+shapes: ``torch.utils.flop_counter.FlopCounterMode`` counts the matrix products (GRU/LSTM
+cells, attention, output layer) of one forward + backward pass over a synthetic batch of 64
+pairs of 14 source and 14 target pieces (Multi30k's mean lengths with 8k BPE), divided by its
+target tokens (EOS included). Element-wise work is not counted, so 100% is out of reach.
+
 Training, for ``multi30k_gru_additive`` (the like-for-like preset) and ``multi30k_luong_fast``:
 ``train.py`` runs as a child process for ``--train-steps`` steps on Multi30k de-en, logging
 target tokens per second (non-padding tokens) every 25 steps; the median of the windows after
 the first (warm-up) is the steady-state speed. Peak resident memory is the child's
 ``ru_maxrss``, as ``/usr/bin/time -v`` reports it.
 
-Decoding: greedy and beam-5 sentences per second over the 1,000 sentences of test_2016, with a
+Decoding: greedy and beam-5 sentences per second and BLEU over the 1,000 sentences of
+test_2016, in fp32, under bf16 autocast and with ``quantize=int8`` (``--decode-variants``), with a
 trained checkpoint (``--checkpoint``, default: the like-for-like preset's ``best.pt`` from
 ``runs/``), generation only and with start-up (``scripts/bench_decoding.py``).
 
     SEQ2SEQ_MULTI30K_URL=../shared/data/multi30k make bench
     python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
 
-Runs in about 5 minutes on 2 CPU cores. The machine may be shared and noisy: compare numbers
+Memory: each training row's peak resident memory is over its ``--train-steps`` steps; one more
+run of ``--memory-steps`` (default 1,000) steps of ``multi30k_luong_fast`` (bf16, the
+preset that peaked highest) reports the peak of a longer run, with many batch shapes seen.
+
+Runs in about 10 minutes on 2 CPU cores. The machine may be shared and noisy: compare numbers
 of one run.
 """
 
@@ -27,7 +42,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # (preset, extra overrides): the two presets as they are, and the like-for-like one in bf16.
@@ -46,6 +64,58 @@ PEAK_MEMORY_WRAPPER = (
     "print('PEAK_RSS_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
     "sys.exit(code)\n"
 )
+
+
+def cpu_model() -> str:
+    """The CPU's model name and its bf16 matrix extensions, from /proc/cpuinfo."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return platform.processor() or "unknown CPU"
+    name = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.+)$", info, re.M) or ["", ""])[1].split())
+    extensions = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
+    return f"{name.group(1).strip() if name else 'unknown CPU'} " \
+           f"({', '.join(extensions) or 'no bf16 matrix instructions'})"
+
+
+def matmul_ceiling(dtype: torch.dtype, size: int = 4096, repeats: int = 3) -> float:
+    """GFLOP/s of the best of ``repeats`` size^3 matrix products (after one warm-up)."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e9
+
+
+def flops_per_target_token(preset: str, batch: int = 64, length: int = 14) -> float:
+    """Matrix-product FLOP per target token of one training step of ``preset`` (see above)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from seq2seq import CONFIG_DIR
+    from seq2seq.models.build import build_model
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={preset}"])
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    src_vocab, tgt_vocab = cfg.tokenizer.vocab_size, 4273  # Multi30k en pieces of 8k joint BPE
+    model = build_model(model_cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab).train()
+    src = torch.randint(4, src_vocab, (batch, length))
+    tgt_in = torch.randint(4, tgt_vocab, (batch, length))
+    lengths = torch.full((batch,), length)
+    with FlopCounterMode(display=False) as counter:
+        features, _ = model(src, lengths, tgt_in)
+        logits = model.project(features)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_in.flatten()).backward()
+    return counter.get_total_flops() / (batch * length)
 
 
 def bench_training(preset: str, extra: tuple[str, ...], steps: int, log_every: int = 25) -> dict:
@@ -74,12 +144,13 @@ def bench_training(preset: str, extra: tuple[str, ...], steps: int, log_every: i
     }
 
 
-def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) -> dict:
+def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
+                   quantize: str = "none") -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
         command = [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"),
                    "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output),
-                   "--precision", precision]
+                   "--precision", precision, "--quantize", quantize]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -91,30 +162,58 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-steps", type=int, default=150)
+    parser.add_argument("--memory-steps", type=int, default=1000,
+                        help="steps of the long memory run (0: skip it)")
     parser.add_argument("--checkpoint", type=Path,
                         default=ROOT / "runs/multi30k_gru_additive/checkpoints/best.pt")
     parser.add_argument("--max-sentences", type=int, default=None)
-    parser.add_argument("--decode-precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--decode-variants", nargs="+", default=["fp32", "bf16", "int8"],
+                        help="fp32 | bf16 | fp16 (autocast) | int8 (quantize=int8, fp32 activations)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
-    results: dict = {"training": [], "decoding": None}
-    print(f"{'training preset':<52} {'tgt tok/s (median)':>19} {'peak RSS':>10}")
+    machine = {"cpu": cpu_model(), "threads": torch.get_num_threads(),
+               "torch": torch.__version__}
+    print(f"CPU: {machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}")
+    ceilings = {"fp32": matmul_ceiling(torch.float32), "bf16": matmul_ceiling(torch.bfloat16)}
+    machine["matmul_ceiling_gflops"] = ceilings
+    print(f"matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
+          f"bf16 {ceilings['bf16']:.0f} GFLOP/s ({ceilings['bf16'] / ceilings['fp32']:.2f}x)")
+    flops = {preset: flops_per_target_token(preset) for preset, _ in TRAINING_RUNS}
+    machine["flops_per_target_token"] = flops
+    print("FLOP per target token (matrix products, forward + backward): " + ", ".join(
+        f"{preset} {value / 1e6:.1f} M" for preset, value in flops.items()), flush=True)
+    results: dict = {"machine": machine, "training": [], "memory": None, "decoding": None}
+
+    print(f"\n{'training preset':<52} {'tgt tok/s (median)':>19} {'% ceiling':>10} {'peak RSS':>10}")
     for preset, extra in TRAINING_RUNS:
         row = bench_training(preset, extra, args.train_steps)
+        precision = row["precision"] or ("bf16" if preset == "multi30k_luong_fast" else "fp32")
+        row["precision"] = precision
+        row["percent_of_ceiling"] = (
+            100 * row["tokens_per_second_median"] * flops[preset] / (ceilings[precision] * 1e9)
+        )
         results["training"].append(row)
         name = " ".join((preset, *extra))
         print(f"{name:<52} {row['tokens_per_second_median']:>19,.0f} "
-              f"{row['peak_rss_gib']:>8.2f} GiB", flush=True)
+              f"{row['percent_of_ceiling']:>9.0f}% {row['peak_rss_gib']:>8.2f} GiB", flush=True)
+    if args.memory_steps:
+        row = bench_training("multi30k_luong_fast", (), args.memory_steps, log_every=100)
+        results["memory"] = row
+        print(f"\npeak RSS over {args.memory_steps} steps of multi30k_luong_fast (bf16): "
+              f"{row['peak_rss_gib']:.2f} GiB ({row['tokens_per_second_median']:,.0f} tok/s)",
+              flush=True)
     if args.checkpoint.is_file():
         results["decoding"] = []
         print(f"\ndecoding {args.checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
         print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} {'BLEU':>6}")
-        for precision in args.decode_precisions:
-            for row in bench_decoding(args.checkpoint, args.max_sentences, precision)["results"]:
+        for variant in args.decode_variants:
+            precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
+            rows = bench_decoding(args.checkpoint, args.max_sentences, precision, quantize)
+            for row in rows["results"]:
                 results["decoding"].append(row)
-                print(f"{row['search']:<8} {precision:<9} {row['sentences_per_second']:>8.1f} "
+                print(f"{row['search']:<8} {variant:<9} {row['sentences_per_second']:>8.1f} "
                       f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f}",
                       flush=True)
     else:

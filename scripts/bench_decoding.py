@@ -40,6 +40,7 @@ def bench_one(
     device: str,
     max_tokens: int,
     precision: str = "fp32",
+    quantize: str = "none",
 ) -> dict:
     """Time one search setting on a freshly loaded model."""
     from seq2seq.inference.evaluation import evaluate_translations
@@ -47,7 +48,8 @@ def bench_one(
 
     started = time.perf_counter()
     translator = Translator.from_checkpoint(
-        checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision
+        checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision,
+        quantize=quantize,
     )
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
     startup = time.perf_counter() - started + data_seconds
@@ -65,6 +67,7 @@ def bench_one(
         "bleu": evaluation.scores["bleu"],
         "device": str(translator.device),
         "precision": precision,
+        "quantize": quantize,
     }
 
 
@@ -93,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-threads", type=int, default=None, help="CPU threads for torch")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="autocast dtype of the search")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
+                        help="int8: dynamically quantized GRU/LSTM and Linear weights (CPU)")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -122,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 device=args.device,
                 max_tokens=args.max_tokens,
                 precision=args.precision,
+                quantize=args.quantize,
             )
             for beam_size in args.beam_sizes
         ]

@@ -27,8 +27,11 @@ def main() -> None:
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--rows", type=int, default=12)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"])
     args = parser.parse_args()
-    translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size)
+    translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
+                                            precision=args.precision, quantize=args.quantize)
     from seq2seq.checkpoint import load_checkpoint
 
     config = load_checkpoint(args.checkpoint)["config"]
@@ -37,7 +40,8 @@ def main() -> None:
     translator.translate(sources[:8], return_attention=False)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         translator.translate(sources, return_attention=False)
-    print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads")
+    print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
+          f"precision {args.precision}, quantize {args.quantize}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

@@ -693,3 +693,23 @@ def test_docstring_example_is_the_test_helper():
         attention = Attention(cls(query_dim=6, key_dim=4).double())
         outputs.append(attention(query, attention.precompute_keys(keys), keys, mask))
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+
+
+def test_one_step_query_reaches_the_scorer_with_plain_strides():
+    """A (B, 1, D) query sliced from a transposed state is re-laid out before scoring: with the
+    transposed strides, bf16 matrix products on CPUs broadcast the weight per sentence."""
+    seen = []
+
+    class Spy(attention_module.DotScorer):
+        def score(self, query, keys):
+            seen.append(query.stride())
+            return super().score(query, keys)
+
+    attention = attention_module.Attention(Spy(query_dim=8, key_dim=8))
+    state = torch.randn(1, 6, 8).transpose(0, 1)  # (B, 1, D) with strides (8, 48, 1)
+    keys = values = torch.randn(6, 5, 8)
+    context, weights = attention(state, keys, values)
+    assert seen == [(8, 8, 1)]
+    expected_context, expected_weights = attention(state.contiguous().clone(), keys, values)
+    torch.testing.assert_close(context, expected_context)
+    torch.testing.assert_close(weights, expected_weights)

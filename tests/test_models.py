@@ -259,3 +259,20 @@ def test_unknown_rnn_type_is_a_clear_error():
     cfg.encoder.rnn_type = "transformer"
     with pytest.raises(Exception, match="rnn_type must be one of"):
         build_model(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+
+
+def test_encoded_source_is_cast_once_for_autocast():
+    from seq2seq.models.seq2seq import EncodedSource
+
+    memory = torch.randn(2, 3, 4)
+    encoded = EncodedSource(memory=memory, mask=torch.ones(2, 3, dtype=torch.bool),
+                            final=torch.randn(2, 4), keys=memory)
+    assert encoded.for_autocast() is encoded  # no autocast: unchanged
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = encoded.for_autocast()
+    assert cast.memory.dtype == torch.bfloat16 and cast.keys is cast.memory
+    assert cast.mask.dtype == torch.bool and cast.final.dtype == torch.float32
+    projected = encoded._replace(keys=torch.randn(2, 3, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = projected.for_autocast()
+    assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone

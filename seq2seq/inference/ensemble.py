@@ -31,6 +31,9 @@ class EnsembleEncoded(tuple):
     def index_select(self, index: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(encoded.index_select(index) for encoded in self)
 
+    def for_autocast(self) -> EnsembleEncoded:
+        return EnsembleEncoded(encoded.for_autocast() for encoded in self)
+
     @property
     def mask(self) -> Tensor:
         """True at real source positions (the members read the same source). Shape (B, S)."""

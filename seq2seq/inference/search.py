@@ -124,6 +124,13 @@ def _kept_rows(finished: Tensor, count: int) -> Tensor:
     return rows.masked_fill(finished, finished.numel()).sort().values[:count]
 
 
+def _for_autocast(encoded):
+    """The encoded source cast once for autocast, where it knows how (see
+    :meth:`~seq2seq.models.seq2seq.EncodedSource.for_autocast`)."""
+    cast = getattr(encoded, "for_autocast", None)
+    return cast() if cast is not None else encoded
+
+
 @torch.inference_mode()
 def greedy_search(
     model,
@@ -160,7 +167,7 @@ def greedy_search(
     if batch_size == 0:
         return []
     device = src.device
-    encoded = model.encode(src, src_lengths)
+    encoded = _for_autocast(model.encode(src, src_lengths))
     state = model.init_state(encoded)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
@@ -284,7 +291,7 @@ def beam_search(
     beams = beam_size
     device = src.device
 
-    encoded = model.encode(src, src_lengths)  # once per batch, keys included
+    encoded = _for_autocast(model.encode(src, src_lengths))  # once per batch, keys included
     state = model.init_state(encoded)
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch, whose beams are
     # rows i*K .. i*K+K-1 of the flattened (N*K) decoder batch; N shrinks from B as finished

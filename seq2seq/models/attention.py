@@ -160,6 +160,12 @@ class Attention(nn.Module):
             - context: (B, T, Dv)
             - weights: (B, T, S)
         """
+        if query.size(1) == 1:
+            # A one-step query (every search step) sliced from a state can have the strides of
+            # a transposed (T, B, D) tensor. Under bf16 autocast on CPUs the scorer's matrix
+            # products then broadcast their weight into a (B, D, D) batch: 100x slower than
+            # with plain strides, and bf16 decoding 3x slower than float32 (scripts/bench.py).
+            query = query.reshape(query.size(0), query.size(2)).unsqueeze(1)  # (B, 1, Dq)
         energies = self.scorer.score(query, keys)  # (B, T, S) or (B, T, H, S)
         multi_head = energies.dim() == 4
         # Normalize in at least float32: in bf16/fp16 (autocast) the exp (softmax), the sums and

@@ -40,6 +40,23 @@ class EncodedSource(NamedTuple):
         """Reorder or repeat sentences (dim 0), e.g. to expand a batch into beams."""
         return EncodedSource(*(t.index_select(0, index) for t in self))
 
+    def for_autocast(self) -> EncodedSource:
+        """Under autocast, the memory (and keys that are the memory itself) in the autocast
+        dtype; unchanged otherwise.
+
+        Autocast casts a float32 input of a matrix product on every call: in a search that is
+        the whole (B*K, S, D) memory at every step, which made bf16 decoding on CPUs about 3x
+        slower than float32 (the copies took two thirds of the time). Casting once gives the
+        products the same bf16 values.
+        """
+        device_type = self.memory.device.type
+        if not torch.is_autocast_enabled(device_type) or self.memory.dtype != torch.float32:
+            return self
+        dtype = torch.get_autocast_dtype(device_type)
+        memory = self.memory.to(dtype)
+        keys = memory if self.keys is self.memory else self.keys
+        return self._replace(memory=memory, keys=keys)
+
 
 def select_state(state: State, index: Tensor) -> State:
     """Reorder or repeat the sentences of a decoder state (every entry is batch-first)."""
