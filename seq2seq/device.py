@@ -64,3 +64,20 @@ def set_num_threads(num_threads: int | None, *, processes: int = 1) -> int:
     threads = int(num_threads) if num_threads else max(available_cores() // processes, 1)
     torch.set_num_threads(threads)
     return threads
+
+
+ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+TRAINING_ONEDNN_CACHE = 8
+
+
+def bound_onednn_cache(capacity: int = TRAINING_ONEDNN_CACHE) -> None:
+    """Keep at most ``capacity`` compiled oneDNN kernels, unless the user set the variable.
+
+    oneDNN (torch's CPU matrix library) compiles a kernel per operation and shape and caches
+    1,024 of them by default. Training sees a new batch shape at nearly every step, so the
+    cache kept growing: over 1,000 steps of ``multi30k_luong_fast`` (bf16, AMD EPYC) the peak
+    resident memory was 3.23 GiB with the default and 1.88 GiB with 8, at the same speed
+    (compiling a kernel is cheap next to a training step). oneDNN reads the variable when it
+    first builds a kernel, so this must run before the first matrix product.
+    """
+    os.environ.setdefault(ONEDNN_CACHE_ENV, str(capacity))
