@@ -34,11 +34,6 @@ class EnsembleEncoded(tuple):
     def for_autocast(self) -> EnsembleEncoded:
         return EnsembleEncoded(encoded.for_autocast() for encoded in self)
 
-    @property
-    def mask(self) -> Tensor:
-        """True at real source positions (the members read the same source). Shape (B, S)."""
-        return self[0].mask
-
 
 class Ensemble(nn.Module):
     """Several models decoded as one; see the module docstring.
