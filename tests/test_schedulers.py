@@ -37,6 +37,16 @@ def test_cosine_reaches_min_factor_at_total_steps():
         CosineSchedule(total_steps=None).factor(1)
 
 
+def test_cosine_without_total_steps_follows_the_budget_progress():
+    schedule = CosineSchedule(warmup_steps=10, min_factor=0.1)
+    assert schedule.factor(5, progress=0.0) == pytest.approx(0.5)  # warmup still counts steps
+    assert schedule.factor(500, progress=0.5) == pytest.approx(0.55)
+    assert schedule.factor(900, progress=1.0) == pytest.approx(0.1)
+    assert schedule.factor(901, progress=1.2) == pytest.approx(0.1)
+    # total_steps, when given, wins over the progress the trainer passes
+    assert CosineSchedule(total_steps=100).factor(50, progress=0.9) == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize("patience", [1, 2, 3])
 def test_plateau_reduces_at_the_patience_th_validation_in_a_row_without_a_better_bleu(patience):
     """"patience" as in trainer.early_stopping_patience: act once bad_validations >= patience."""

@@ -211,6 +211,37 @@ def test_max_time_counts_the_training_time_before_a_resume(tiny_train_config, tm
     assert load_checkpoint(control_dir / "checkpoints" / "last.pt")["trainer_state"]["step"] == 24
 
 
+def test_cosine_decay_spans_a_max_time_budget(tiny_train_config, tmp_path, monkeypatch):
+    """scheduler=cosine with only trainer.max_time decays over the minutes of training."""
+    from types import SimpleNamespace
+
+    from seq2seq.training import schedulers
+    from seq2seq.training import trainer as trainer_module
+
+    clock = iter(range(0, 10**6))  # every clock reading is one second later
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    progresses = []
+    real_factor = schedulers.CosineSchedule.factor
+
+    def factor(self, step, *, progress=None):
+        progresses.append(progress)
+        return real_factor(self, step, progress=progress)
+
+    monkeypatch.setattr(schedulers.CosineSchedule, "factor", factor)
+    run_dir = tmp_path / "run"
+    cfg = tiny_train_config(**{"scheduler": "cosine", "scheduler.warmup_steps": 0,
+                               "scheduler.min_factor": 0.01, "trainer.max_steps": "null",
+                               "trainer.max_epochs": "null", "trainer.max_time": 2,
+                               "trainer.valid_every": 1000, "trainer.save_every": 1000})
+    train(cfg, run_dir)
+    assert progresses[0] == 0.0 and progresses == sorted(progresses)
+    assert 0.9 < progresses[-1] <= 1.0
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert 20 < checkpoint["trainer_state"]["step"] < 120  # 120 fake seconds, a few per step
+    lr = checkpoint["optimizer"]["param_groups"][0]["lr"]
+    assert lr < 0.01 * 0.05  # near min_factor * lr at the end of the budget
+
+
 def test_nan_loss_is_skipped_counted_and_stops_after_a_streak(tiny_train_config, tmp_path,
                                                               monkeypatch):
     from seq2seq.training import loss as loss_module

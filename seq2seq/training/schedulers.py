@@ -1,9 +1,12 @@
 """Learning-rate schedules as a factor on the optimizer's configured learning rate.
 
-A schedule is a small stateful object: ``factor(step)`` gives the multiplier for optimizer
-step ``step`` (1-based), ``on_validation(bleu)`` lets it react to validation results, and
-``state_dict()`` holds plain numbers, so it resumes exactly. The trainer sets
-``lr = base_lr * factor(step)`` before every optimizer step.
+A schedule is a small stateful object: ``factor(step, progress=...)`` gives the multiplier for
+optimizer step ``step`` (1-based), ``on_validation(bleu)`` lets it react to validation results,
+and ``state_dict()`` holds plain numbers, so it resumes exactly. The trainer sets
+``lr = base_lr * factor(step, progress=p)`` before every optimizer step, where ``p`` is the
+fraction of the training budget spent (``trainer.max_time`` minutes of training or
+``trainer.max_steps``, whichever is nearer its end; None when the run has neither), so a decay
+can end exactly when a time-budgeted run does.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ class Schedule:
             return step / self.warmup_steps
         return 1.0
 
-    def decay(self, step: int) -> float:
+    def decay(self, step: int, progress: float | None = None) -> float:
         return 1.0
 
-    def factor(self, step: int) -> float:
-        return self.warmup(step) * self.decay(step)
+    def factor(self, step: int, *, progress: float | None = None) -> float:
+        return self.warmup(step) * self.decay(step, progress)
 
     def on_validation(self, bleu: float) -> None:
         """Called with the validation BLEU after each validation."""
@@ -47,12 +50,16 @@ class ConstantSchedule(Schedule):
 class InverseSqrtSchedule(Schedule):
     """lr * sqrt(warmup_steps / step) after warmup (Vaswani et al., 2017)."""
 
-    def decay(self, step: int) -> float:
+    def decay(self, step: int, progress: float | None = None) -> float:
         return math.sqrt(max(self.warmup_steps, 1) / max(step, self.warmup_steps, 1))
 
 
 class CosineSchedule(Schedule):
-    """Cosine decay from lr to ``min_factor * lr`` between warmup and ``total_steps``."""
+    """Cosine decay from lr to ``min_factor * lr`` between warmup and ``total_steps``.
+
+    Without ``total_steps`` the decay follows the trainer's budget ``progress`` instead (the
+    fraction of ``trainer.max_time`` spent), so a run limited by minutes ends at ``min_factor``.
+    """
 
     def __init__(
         self, *, warmup_steps: int = 0, total_steps: int | None = None, min_factor: float = 0.0
@@ -61,11 +68,14 @@ class CosineSchedule(Schedule):
         self.total_steps = total_steps
         self.min_factor = min_factor
 
-    def decay(self, step: int) -> float:
-        if not self.total_steps:
-            raise ValueError("scheduler=cosine needs scheduler.total_steps or trainer.max_steps")
-        span = max(self.total_steps - self.warmup_steps, 1)
-        progress = min(max(step - self.warmup_steps, 0) / span, 1.0)
+    def decay(self, step: int, progress: float | None = None) -> float:
+        if self.total_steps:
+            span = max(self.total_steps - self.warmup_steps, 1)
+            progress = max(step - self.warmup_steps, 0) / span
+        elif progress is None:
+            raise ValueError("scheduler=cosine needs scheduler.total_steps, trainer.max_steps "
+                             "or trainer.max_time")
+        progress = min(max(progress, 0.0), 1.0)
         return self.min_factor + (1 - self.min_factor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -96,7 +106,7 @@ class PlateauSchedule(Schedule):
         self.best = -math.inf
         self.bad_validations = 0
 
-    def decay(self, step: int) -> float:
+    def decay(self, step: int, progress: float | None = None) -> float:
         return self.scale
 
     def on_validation(self, bleu: float) -> None:

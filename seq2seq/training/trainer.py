@@ -93,6 +93,7 @@ class Trainer:
         self.context = context
         self.device = context.device
         self.state = TrainerState()
+        self._seconds_trained = 0.0  # rank 0's training seconds at the last time check
         self.last_grad_norm = torch.zeros(())
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
@@ -199,8 +200,23 @@ class Trainer:
         limit = self.settings.max_time
         if limit is None:
             return False
-        elapsed = self.state.train_seconds + time.perf_counter() - started
-        return bool(self.context.broadcast(float(elapsed >= limit * 60)))
+        # Rank 0's clock, so every rank stops, and sets the same lr, at the same step.
+        elapsed = self.context.broadcast(self.state.train_seconds + time.perf_counter() - started)
+        self._seconds_trained = elapsed
+        return elapsed >= limit * 60
+
+    def _budget_progress(self) -> float | None:
+        """The fraction of the training budget spent (max_steps, max_epochs or max_time; the
+        largest of those set), the same on every rank."""
+        settings, state, fractions = self.settings, self.state, []
+        if settings.max_steps:
+            fractions.append(state.step / settings.max_steps)
+        if settings.max_epochs:
+            epochs = state.epoch + state.batches_in_epoch / max(len(self.sampler), 1)
+            fractions.append(epochs / settings.max_epochs)
+        if settings.max_time:
+            fractions.append(self._seconds_trained / (settings.max_time * 60))
+        return max(fractions) if fractions else None
 
     def _validate_and_keep(self) -> bool:
         """Validate (on rank 0), keep the best checkpoints; True if training should stop."""
@@ -268,6 +284,7 @@ class Trainer:
             groups = math.ceil(len(self.sampler) / settings.accumulate_grad_batches)
             total = settings.max_epochs * groups
         progress = self._progress_bar(total)
+        self._seconds_trained = self.context.broadcast(state.train_seconds)  # a resume goes on
         started = window_started = time.perf_counter()
         window_loss = torch.zeros((), device=self.device)
         window_tokens = 0
@@ -370,7 +387,7 @@ class Trainer:
                     "Try a lower learning rate, gradient clipping, or fp32."
                 )
             return False
-        factor = self.schedule.factor(state.step + 1)
+        factor = self.schedule.factor(state.step + 1, progress=self._budget_progress())
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
         self.scaler.step(self.optimizer)  # a plain optimizer.step() when the scaler is off
