@@ -215,11 +215,14 @@ def test_cosine_decay_spans_a_max_time_budget(tiny_train_config, tmp_path, monke
     """scheduler=cosine with only trainer.max_time decays over the minutes of training."""
     from types import SimpleNamespace
 
+    from seq2seq.training import budget as budget_module
     from seq2seq.training import schedulers
     from seq2seq.training import trainer as trainer_module
 
     clock = iter(range(0, 10**6))  # every clock reading is one second later
-    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    fake_time = SimpleNamespace(perf_counter=lambda: next(clock))
+    monkeypatch.setattr(trainer_module, "time", fake_time)
+    monkeypatch.setattr(budget_module, "time", fake_time)
     progresses = []
     real_factor = schedulers.CosineSchedule.factor
 

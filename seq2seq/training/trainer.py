@@ -35,6 +35,7 @@ from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.device import AUTOCAST_DTYPES
 from seq2seq.training.averaging import average_recent
+from seq2seq.training.budget import TrainingBudget
 from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.loss import SequenceLoss
@@ -93,7 +94,6 @@ class Trainer:
         self.context = context
         self.device = context.device
         self.state = TrainerState()
-        self._seconds_trained = 0.0  # rank 0's training seconds at the last time check
         self.last_grad_norm = torch.zeros(())
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
@@ -127,6 +127,10 @@ class Trainer:
             rank=context.rank,
             world_size=context.world_size,
         )
+        self.budget = TrainingBudget(
+            max_steps=settings.max_steps, max_epochs=settings.max_epochs,
+            max_time=settings.max_time, batches_per_epoch=len(self.sampler),
+            broadcast=context.broadcast)
         self.loader = DataLoader(
             train_data,
             batch_sampler=self.sampler,
@@ -196,28 +200,6 @@ class Trainer:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def _time_is_up(self, started: float) -> bool:
-        limit = self.settings.max_time
-        if limit is None:
-            return False
-        # Rank 0's clock, so every rank stops, and sets the same lr, at the same step.
-        elapsed = self.context.broadcast(self.state.train_seconds + time.perf_counter() - started)
-        self._seconds_trained = elapsed
-        return elapsed >= limit * 60
-
-    def _budget_progress(self) -> float | None:
-        """The fraction of the training budget spent (max_steps, max_epochs or max_time; the
-        largest of those set), the same on every rank."""
-        settings, state, fractions = self.settings, self.state, []
-        if settings.max_steps:
-            fractions.append(state.step / settings.max_steps)
-        if settings.max_epochs:
-            epochs = state.epoch + state.batches_in_epoch / max(len(self.sampler), 1)
-            fractions.append(epochs / settings.max_epochs)
-        if settings.max_time:
-            fractions.append(self._seconds_trained / (settings.max_time * 60))
-        return max(fractions) if fractions else None
-
     def _validate_and_keep(self) -> bool:
         """Validate (on rank 0), keep the best checkpoints; True if training should stop."""
         state = self.state
@@ -284,7 +266,7 @@ class Trainer:
             groups = math.ceil(len(self.sampler) / settings.accumulate_grad_batches)
             total = settings.max_epochs * groups
         progress = self._progress_bar(total)
-        self._seconds_trained = self.context.broadcast(state.train_seconds)  # a resume goes on
+        self.budget.start(state)  # a resumed run goes on from the seconds it had trained
         started = window_started = time.perf_counter()
         window_loss = torch.zeros((), device=self.device)
         window_tokens = 0
@@ -304,7 +286,7 @@ class Trainer:
                 window_tokens += tokens
                 if not self._optimizer_step(tokens):
                     # A skipped update (NaN/inf) moves no step: nothing to log, validate or save.
-                    if self._time_is_up(started):
+                    if self.budget.time_is_up(state, started):
                         stop = True
                         break
                     continue
@@ -323,7 +305,7 @@ class Trainer:
                     started = time.perf_counter()
                 if settings.max_steps is not None and state.step >= settings.max_steps:
                     stop = True
-                if stop or self._time_is_up(started):
+                if stop or self.budget.time_is_up(state, started):
                     stop = True
                     break
             else:  # the epoch ran out: validate, then the next epoch
@@ -387,7 +369,7 @@ class Trainer:
                     "Try a lower learning rate, gradient clipping, or fp32."
                 )
             return False
-        factor = self.schedule.factor(state.step + 1, progress=self._budget_progress())
+        factor = self.schedule.factor(state.step + 1, progress=self.budget.progress(state))
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
         self.scaler.step(self.optimizer)  # a plain optimizer.step() when the scaler is off

@@ -1,0 +1,63 @@
+"""The training budget: ``max_steps``, ``max_epochs`` and ``max_time``, read on rank 0's clock.
+
+Every rank must stop at the same step and set the same learning rate, so the elapsed training
+time is rank 0's, broadcast; the fraction of the budget spent (what ``scheduler=cosine`` decays
+over when it has no step count) is computed from that same number on every rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from seq2seq.training.state import TrainerState
+
+
+class TrainingBudget:
+    """How much of a run's budget is spent.
+
+    Args:
+        max_steps / max_epochs / max_time: the limits (None: not set); ``max_time`` in minutes
+            of training, validation not counted.
+        batches_per_epoch: this rank's batches in one epoch.
+        broadcast: sends rank 0's float to every rank (identity on a single process).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_steps: int | None,
+        max_epochs: int | None,
+        max_time: float | None,
+        batches_per_epoch: int,
+        broadcast: Callable[[float], float],
+    ) -> None:
+        self.max_steps = max_steps
+        self.max_epochs = max_epochs
+        self.max_time = max_time
+        self.batches_per_epoch = max(batches_per_epoch, 1)
+        self._broadcast = broadcast
+        self.seconds_trained = 0.0  # rank 0's training seconds at the last clock read
+
+    def start(self, state: TrainerState) -> None:
+        """A run (or a resumed one) begins with the seconds it had already trained."""
+        self.seconds_trained = self._broadcast(state.train_seconds)
+
+    def time_is_up(self, state: TrainerState, started: float) -> bool:
+        """Whether ``max_time`` is spent; ``started`` is when the current stretch began."""
+        if self.max_time is None:
+            return False
+        self.seconds_trained = self._broadcast(state.train_seconds + time.perf_counter() - started)
+        return self.seconds_trained >= self.max_time * 60
+
+    def progress(self, state: TrainerState) -> float | None:
+        """The fraction spent of each limit that is set, the largest (None when none is set)."""
+        fractions = []
+        if self.max_steps:
+            fractions.append(state.step / self.max_steps)
+        if self.max_epochs:
+            fractions.append((state.epoch + state.batches_in_epoch / self.batches_per_epoch)
+                             / self.max_epochs)
+        if self.max_time:
+            fractions.append(self.seconds_trained / (self.max_time * 60))
+        return max(fractions) if fractions else None

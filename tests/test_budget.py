@@ -1,0 +1,44 @@
+"""The training budget: the fraction spent and max_time on rank 0's broadcast clock."""
+
+import time
+
+import pytest
+
+from seq2seq.training.budget import TrainingBudget
+from seq2seq.training.state import TrainerState
+
+
+def make_budget(**limits):
+    settings = {"max_steps": None, "max_epochs": None, "max_time": None} | limits
+    return TrainingBudget(**settings, batches_per_epoch=10, broadcast=lambda value: value)
+
+
+def test_no_limit_gives_no_progress_and_never_runs_out():
+    budget = make_budget()
+    state = TrainerState()
+    assert budget.progress(state) is None
+    assert not budget.time_is_up(state, time.perf_counter())
+
+
+def test_progress_is_the_largest_fraction_spent():
+    budget = make_budget(max_steps=100, max_epochs=4)
+    state = TrainerState()
+    state.step, state.epoch, state.batches_in_epoch = 30, 1, 5  # 30% of steps, 1.5/4 epochs
+    assert budget.progress(state) == pytest.approx(0.375)
+
+
+def test_time_budget_counts_earlier_seconds_and_uses_the_broadcast_clock():
+    seen = []
+    budget = TrainingBudget(max_steps=None, max_epochs=None, max_time=1.0, batches_per_epoch=1,
+                            broadcast=lambda value: seen.append(value) or 45.0)
+    state = TrainerState()
+    state.train_seconds = 10.0
+    budget.start(state)
+    assert budget.progress(state) == pytest.approx(0.75)  # rank 0's 45 s, not this rank's 10
+    assert not budget.time_is_up(state, time.perf_counter())
+    assert seen[-1] >= 10.0  # this rank offered its own seconds, earlier ones included
+    late = TrainingBudget(max_steps=None, max_epochs=None, max_time=1.0, batches_per_epoch=1,
+                          broadcast=lambda value: value)
+    state.train_seconds = 61.0
+    assert late.time_is_up(state, time.perf_counter())
+    assert late.progress(state) >= 1.0
