@@ -276,3 +276,45 @@ def test_encoded_source_is_cast_once_for_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cast = projected.for_autocast()
     assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone
+
+
+def test_word_dropout_replaces_pieces_with_unk_and_keeps_specials():
+    from seq2seq.data.vocab import UNK_ID
+    from seq2seq.models.seq2seq import drop_words
+
+    torch.manual_seed(0)
+    tokens = torch.randint(4, VOCAB, (64, 40))
+    tokens[:, 0] = BOS_ID
+    tokens[:, 30] = EOS_ID
+    tokens[:, 31:] = PAD_ID
+    dropped = drop_words(tokens, 0.25)
+    changed = dropped != tokens
+    assert (dropped[changed] == UNK_ID).all()
+    assert not changed[:, [0, 30]].any() and not changed[:, 31:].any()
+    rate = changed[:, 1:30].float().mean().item()
+    assert 0.2 < rate < 0.3, rate
+    assert torch.equal(drop_words(tokens, 0.0), tokens)
+
+
+def test_word_dropout_acts_in_training_only():
+    src, src_lengths, tgt_in = random_batch(batch_size=16)
+    plain = make_model("gru", "luong", "additive")
+    dropping = make_model("gru", "luong", "additive", word_dropout=0.5)
+    assert dropping.word_dropout == 0.5
+    torch.manual_seed(3)
+    trained = dropping.train()(src, src_lengths, tgt_in)[0]
+    assert not torch.allclose(trained, plain.train()(src, src_lengths, tgt_in)[0])
+    with torch.no_grad():
+        assert torch.equal(dropping.eval()(src, src_lengths, tgt_in)[0],
+                           plain.eval()(src, src_lengths, tgt_in)[0])
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, "high", True])
+def test_bad_word_dropout_is_a_config_error(value):
+    from seq2seq.config_types import ConfigError
+    from seq2seq.models.build import check_model_config
+
+    cfg = OmegaConf.to_container(model_config("gru", "luong", "general"), resolve=True)
+    cfg["word_dropout"] = value
+    with pytest.raises(ConfigError, match=r"model\.word_dropout must be a number in \[0, 1\)"):
+        check_model_config(cfg)

@@ -49,7 +49,8 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
         padding_idx=PAD_ID,
         **extra,
     )
-    return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie)
+    word_dropout = float(model_cfg.get("word_dropout", 0.0))
+    return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie, word_dropout=word_dropout)
 
 
 def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
@@ -70,10 +71,15 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
 
     Raises:
         ConfigError: naming the key of a value its class cannot take (see
-            :mod:`seq2seq.config_types`), or an unknown ``attention.normalizer``.
+            :mod:`seq2seq.config_types`), an unknown ``attention.normalizer`` or a
+            ``word_dropout`` outside [0, 1).
     """
     scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
     if normalizer not in NORMALIZERS:
         raise ConfigError(f"{key}.attention.normalizer must be one of "
                           f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
+    word_dropout = model_cfg.get("word_dropout", 0.0)
+    if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) \
+            or not 0 <= word_dropout < 1:
+        raise ConfigError(f"{key}.word_dropout must be a number in [0, 1), got {word_dropout!r}")
     check_config({**model_cfg, "attention": scorer_cfg}, key)
