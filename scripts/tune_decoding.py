@@ -4,8 +4,10 @@
         --beam-sizes 1,3,5,8 --length-penalties 0.6,1.0,1.4 [--split valid] \\
         [--max-sentences N] [--json tune.json]
     python scripts/tune_decoding.py best.pt --src dev.de --ref dev.en ...   # your own dev set
+    python scripts/tune_decoding.py runs/a/checkpoints/best.pt runs/b/checkpoints/best.pt  # an ensemble
 
-Loads the checkpoint once and scores every beam size x length penalty on the ``valid`` split
+Loads the checkpoint once (several: decoded as one ensemble, as ``evaluate.py
+'checkpoint=[A,B]'`` does; the valid split is the first one's) and scores every beam size x length penalty on the ``valid`` split
 of the checkpoint's own data config (or on ``--src``/``--ref``) through
 :func:`seq2seq.inference.evaluation.evaluate_translations`, the path ``evaluate.py`` takes, so a
 cell's BLEU is the BLEU ``evaluate.py split=valid beam_size=B length_penalty=A`` prints.
@@ -134,7 +136,9 @@ def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
 
 
 def evaluate_command(args, best: dict) -> str:
-    parts = ["python", "evaluate.py", f"checkpoint={args.checkpoint}"]
+    checkpoints = args.checkpoint
+    named = checkpoints[0] if len(checkpoints) == 1 else f"[{','.join(checkpoints)}]"
+    parts = ["python", "evaluate.py", f"checkpoint={named}"]
     if args.src is not None:
         parts += ["src=YOUR_TEST_SRC", "ref=YOUR_TEST_REF"]
     else:
@@ -156,7 +160,8 @@ def _same_file(a, b) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="a checkpoint file")
+    parser.add_argument("checkpoint", nargs="+",
+                        help="a checkpoint file; several: decoded as one ensemble")
     parser.add_argument("--beam-sizes", type=_beam_sizes, default=[1, 3, 5, 8],
                         help="comma-separated, e.g. 1,3,5,8")
     parser.add_argument("--length-penalties", type=_length_penalties, default=[0.6, 1.0, 1.4],
@@ -202,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from seq2seq.inference.translator import Translator
 
     try:
-        checkpoint = load_checkpoint(args.checkpoint)
+        payloads = [load_checkpoint(path) for path in args.checkpoint]
+        checkpoint = payloads[0]
         if args.src is not None:
             src_path, ref_path = Path(args.src), Path(args.ref)
             try:
@@ -221,10 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         if not sources:
             return fail(f"{src_path} holds no sentences", 1)
-        translator = Translator.from_payload(checkpoint, args.device, max_tokens=args.max_tokens,
-                                             precision=args.precision,
-                                             beam_size=max(args.beam_sizes))
-        del checkpoint
+        translator = Translator.from_payloads(payloads, args.device, names=args.checkpoint,
+                                              max_tokens=args.max_tokens,
+                                              precision=args.precision,
+                                              beam_size=max(args.beam_sizes))
+        del checkpoint, payloads
         cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties)
     except (CheckpointError, DataError, ValueError) as error:
         return fail(str(error).splitlines()[0] if str(error) else repr(error), 1)
@@ -242,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  {command}", flush=True)
     if args.json:
         report = {
-            "checkpoint": args.checkpoint,
+            "checkpoint": args.checkpoint[0] if len(args.checkpoint) == 1 else args.checkpoint,
             "split": "valid" if args.src is None else None,
             "src": str(src_path),
             "ref": str(ref_path),

@@ -84,6 +84,24 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(workdir, monkey
     assert evaluation.scores["bleu"] == pytest.approx(best["bleu"], abs=1e-9)
 
 
+def test_several_checkpoints_are_tuned_as_one_ensemble(workdir):
+    # An ensemble of a model with itself scores as that model: the grid is the same, and the
+    # printed evaluate.py command names the whole ensemble.
+    shutil.copy(workdir / "run/checkpoints/best.pt", workdir / "run/checkpoints/copy.pt")
+    common = ["--beam-sizes", "1,3", "--length-penalties", "1.0", "--max-sentences",
+              str(SENTENCES), "--device", "cpu", "--num-threads", "1"]
+    single = run_script(["run/checkpoints/best.pt", *common, "--json", "one.json"], cwd=workdir)
+    pair = run_script(["run/checkpoints/best.pt", "run/checkpoints/copy.pt", *common,
+                       "--json", "two.json"], cwd=workdir)
+    assert single.returncode == 0 and pair.returncode == 0, single.stderr + pair.stderr
+    one, two = (json.loads((workdir / name).read_text(encoding="utf-8"))
+                for name in ("one.json", "two.json"))
+    assert [c["bleu"] for c in two["cells"]] == pytest.approx([c["bleu"] for c in one["cells"]])
+    assert two["checkpoint"] == ["run/checkpoints/best.pt", "run/checkpoints/copy.pt"]
+    assert "python evaluate.py 'checkpoint=[run/checkpoints/best.pt,run/checkpoints/copy.pt]'" \
+        in pair.stdout
+
+
 @pytest.mark.parametrize(
     "args",
     [
