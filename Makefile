@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train test lint bench clean
+.PHONY: install data train best test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,25 @@ data: install
 
 train: install
 	$(BIN)/python train.py $(ARGS)
+
+# The multi30k_best result (README "Results"): two seeds trained side by side for the same 59
+# minutes, one core each, then the beam settings of their ensemble chosen on val. Each member
+# logs to $(BEST_DIR)/seedN.log (follow one with `tail -f runs/best/seed1.log`); score the
+# chosen setting on test once with the command tune_decoding.py prints.
+BEST_DIR ?= runs/best
+best: install
+	mkdir -p $(BEST_DIR)
+	@echo "training 2 members of multi30k_best side by side (62 minutes); logs: $(BEST_DIR)/seed1.log, $(BEST_DIR)/seed2.log"
+	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=1 \
+		hydra.run.dir=$(BEST_DIR)/seed1 $(ARGS) > $(BEST_DIR)/seed1.log 2>&1 & first=$$!; \
+	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=2 \
+		hydra.run.dir=$(BEST_DIR)/seed2 $(ARGS) > $(BEST_DIR)/seed2.log 2>&1 & second=$$!; \
+	trap 'kill $$first $$second 2>/dev/null' INT TERM; \
+	wait $$first; first_status=$$?; wait $$second; second_status=$$?; \
+	test $$first_status -eq 0 && test $$second_status -eq 0 \
+		|| { echo "a member failed: see the end of $(BEST_DIR)/seed1.log and seed2.log" >&2; exit 1; }
+	$(BIN)/python scripts/tune_decoding.py $(BEST_DIR)/seed1/checkpoints/best.pt \
+		$(BEST_DIR)/seed2/checkpoints/best.pt --beam-sizes 1,5,8 --length-penalties 1.0,1.4
 
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.
 test: install
