@@ -7,8 +7,9 @@
     python scripts/tune_decoding.py runs/a/checkpoints/best.pt runs/b/checkpoints/best.pt  # an ensemble
 
 Loads the checkpoint once (several: decoded as one ensemble, as ``evaluate.py
-'checkpoint=[A,B]'`` does; the valid split is the first one's) and scores every beam size x length penalty on the ``valid`` split
-of the checkpoint's own data config (or on ``--src``/``--ref``) through
+'checkpoint=[A,B]'`` does; the valid split is the first one's) and scores every beam size x
+length penalty on the ``valid`` split of the checkpoint's own data config (or on
+``--src``/``--ref``) through
 :func:`seq2seq.inference.evaluation.evaluate_translations`, the path ``evaluate.py`` takes, so a
 cell's BLEU is the BLEU ``evaluate.py split=valid beam_size=B length_penalty=A`` prints.
 

@@ -64,9 +64,8 @@ def drop_words(tokens: Tensor, p: float) -> Tensor:
 
     Padding, ``<s>`` and ``</s>`` are kept, so lengths and masks do not change. Whole input
     pieces are dropped (not embedding units), so the decoder cannot lean on the previous
-    reference piece alone and the encoder learns to translate around unknown words; on a
-    corpus as small as Multi30k this is a regulariser that does not slow early learning the
-    way more unit dropout does.
+    reference piece alone and the encoder learns to translate around unknown words. On
+    Multi30k within an hour, 0.1 slowed learning and lowered BLEU (README "Results").
 
     Shape:
         - tokens: (B, L) ids; output: (B, L)
