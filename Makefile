@@ -26,21 +26,25 @@ train: install
 # The multi30k_best result (README "Results"): two seeds trained side by side for the same 59
 # minutes, one core each, then the beam settings of their ensemble chosen on val. Each member
 # logs to $(BEST_DIR)/seedN.log (follow one with `tail -f runs/best/seed1.log`); score the
-# chosen setting on test once with the command tune_decoding.py prints.
+# chosen setting on test once with the command tune_decoding.py prints. Other seeds:
+# `make best BEST_SEEDS="3 4" BEST_DIR=runs/best34`.
 BEST_DIR ?= runs/best
+BEST_SEEDS ?= 1 2
+BEST_A = $(word 1,$(BEST_SEEDS))
+BEST_B = $(word 2,$(BEST_SEEDS))
 best: install
 	mkdir -p $(BEST_DIR)
-	@echo "training 2 members of multi30k_best side by side (62 minutes); logs: $(BEST_DIR)/seed1.log, $(BEST_DIR)/seed2.log"
-	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=1 \
-		hydra.run.dir=$(BEST_DIR)/seed1 $(ARGS) > $(BEST_DIR)/seed1.log 2>&1 & first=$$!; \
-	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=2 \
-		hydra.run.dir=$(BEST_DIR)/seed2 $(ARGS) > $(BEST_DIR)/seed2.log 2>&1 & second=$$!; \
+	@echo "training 2 members of multi30k_best side by side (62 minutes); logs: $(BEST_DIR)/seed$(BEST_A).log, $(BEST_DIR)/seed$(BEST_B).log"
+	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=$(BEST_A) \
+		hydra.run.dir=$(BEST_DIR)/seed$(BEST_A) $(ARGS) > $(BEST_DIR)/seed$(BEST_A).log 2>&1 & first=$$!; \
+	$(BIN)/python train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed=$(BEST_B) \
+		hydra.run.dir=$(BEST_DIR)/seed$(BEST_B) $(ARGS) > $(BEST_DIR)/seed$(BEST_B).log 2>&1 & second=$$!; \
 	trap 'kill $$first $$second 2>/dev/null' INT TERM; \
 	wait $$first; first_status=$$?; wait $$second; second_status=$$?; \
 	test $$first_status -eq 0 && test $$second_status -eq 0 \
-		|| { echo "a member failed: see the end of $(BEST_DIR)/seed1.log and seed2.log" >&2; exit 1; }
-	$(BIN)/python scripts/tune_decoding.py $(BEST_DIR)/seed1/checkpoints/best.pt \
-		$(BEST_DIR)/seed2/checkpoints/best.pt --beam-sizes 1,5,8 --length-penalties 1.0,1.4
+		|| { echo "a member failed: see the end of $(BEST_DIR)/seed$(BEST_A).log and seed$(BEST_B).log" >&2; exit 1; }
+	$(BIN)/python scripts/tune_decoding.py $(BEST_DIR)/seed$(BEST_A)/checkpoints/best.pt \
+		$(BEST_DIR)/seed$(BEST_B)/checkpoints/best.pt --beam-sizes 1,5,8 --length-penalties 1.0,1.4
 
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.
 test: install
