@@ -19,7 +19,9 @@ the first (warm-up) is the steady-state speed. Peak resident memory is the child
 Decoding: greedy and beam-5 sentences per second and BLEU over the 1,000 sentences of
 test_2016, in fp32, under bf16 autocast and with ``quantize=int8`` (``--decode-variants``), with a
 trained checkpoint (``--checkpoint``, default: the like-for-like preset's ``best.pt`` from
-``runs/``), generation only and with start-up (``scripts/bench_decoding.py``).
+``runs/``), generation only and with start-up (``scripts/bench_decoding.py``), and the
+matrix-product FLOP per sentence as that search actually ran (``--count-flops``), so that each
+row is also a percentage of the ceiling of its precision (int8 rows: not counted).
 
     SEQ2SEQ_MULTI30K_URL=../shared/data/multi30k make bench
     python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
@@ -150,7 +152,7 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
         output = Path(folder) / "decoding.json"
         command = [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"),
                    "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output),
-                   "--precision", precision, "--quantize", quantize]
+                   "--precision", precision, "--quantize", quantize, "--count-flops"]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -207,15 +209,21 @@ def main() -> None:
     if args.checkpoint.is_file():
         results["decoding"] = []
         print(f"\ndecoding {args.checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
-        print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} {'BLEU':>6}")
+        print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} "
+              f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10}")
         for variant in args.decode_variants:
             precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
             rows = bench_decoding(args.checkpoint, args.max_sentences, precision, quantize)
             for row in rows["results"]:
+                flops = row.get("flops_per_sentence")
+                row["percent_of_ceiling"] = None if flops is None else (
+                    100 * row["sentences_per_second"] * flops / (ceilings[precision] * 1e9))
                 results["decoding"].append(row)
+                counted = (f"{flops / 1e6:>10.1f} {row['percent_of_ceiling']:>9.0f}%"
+                           if flops is not None else f"{'-':>10} {'-':>10}")
                 print(f"{row['search']:<8} {variant:<9} {row['sentences_per_second']:>8.1f} "
-                      f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f}",
-                      flush=True)
+                      f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} "
+                      f"{counted}", flush=True)
     else:
         print(f"\nno checkpoint at {args.checkpoint}: decoding skipped "
               "(train one with `python train.py experiment=multi30k_gru_additive "

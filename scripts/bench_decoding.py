@@ -15,6 +15,15 @@ files ``evaluate.py`` scores). For each search (``--beam-sizes``, default greedy
 
 Prints a table on stdout, then the results as JSON (or writes the JSON to ``--json FILE``).
 BLEU is reported too, as a check that the fast settings still translate.
+
+With ``--count-flops``, each search also translates the sentences once more, untimed, under
+``torch.utils.flop_counter.FlopCounterMode`` and reports the floating-point matrix-product FLOP
+per sentence (``flops_per_sentence``: the GRU/LSTM cells, attention projections and output
+layer as actually run, finished sentences already gone; for bf16/fp16, on the fp32 search,
+as the counter cannot run under autocast). Speed x FLOP per sentence / the
+matmul ceiling (``scripts/bench.py``) says how close decoding is to what the CPU's matrix
+units allow. int8 products are not counted (the counter does not see quantized kernels), so
+int8 rows report ``None``.
 """
 
 from __future__ import annotations
@@ -41,8 +50,9 @@ def bench_one(
     max_tokens: int,
     precision: str = "fp32",
     quantize: str = "none",
+    count_flops: bool = False,
 ) -> dict:
-    """Time one search setting on a freshly loaded model."""
+    """Time one search setting on a freshly loaded model (and count its FLOP, untimed)."""
     from seq2seq.inference.evaluation import evaluate_translations
     from seq2seq.inference.translator import Translator
 
@@ -56,6 +66,18 @@ def bench_one(
 
     evaluation = evaluate_translations(translator, sources, references)
     generation = evaluation.generation_seconds
+    flops_per_sentence = None
+    if count_flops and quantize == "none":
+        from torch.utils.flop_counter import FlopCounterMode
+
+        # The counter cannot run under autocast (it decomposes the GRU into products of mixed
+        # dtypes), so a bf16/fp16 row is counted on the fp32 search: the same products, and
+        # translations that differ in a few sentences' lengths only.
+        counted = translator if precision == "fp32" else Translator.from_checkpoint(
+            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens)
+        with FlopCounterMode(display=False) as counter:
+            counted.translate(sources, return_attention=False)
+        flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)
     return {
         "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
         "beam_size": beam_size,
@@ -65,6 +87,7 @@ def bench_one(
         "sentences_per_second": evaluation.sentences_per_second,
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
         "bleu": evaluation.scores["bleu"],
+        "flops_per_sentence": flops_per_sentence,
         "device": str(translator.device),
         "precision": precision,
         "quantize": quantize,
@@ -74,14 +97,16 @@ def bench_one(
 def format_table(results: Sequence[dict]) -> str:
     lines = [
         f"{'search':<8} {'sentences':>9} {'startup s':>9} {'generation s':>12} "
-        f"{'sent/s':>8} {'sent/s total':>12} {'BLEU':>6}"
+        f"{'sent/s':>8} {'sent/s total':>12} {'BLEU':>6} {'MFLOP/sent':>10}"
     ]
-    lines += [
-        f"{r['search']:<8} {r['sentences']:>9d} {r['startup_seconds']:>9.2f} "
-        f"{r['generation_seconds']:>12.2f} {r['sentences_per_second']:>8.1f} "
-        f"{r['sentences_per_second_with_startup']:>12.1f} {r['bleu']:>6.2f}"
-        for r in results
-    ]
+    for r in results:
+        flops = r.get("flops_per_sentence")
+        lines.append(
+            f"{r['search']:<8} {r['sentences']:>9d} {r['startup_seconds']:>9.2f} "
+            f"{r['generation_seconds']:>12.2f} {r['sentences_per_second']:>8.1f} "
+            f"{r['sentences_per_second_with_startup']:>12.1f} {r['bleu']:>6.2f} "
+            + (f"{flops / 1e6:>10.1f}" if flops is not None else f"{'-':>10}")
+        )
     return "\n".join(lines)
 
 
@@ -98,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="autocast dtype of the search")
     parser.add_argument("--quantize", default="none", choices=["none", "int8"],
                         help="int8: dynamically quantized GRU/LSTM and Linear weights (CPU)")
+    parser.add_argument("--count-flops", action="store_true",
+                        help="also count matrix-product FLOP per sentence (one more, untimed pass)")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -128,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_tokens=args.max_tokens,
                 precision=args.precision,
                 quantize=args.quantize,
+                count_flops=args.count_flops,
             )
             for beam_size in args.beam_sizes
         ]

@@ -21,7 +21,13 @@ What it does:
    batch 64 sentences, timed by its own ``-report_time`` (generation only), detokenizes and
    scores with sacreBLEU.
 4. Decodes the same sentences with this project (``scripts/bench_decoding.py``) in fp32, bf16
-   and int8, and prints sentences/s, BLEU and the ratio to OpenNMT-py for each row.
+   and int8, and prints sentences/s, BLEU and the ratio to OpenNMT-py for each row, with our
+   matrix-product FLOP per sentence and the share of this CPU's matmul ceiling (measured in
+   the same run, as ``scripts/bench.py`` does) that each row reaches.
+5. Prints what each of the speed issue's targets (greedy 3x, beam 5 2.5x in fp32 and 4x in
+   bf16) asks of the matrix units: the target's sentences/s times our FLOP per sentence, as a
+   percentage of the ceiling. A target above 100% cannot be met by a faster implementation of
+   the same products, only by doing fewer of them.
 
 OpenNMT-py imports a few modules at start-up that only its other transforms use (spacy,
 pyahocorasick, rapidfuzz, fasttext); empty stand-ins are written to ``WORKDIR/stubs``.
@@ -208,7 +214,7 @@ def main() -> None:
         result = subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"), "--checkpoint",
              str(args.checkpoint), "--split", "test", "--precision", precision,
-             "--quantize", quantize,
+             "--quantize", quantize, "--count-flops",
              *(["--max-sentences", str(args.max_sentences)] if args.max_sentences else []),
              "--json", str(workdir / f"seq2seq.{variant}.json")],
             capture_output=True, text=True, cwd=ROOT)
@@ -218,16 +224,38 @@ def main() -> None:
         for row in report["results"]:
             rows.append({"toolkit": "seq2seq", "variant": variant, "beam_size": row["beam_size"],
                          "sentences_per_second": row["sentences_per_second"],
-                         "bleu": row["bleu"]})
+                         "bleu": row["bleu"], "flops_per_sentence": row["flops_per_sentence"],
+                         "precision": precision})
+
+    from bench import cpu_model, matmul_ceiling  # scripts/bench.py, beside this script
+
+    ceilings = {"fp32": matmul_ceiling(torch.float32), "bf16": matmul_ceiling(torch.bfloat16)}
+    print(f"CPU: {cpu_model()}; matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} "
+          f"GFLOP/s, bf16 {ceilings['bf16']:.0f} GFLOP/s")
 
     print(f"{'toolkit':<18} {'search':<7} {'variant':<8} {'sent/s':>8} {'x OpenNMT-py':>13} "
-          f"{'BLEU':>6}")
+          f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10}")
     for row in rows:
         row["ratio_to_opennmt"] = row["sentences_per_second"] / onmt_speed[row["beam_size"]]
         search = "greedy" if row["beam_size"] == 1 else f"beam{row['beam_size']}"
+        flops = row.get("flops_per_sentence")
+        counted = f"{'-':>10} {'-':>10}"
+        if flops is not None:
+            row["percent_of_ceiling"] = (
+                100 * row["sentences_per_second"] * flops / (ceilings[row["precision"]] * 1e9))
+            counted = f"{flops / 1e6:>10.1f} {row['percent_of_ceiling']:>9.0f}%"
         print(f"{row['toolkit']:<18} {search:<7} {row['variant']:<8} "
               f"{row['sentences_per_second']:>8.1f} {row['ratio_to_opennmt']:>12.2f}x "
-              f"{row['bleu']:>6.2f}")
+              f"{row['bleu']:>6.2f} {counted}")
+    counted = {(row["variant"], row["beam_size"]): row["flops_per_sentence"] for row in rows
+               if row["toolkit"] == "seq2seq" and row.get("flops_per_sentence")}
+    print("\nwhat the targets ask of the matrix units (target sent/s x our FLOP per sentence):")
+    for variant, beam, times in (("fp32", 1, 3.0), ("fp32", 5, 2.5), ("bf16", 5, 4.0)):
+        if (variant, beam) in counted:
+            needed = times * onmt_speed[beam]
+            share = 100 * needed * counted[variant, beam] / (ceilings[variant] * 1e9)
+            print(f"  {'greedy' if beam == 1 else f'beam{beam}'} {variant} at {times:g}x "
+                  f"OpenNMT-py: {needed:.0f} sent/s = {share:.0f}% of the {variant} ceiling")
     (workdir / "results.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     print(f"written to {workdir / 'results.json'}")
 
