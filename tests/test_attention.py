@@ -566,6 +566,22 @@ def test_additive_hidden_size_defaults_to_query_dim():
     assert AdditiveScorer(query_dim=6, key_dim=4, hidden_size=3).v.in_features == 3
 
 
+def test_additive_in_chunks_equals_the_formula_values_and_gradients(monkeypatch):
+    """A batch too big for one chunk is scored a few rows at a time: same energies, same grads."""
+    torch.manual_seed(0)
+    scorer = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
+    query = torch.randn(7, 2, 6, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(7, 3, 4, dtype=torch.float64)
+    whole = scorer.score(query, scorer.precompute_keys(keys))
+    (whole_grad,) = torch.autograd.grad(whole.square().sum(), query)
+    monkeypatch.setattr(AdditiveScorer, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
+    chunked = scorer.score(query, scorer.precompute_keys(keys))
+    (chunked_grad,) = torch.autograd.grad(chunked.square().sum(), query)
+    torch.testing.assert_close(chunked, whole)
+    torch.testing.assert_close(chunked_grad, whole_grad)
+    torch.testing.assert_close(chunked, ref_energies(scorer, query.detach(), keys))
+
+
 def test_multihead_options():
     scorer = MultiHeadScorer(query_dim=6, key_dim=8, heads=4, scorer=DotScorer)
     assert scorer.num_heads == 4

@@ -84,8 +84,7 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
 def _next_token_log_probs(logits: Tensor, force_eos: Tensor) -> Tensor:
     """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
 
-    Forbidden tokens get -inf after the softmax, so the allowed tokens keep the model's own
-    log-probabilities (they are not renormalised).
+    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities.
 
     Shape:
         - logits: (N, V)
@@ -95,9 +94,11 @@ def _next_token_log_probs(logits: Tensor, force_eos: Tensor) -> Tensor:
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
     log_probs[:, PAD_ID] = -math.inf
     log_probs[:, BOS_ID] = -math.inf
-    eos_only = torch.full_like(log_probs, -math.inf)
-    eos_only[:, EOS_ID] = log_probs[:, EOS_ID]
-    return torch.where(force_eos.unsqueeze(1), eos_only, log_probs)
+    # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
+    eos = log_probs[:, EOS_ID].clone()  # (N,)
+    log_probs.masked_fill_(force_eos.unsqueeze(1), -math.inf)
+    log_probs[:, EOS_ID] = eos
+    return log_probs
 
 
 # Finished sentences leave the batch once they make up this fraction of those still in it (and
@@ -331,7 +332,7 @@ def beam_search(
         vocab_size = logits.size(-1)
         force_eos = (max_lengths <= step).repeat_interleave(beams)  # (N*K,)
         log_probs = _next_token_log_probs(logits, force_eos=force_eos)
-        candidates = beam_scores.unsqueeze(2) + log_probs.view(active, beams, vocab_size)
+        candidates = log_probs.view(active, beams, vocab_size).add_(beam_scores.unsqueeze(2))
         top_scores, top_index = candidates.view(active, -1).topk(2 * beams, dim=1)  # (N, 2K)
         top_parents = top_index // vocab_size  # (N, 2K)
         top_tokens = top_index % vocab_size  # (N, 2K)
