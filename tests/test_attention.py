@@ -566,20 +566,19 @@ def test_additive_hidden_size_defaults_to_query_dim():
     assert AdditiveScorer(query_dim=6, key_dim=4, hidden_size=3).v.in_features == 3
 
 
-def test_additive_in_chunks_equals_the_formula_values_and_gradients(monkeypatch):
-    """A batch too big for one chunk is scored a few rows at a time: same energies, same grads."""
+def test_additive_search_path_in_chunks_equals_the_training_formula(monkeypatch):
+    """Without autograd (searches) the energies come a few rows at a time through a sigmoid;
+    they equal the tanh formula that training differentiates."""
     torch.manual_seed(0)
     scorer = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
-    query = torch.randn(7, 2, 6, dtype=torch.float64, requires_grad=True)
-    keys = torch.randn(7, 3, 4, dtype=torch.float64)
-    whole = scorer.score(query, scorer.precompute_keys(keys))
-    (whole_grad,) = torch.autograd.grad(whole.square().sum(), query)
+    query = torch.randn(7, 2, 6, dtype=torch.float64)
+    keys = scorer.precompute_keys(torch.randn(7, 3, 4, dtype=torch.float64))
+    training = scorer.score(query, keys)
     monkeypatch.setattr(AdditiveScorer, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
-    chunked = scorer.score(query, scorer.precompute_keys(keys))
-    (chunked_grad,) = torch.autograd.grad(chunked.square().sum(), query)
-    torch.testing.assert_close(chunked, whole)
-    torch.testing.assert_close(chunked_grad, whole_grad)
-    torch.testing.assert_close(chunked, ref_energies(scorer, query.detach(), keys))
+    with torch.inference_mode():
+        searching = scorer.score(query, keys)
+    assert training.requires_grad and not searching.requires_grad
+    torch.testing.assert_close(searching, training.detach())
 
 
 def test_multihead_options():
