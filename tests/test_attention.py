@@ -216,6 +216,25 @@ def test_attention_matches_loop_reference(name):
 
 
 @pytest.mark.parametrize("name", CASES)
+def test_beam_rows_attend_to_one_source_row_as_to_copies(name):
+    """G one-step queries per source row (a beam search's beams) give what G copies give."""
+    scorer, query_dim, key_dim = make(name)
+    query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])  # 2 beams
+    query = query.reshape(6, 1, query_dim)  # rows 2b, 2b+1: the beams of source b
+    attention = Attention(scorer)
+    shared = attention(query, attention.precompute_keys(keys), keys, mask)
+    copies = keys.repeat_interleave(2, dim=0)  # (6, 5, Dk)
+    copied = attention(query, attention.precompute_keys(copies), copies,
+                       mask.repeat_interleave(2, dim=0))
+    for got, want in zip(shared, copied, strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="T must be 1"):
+        attention(query.reshape(3, 2, query_dim).repeat(2, 1, 1), attention.precompute_keys(keys),
+                  keys, mask)
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_sparsemax_attention_matches_loop_reference(name):
     scorer, query_dim, key_dim = make(name)
     query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])

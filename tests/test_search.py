@@ -287,11 +287,11 @@ class WantsLength:
 
 
 class RowRecorder:
-    """Wraps a model and records the rows of each decoder step, after checking that the
-    encoded source and every state entry have the same rows."""
+    """Wraps a model and records the rows of each decoder step, after checking that every
+    state entry has those rows and the encoded source one row per sentence (of ``beams``)."""
 
-    def __init__(self, model) -> None:
-        self.model, self.rows = model, []
+    def __init__(self, model, beams: int) -> None:
+        self.model, self.beams, self.rows = model, beams, []
 
     def encode(self, src, src_lengths):
         return self.model.encode(src, src_lengths)
@@ -301,7 +301,8 @@ class RowRecorder:
 
     def decode_step(self, prev_tokens, state, encoded):
         rows = prev_tokens.numel()
-        assert all(value.size(0) == rows for value in (*encoded, *state.values()))
+        assert all(value.size(0) == rows for value in state.values())
+        assert all(value.size(0) * self.beams == rows for value in encoded)
         self.rows.append(rows)
         return self.model.decode_step(prev_tokens, state, encoded)
 
@@ -335,9 +336,9 @@ def test_finished_sentences_leave_the_batch_and_change_nothing(architecture, sea
             return greedy_search(model, src, src_lengths, **options)
         return beam_search(model, src, src_lengths, **options)
 
-    recorder = RowRecorder(model)
+    recorder = RowRecorder(model, beams)
     pruned = run(recorder, src, src_lengths, 0.0)  # every finished sentence leaves at once
-    unpruned_recorder = RowRecorder(model)
+    unpruned_recorder = RowRecorder(model, beams)
     unpruned = run(unpruned_recorder, src, src_lengths, math.inf)  # as before: nobody leaves
     default = run(model, src, src_lengths, default_fraction)
 
@@ -359,7 +360,7 @@ def test_finished_sentences_leave_the_batch_and_change_nothing(architecture, sea
 
     alone_steps = []
     for row in range(12):
-        alone_recorder = RowRecorder(model)  # a batch of 1 cannot prune
+        alone_recorder = RowRecorder(model, beams)  # a batch of 1 cannot prune
         alone = run(alone_recorder, *unpadded(src, src_lengths, [row]), 0.0)[0]
         alone_steps.append(len(alone_recorder.rows))
         assert_same_with_attention(pruned[row], alone)

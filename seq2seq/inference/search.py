@@ -2,8 +2,8 @@
 
 Both searches decode every sentence of a batch (and, for beam search, every beam of every
 sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened into the batch
-dimension, the source is encoded once (memory and attention keys) and repeated ``K`` times
-with ``index_select``, and after each step the decoder state is reordered to follow the
+dimension, the source is encoded once (memory and attention keys) and kept at one row per
+sentence (attention reads the ``K`` beam rows of a sentence against it), and after each step the decoder state is reordered to follow the
 surviving beams with :func:`~seq2seq.models.seq2seq.select_state`.
 
 Conventions shared by both searches:
@@ -292,13 +292,13 @@ def beam_search(
     beams = beam_size
     device = src.device
 
-    encoded = _for_autocast(model.encode(src, src_lengths))  # once per batch, keys included
+    # Once per batch, keys included; one row per sentence, not per beam (see Attention).
+    encoded = _for_autocast(model.encode(src, src_lengths))
     state = model.init_state(encoded)
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch, whose beams are
     # rows i*K .. i*K+K-1 of the flattened (N*K) decoder batch; N shrinks from B as finished
     # sentences leave.
     repeat = torch.arange(batch_size, device=device).repeat_interleave(beams)  # (B*K,)
-    encoded = encoded.index_select(repeat)
     state = select_state(state, repeat)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
@@ -313,7 +313,6 @@ def beam_search(
     beam_scores[:, 0] = 0.0
     prev_tokens = torch.full((batch_size * beams,), BOS_ID, dtype=torch.long, device=device)
     beam_offsets = (torch.arange(batch_size, device=device) * beams).unsqueeze(1)  # (N, 1)
-    slots = torch.arange(beams, device=device)  # (K,)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (N,)
     finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (N,)
     best_finished = torch.full((batch_size, nbest), -math.inf, device=device)  # (N, nbest)
@@ -369,7 +368,7 @@ def beam_search(
         reorder = beam_offsets + parents  # (N, K) the rows each slot continues
         if _prune_now(done_count, active):
             keep = _kept_rows(done, active - done_count)  # (N',)
-            encoded = encoded.index_select((beam_offsets[keep] + slots).view(-1))
+            encoded = encoded.index_select(keep)
             kept = [t[keep] for t in (reorder, tokens, beam_scores, sentences, done)]
             reorder, tokens, beam_scores, sentences, done = kept
             kept = [
