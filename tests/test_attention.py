@@ -229,6 +229,8 @@ def test_beam_rows_attend_to_one_source_row_as_to_copies(name):
     for got, want in zip(shared, copied, strict=True):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="not a multiple"):
+        attention(query[:5], attention.precompute_keys(keys), keys, mask)
     with pytest.raises(ValueError, match="T must be 1"):
         attention(query.reshape(3, 2, query_dim).repeat(2, 1, 1), attention.precompute_keys(keys),
                   keys, mask)

@@ -162,6 +162,8 @@ class Attention(nn.Module):
             - weights: (B, T, S)
         """
         rows = query.size(0)
+        if rows % values.size(0) != 0:
+            raise ValueError(f"{rows} query rows for {values.size(0)} source rows: not a multiple")
         group = rows // values.size(0)  # beams per sentence: G query rows share a source row
         if query.size(1) == 1:
             # A one-step query (every search step) sliced from a state can have the strides of
