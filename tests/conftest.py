@@ -188,6 +188,9 @@ class TinyTrainConfig:
             "trainer.valid_every": 30,
             "trainer.save_every": 20,
             "trainer.progress_bar": False,
+            # The heatmap costs ~0.4 s of matplotlib per validation; the TensorBoard test
+            # turns it back on.
+            "trainer.valid.attention_plot_index": -1,
             "optimizer.lr": 0.01,
         }
         values.update(extra)

@@ -117,19 +117,37 @@ def test_translate_missing_checkpoint_is_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize(("tool", "override", "message"), [
-    ("translate.py", "beam_size=abc", "beam_size: expected an integer, got 'abc'"),
-    ("translate.py", "length_penalty=high", "length_penalty: expected a number, got 'high'"),
-    ("evaluate.py", "batch.max_tokens=lots", "batch.max_tokens: expected an integer, got 'lots'"),
-    ("evaluate.py", "num_threads=two", "num_threads: expected an integer, got 'two'"),
+    ("translate", "beam_size=abc", "beam_size: expected an integer, got 'abc'"),
+    ("translate", "length_penalty=high", "length_penalty: expected a number, got 'high'"),
+    ("evaluate", "batch.max_tokens=lots", "batch.max_tokens: expected an integer, got 'lots'"),
+    ("evaluate", "num_threads=two", "num_threads: expected an integer, got 'two'"),
 ])
-def test_bad_option_value_is_one_line_error_naming_the_key(
-    workdir, trained_checkpoint, tool, override, message
-):
-    result = run_tool([str(ROOT / tool), f"checkpoint={trained_checkpoint}", override],
-                      cwd=workdir, stdin="x\n")
+def test_bad_option_value_is_refused_naming_the_key(trained_checkpoint, capsys, tool, override,
+                                                    message):
+    """The tools' run() on the config their Hydra app composes, in this process."""
+    import importlib
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from seq2seq import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name=tool, overrides=[f"checkpoint={trained_checkpoint}", override])
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(f"seq2seq.cli.{tool}").run(cfg)
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip() == f"error: {message}"
+
+
+def test_bad_option_value_is_one_line_error_from_the_script(workdir, trained_checkpoint):
+    result = run_tool([str(ROOT / "evaluate.py"), f"checkpoint={trained_checkpoint}",
+                       "num_threads=two"], cwd=workdir)
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr.strip() == f"error: {message}"
+    assert result.stderr.strip() == "error: num_threads: expected an integer, got 'two'"
 
 
 def test_evaluate_bleu_equals_the_sacrebleu_command(workdir):

@@ -122,16 +122,19 @@ def test_console_scripts_run_from_any_folder(site, elsewhere):
         result = run([str(bin_dir / script), "--cfg", "job"], cwd=elsewhere, env=env)
         assert result.returncode == 0, result.stderr
         assert "checkpoint: ???" in result.stdout and "beam_size: 5" in result.stdout
+    prepare = run([str(bin_dir / "seq2seq-prepare-data"), "--cfg", "job"], cwd=elsewhere, env=env)
+    assert prepare.returncode == 0, prepare.stderr
+    assert "tokenizer:" in prepare.stdout
 
     assert list(elsewhere.iterdir()) == []  # no outputs/, .hydra/ or log files
 
 
 def test_root_script_still_composes_the_config(elsewhere):
     result = run(
-        [sys.executable, str(ROOT / "train.py"), "--cfg", "job"],
+        [sys.executable, str(ROOT / "train.py"), "--cfg", "job", "model/attention=dot"],
         cwd=elsewhere,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
-    assert ATTENTION_TARGET in result.stdout
+    assert f"{ATTENTION_TARGET}DotScorer" in result.stdout  # a group override is composed in
     assert list(elsewhere.iterdir()) == []
