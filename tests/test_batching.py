@@ -237,6 +237,10 @@ def test_memory_mapped_dataset_and_loader(tmp_path: Path) -> None:
     assert dataset.src_lengths.tolist() == [len(src) for src, _ in pairs]
     assert [dataset[i][1].tolist() for i in range(40)] == [tgt for _, tgt in pairs]
     assert dataset[-1][0].tolist() == pairs[-1][0]
+    assert [dataset[i][0].tolist() for i in range(40)] == [src for src, _ in pairs]  # empty too
+    # Read from the file, not through its map: random reads through a map make the kernel
+    # map neighbouring pages too, and a big corpus then becomes resident.
+    assert not np.shares_memory(dataset[0][1], dataset.tgt._tokens)
     with pytest.raises(IndexError):
         dataset[40]
     # Pickled (as for DataLoader workers) by file name, not by content.

@@ -138,7 +138,7 @@ def test_cache_is_reused_and_invalidated(small_corpus, tmp_path: Path) -> None:
 def test_storage_format(small_corpus, tmp_path: Path) -> None:
     prepared = _prepare(small_corpus, tmp_path / "cache")
     train = prepared.splits["train"]
-    assert isinstance(train[0][0], np.memmap) and train[0][0].dtype == np.uint16
+    assert isinstance(train.src._tokens, np.memmap) and train[0][0].dtype == np.uint16
     offsets = np.load(prepared.cache_dir / "train.src.offsets.npy")
     assert offsets.dtype == np.int64 and len(offsets) == len(train) + 1
     stored = np.load(prepared.cache_dir / "train.tgt.tokens.npy", mmap_mode="r")

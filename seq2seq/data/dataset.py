@@ -2,12 +2,15 @@
 
 A side of a split is two `.npy` files: one flat array of all piece ids (no bos/eos) and an
 int64 offsets array of length n + 1, sentence i being tokens[offsets[i]:offsets[i + 1]].
-Both are opened with `np.load(mmap_mode="r")`, so a corpus costs almost no memory until read,
-and DataLoader workers share the operating system's page cache instead of copies.
+The offsets are opened with `np.load(mmap_mode="r")`; a sentence's ids are read from the
+tokens file with one `pread`, so a corpus costs almost no memory until read, DataLoader workers
+share the operating system's page cache instead of copies, and reading sentences in random
+order does not make the process resident in the whole file (see `TokenArray.load`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +56,28 @@ class TokenArray:
         self._tokens_path = tokens_path
         self._offsets_path = offsets_path
         self._lengths: np.ndarray | None = None
+        self._tokens_fd: int | None = None
+        self._open_tokens_file()
+
+    def _open_tokens_file(self) -> None:
+        """Read sentences of a mapped tokens file with ``pread`` instead of through the map."""
+        if (self._tokens_path is not None and isinstance(self._tokens, np.memmap)
+                and hasattr(os, "pread")):
+            self._tokens_fd = os.open(self._tokens_path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        if getattr(self, "_tokens_fd", None) is not None:
+            os.close(self._tokens_fd)
+            self._tokens_fd = None
 
     @classmethod
     def load(cls, prefix: Path) -> TokenArray:
         """Memory-maps `<prefix>.tokens.npy` and `<prefix>.offsets.npy` read-only.
+
+        Sentences are then read from the tokens file with ``pread``, not through its map:
+        training reads them in random order, and at each page it touches through a map the
+        kernel maps the neighbouring cached pages too (fault-around). On a 10-million-pair
+        corpus that made the two tokens maps 500 MiB resident after 100 steps of 70 pairs.
 
         Args:
             prefix: Path without the suffixes, e.g. `cache/ab12/train.src`.
@@ -81,7 +102,13 @@ class TokenArray:
             index += count
         if not 0 <= index < count:
             raise IndexError(f"index {index} out of range for {count} sentences")
-        return self._tokens[self._offsets[index] : self._offsets[index + 1]]
+        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
+        if self._tokens_fd is None:
+            return self._tokens[start:end]
+        itemsize = self._tokens.itemsize
+        data = os.pread(self._tokens_fd, (end - start) * itemsize,
+                        self._tokens.offset + start * itemsize)
+        return np.frombuffer(data, dtype=self._tokens.dtype)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -97,6 +124,7 @@ class TokenArray:
             state["_tokens"] = None
             state["_offsets"] = None
         state["_lengths"] = None
+        state["_tokens_fd"] = None  # a descriptor means nothing in another process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -104,6 +132,7 @@ class TokenArray:
         if self._tokens is None:
             self._tokens = np.load(self._tokens_path, mmap_mode="r")
             self._offsets = np.load(self._offsets_path, mmap_mode="r")
+        self._open_tokens_file()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sentences={len(self)}, tokens={len(self._tokens)})"
