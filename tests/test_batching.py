@@ -79,6 +79,17 @@ def test_same_seed_same_batches_other_epoch_or_seed_other_order() -> None:
     assert sorted(map(tuple, _epoch(_sampler(src, tgt), 5))) != sorted(map(tuple, first))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.uint16])
+def test_the_lengths_integer_type_changes_no_batch(dtype) -> None:
+    """The sampler keeps the lengths' own type (int32 from a dataset: 4 bytes a pair)."""
+    src, tgt = _skewed_lengths(2000)
+    src, tgt = np.minimum(src, 120), np.minimum(tgt, 120)  # within uint8
+    for shuffle in (True, False):
+        expected = _epoch(_sampler(src, tgt, shuffle=shuffle), 2)
+        narrow = _sampler(src.astype(dtype), tgt.astype(dtype), shuffle=shuffle)
+        assert _epoch(narrow, 2) == expected
+
+
 def test_resume_mid_epoch_continues_with_the_same_batches() -> None:
     src, tgt = _skewed_lengths(2000)
     sampler = _sampler(src, tgt)
@@ -241,6 +252,7 @@ def test_memory_mapped_dataset_and_loader(tmp_path: Path) -> None:
     # Read from the file, not through its map: random reads through a map make the kernel
     # map neighbouring pages too, and a big corpus then becomes resident.
     assert not np.shares_memory(dataset[0][1], dataset.tgt._tokens)
+    assert dataset.src_lengths.dtype == np.int32  # 4 bytes a sentence, not 8
     with pytest.raises(IndexError):
         dataset[40]
     # Pickled (as for DataLoader workers) by file name, not by content.

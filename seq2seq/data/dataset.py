@@ -2,8 +2,8 @@
 
 A side of a split is two `.npy` files: one flat array of all piece ids (no bos/eos) and an
 int64 offsets array of length n + 1, sentence i being tokens[offsets[i]:offsets[i + 1]].
-The offsets are opened with `np.load(mmap_mode="r")`; a sentence's ids are read from the
-tokens file with one `pread`, so a corpus costs almost no memory until read, DataLoader workers
+Both are opened with `np.load(mmap_mode="r")`, and a sentence's offsets and ids are read from
+the files with `pread`, so a corpus costs almost no memory until read, DataLoader workers
 share the operating system's page cache instead of copies, and reading sentences in random
 order does not make the process resident in the whole file (see `TokenArray.load`).
 """
@@ -18,6 +18,13 @@ import numpy as np
 
 TOKENS_SUFFIX = ".tokens.npy"
 OFFSETS_SUFFIX = ".offsets.npy"
+
+
+def _pread_elements(fd: int, mapped: np.memmap, first: int, count: int) -> np.ndarray:
+    """Elements ``first .. first + count - 1`` of the file behind ``mapped``, in one ``pread``."""
+    itemsize = mapped.itemsize
+    data = os.pread(fd, count * itemsize, mapped.offset + first * itemsize)
+    return np.frombuffer(data, dtype=mapped.dtype)
 
 
 class TokenArray:
@@ -57,27 +64,32 @@ class TokenArray:
         self._offsets_path = offsets_path
         self._lengths: np.ndarray | None = None
         self._tokens_fd: int | None = None
-        self._open_tokens_file()
+        self._offsets_fd: int | None = None
+        self._open_files()
 
-    def _open_tokens_file(self) -> None:
-        """Read sentences of a mapped tokens file with ``pread`` instead of through the map."""
-        if (self._tokens_path is not None and isinstance(self._tokens, np.memmap)
+    def _open_files(self) -> None:
+        """Read mapped files with ``pread`` rather than through their maps (see `load`)."""
+        if (self._tokens_path is not None and self._offsets_path is not None
+                and isinstance(self._tokens, np.memmap) and isinstance(self._offsets, np.memmap)
                 and hasattr(os, "pread")):
             self._tokens_fd = os.open(self._tokens_path, os.O_RDONLY)
+            self._offsets_fd = os.open(self._offsets_path, os.O_RDONLY)
 
     def __del__(self) -> None:
-        if getattr(self, "_tokens_fd", None) is not None:
-            os.close(self._tokens_fd)
-            self._tokens_fd = None
+        for name in ("_tokens_fd", "_offsets_fd"):
+            if getattr(self, name, None) is not None:
+                os.close(getattr(self, name))
+                setattr(self, name, None)
 
     @classmethod
     def load(cls, prefix: Path) -> TokenArray:
         """Memory-maps `<prefix>.tokens.npy` and `<prefix>.offsets.npy` read-only.
 
-        Sentences are then read from the tokens file with ``pread``, not through its map:
-        training reads them in random order, and at each page it touches through a map the
-        kernel maps the neighbouring cached pages too (fault-around). On a 10-million-pair
-        corpus that made the two tokens maps 500 MiB resident after 100 steps of 70 pairs.
+        Sentences and their offsets are then read from the files with ``pread``, not through
+        the maps: training reads them in random order, and at each page it touches through a
+        map the kernel maps the neighbouring cached pages too (fault-around). On a
+        10-million-pair corpus that made the two tokens maps 500 MiB resident after 100 steps
+        of 70 pairs, and the offsets (read whole for the lengths) stayed resident too.
 
         Args:
             prefix: Path without the suffixes, e.g. `cache/ab12/train.src`.
@@ -94,27 +106,37 @@ class TokenArray:
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
+    def _read_offsets(self, first: int, count: int) -> np.ndarray:
+        if self._offsets_fd is None:
+            return np.asarray(self._offsets[first : first + count])
+        return _pread_elements(self._offsets_fd, self._offsets, first, count)
+
     def __getitem__(self, index: int) -> np.ndarray:
-        """Returns sentence `index`'s ids (a read-only view; negative indices count back)."""
+        """Returns sentence `index`'s ids (read-only; negative indices count back)."""
         count = len(self)
         index = int(index)
         if index < 0:
             index += count
         if not 0 <= index < count:
             raise IndexError(f"index {index} out of range for {count} sentences")
-        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
+        start, end = (int(offset) for offset in self._read_offsets(index, 2))
         if self._tokens_fd is None:
             return self._tokens[start:end]
-        itemsize = self._tokens.itemsize
-        data = os.pread(self._tokens_fd, (end - start) * itemsize,
-                        self._tokens.offset + start * itemsize)
-        return np.frombuffer(data, dtype=self._tokens.dtype)
+        return _pread_elements(self._tokens_fd, self._tokens, start, end - start)
 
     @property
     def lengths(self) -> np.ndarray:
-        """Number of pieces of every sentence (int64, computed once)."""
+        """Number of pieces of every sentence (int32, computed once, 4 bytes a sentence)."""
         if self._lengths is None:
-            self._lengths = np.diff(np.asarray(self._offsets))
+            count = len(self)
+            lengths = np.empty(count, dtype=np.int32)
+            chunk = 1 << 20
+            for first in range(0, count, chunk):
+                size = min(chunk, count - first)
+                offsets = self._read_offsets(first, size + 1)
+                np.subtract(offsets[1:], offsets[:-1], out=lengths[first : first + size],
+                            casting="unsafe")
+            self._lengths = lengths
         return self._lengths
 
     def __getstate__(self) -> dict[str, Any]:
@@ -124,7 +146,7 @@ class TokenArray:
             state["_tokens"] = None
             state["_offsets"] = None
         state["_lengths"] = None
-        state["_tokens_fd"] = None  # a descriptor means nothing in another process
+        state["_tokens_fd"] = state["_offsets_fd"] = None  # meaningless in another process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -132,7 +154,7 @@ class TokenArray:
         if self._tokens is None:
             self._tokens = np.load(self._tokens_path, mmap_mode="r")
             self._offsets = np.load(self._offsets_path, mmap_mode="r")
-        self._open_tokens_file()
+        self._open_files()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sentences={len(self)}, tokens={len(self._tokens)})"
