@@ -81,9 +81,10 @@ def test_same_seed_same_batches_other_epoch_or_seed_other_order() -> None:
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.uint16])
 def test_the_lengths_integer_type_changes_no_batch(dtype) -> None:
-    """The sampler keeps the lengths' own type (int32 from a dataset: 4 bytes a pair)."""
+    """int32 lengths (a dataset's) are kept as they are; narrower ones are widened."""
     src, tgt = _skewed_lengths(2000)
-    src, tgt = np.minimum(src, 120), np.minimum(tgt, 120)  # within uint8
+    src, tgt = np.minimum(src, 255), np.minimum(tgt, 255)  # within uint8
+    src[:5] = 255  # a cost of 256 would wrap around to 0 in uint8
     for shuffle in (True, False):
         expected = _epoch(_sampler(src, tgt, shuffle=shuffle), 2)
         narrow = _sampler(src.astype(dtype), tgt.astype(dtype), shuffle=shuffle)

@@ -144,8 +144,9 @@ def _cut_sorted(
 
 
 def _integer_array(values: Any) -> np.ndarray:
+    """``values`` as int32 or int64 without a copy where it already is one, else as int64."""
     array = np.asarray(values)
-    return array if array.dtype.kind in "iu" else array.astype(np.int64)
+    return array if array.dtype in (np.int32, np.int64) else array.astype(np.int64)
 
 
 def _index_dtype(count: int) -> type:
@@ -224,7 +225,7 @@ class TokenBucketSampler(Sampler[list[int]]):
             raise ValueError(f"seed must be non-negative, got {seed}")
         self._src_lengths = src
         self._tgt_lengths = tgt
-        self._costs = np.maximum(src, tgt) + np.int32(1)  # no wrap-around of a small type
+        self._costs = np.maximum(src, tgt) + 1
         self.max_tokens = int(max_tokens)
         self.max_sentences = max_sentences
         self.bucket_size = int(bucket_size)
