@@ -82,19 +82,21 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
     return limits.clamp(min=0)
 
 
-def _next_token_log_probs(logits: Tensor, force_eos: Tensor) -> Tensor:
+def _next_token_log_probs(logits: Tensor, force_eos: Tensor | None) -> Tensor:
     """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
 
     Forbidden tokens get -inf after the softmax: the others keep their log-probabilities.
 
     Shape:
         - logits: (N, V)
-        - force_eos: (N,) bool, True where only EOS may follow
+        - force_eos: (N,) bool, True where only EOS may follow; None when no row is forced
         - output: (N, V) float32
     """
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
     log_probs[:, PAD_ID] = -math.inf
     log_probs[:, BOS_ID] = -math.inf
+    if force_eos is None:
+        return log_probs
     # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
     eos = log_probs[:, EOS_ID].clone()  # (N,)
     log_probs.masked_fill_(force_eos.unsqueeze(1), -math.inf)
@@ -124,6 +126,20 @@ def _kept_rows(finished: Tensor, count: int) -> Tensor:
     """
     rows = torch.arange(finished.numel(), device=finished.device)  # (N,)
     return rows.masked_fill(finished, finished.numel()).sort().values[:count]
+
+
+def _forcing(max_lengths: Tensor, step: int, first_forced_step: int) -> Tensor | None:
+    """The rows whose length limit forces EOS at ``step``, or None before any can be.
+
+    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then no
+    row is forced and the search skips a masking pass over the whole (N, V) output layer,
+    without a host sync. Sorted batches of similar lengths rarely reach it at all.
+
+    Shape:
+        - max_lengths: (N,) the limits of the sentences still in the batch
+        - output: (N,) bool, or None
+    """
+    return None if step < first_forced_step else max_lengths <= step
 
 
 def _for_autocast(encoded):
@@ -173,6 +189,7 @@ def greedy_search(
     state = model.init_state(encoded)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
+    first_forced_step = int(max_lengths.min())
     max_lengths = max_lengths.to(device)  # (N,)
 
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch; N shrinks from B
@@ -186,7 +203,8 @@ def greedy_search(
     step_weights: list[Tensor] = []  # each (N, S)
     for step in range(max_steps):
         logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N, V), (N, S)
-        log_probs = _next_token_log_probs(logits, force_eos=max_lengths <= step)  # (N, V)
+        force_eos = _forcing(max_lengths, step, first_forced_step)
+        log_probs = _next_token_log_probs(logits, force_eos=force_eos)  # (N, V)
         best_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
         # Finished sentences not pruned yet keep running but add nothing.
         tokens = tokens.masked_fill(finished, PAD_ID)
@@ -303,6 +321,7 @@ def beam_search(
     state = select_state(state, repeat)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
+    first_forced_step = int(max_lengths.min())
     max_lengths = max_lengths.to(device)  # (N,)
     max_length_penalty = length_penalty_factor(max_lengths.float() + 1.0, length_penalty)  # (N,)
 
@@ -330,7 +349,9 @@ def beam_search(
     for step in range(max_steps):
         logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N*K, V)
         vocab_size = logits.size(-1)
-        force_eos = (max_lengths <= step).repeat_interleave(beams)  # (N*K,)
+        force_eos = _forcing(max_lengths, step, first_forced_step)  # (N,) or None
+        if force_eos is not None:
+            force_eos = force_eos.repeat_interleave(beams)  # (N*K,)
         log_probs = _next_token_log_probs(logits, force_eos=force_eos)
         candidates = log_probs.view(active, beams, vocab_size).add_(beam_scores.unsqueeze(2))
         top_scores, top_index = candidates.view(active, -1).topk(2 * beams, dim=1)  # (N, 2K)
