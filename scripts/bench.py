@@ -13,8 +13,10 @@ target tokens (EOS included). Element-wise work is not counted, so 100% is out o
 Training, for ``multi30k_gru_additive`` (the like-for-like preset) and ``multi30k_luong_fast``:
 ``train.py`` runs as a child process for ``--train-steps`` steps on Multi30k de-en, logging
 target tokens per second (non-padding tokens) every 25 steps; the median of the windows after
-the first (warm-up) is the steady-state speed. Peak resident memory is the child's
-``ru_maxrss``, as ``/usr/bin/time -v`` reports it.
+the first (warm-up) is the steady-state speed. Both presets run in fp32 and in bf16, and the
+run ends with the ratios the speed issue sets targets for: bf16 over fp32 for the like-for-like
+preset, and the fast preset over the like-for-like one in each precision. Peak resident memory
+is the child's ``ru_maxrss``, as ``/usr/bin/time -v`` reports it.
 
 Decoding: greedy and beam-5 sentences per second and BLEU over the 1,000 sentences of
 test_2016, in fp32, under bf16 autocast and with ``quantize=int8`` (``--decode-variants``), with a
@@ -50,10 +52,12 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# (preset, extra overrides): the two presets as they are, and the like-for-like one in bf16.
+# (preset, extra overrides): both presets in both precisions (the fast one is bf16 as shipped),
+# so that each precision has its fast / like-for-like ratio (#12 asks for 1.5x in each).
 TRAINING_RUNS = (
     ("multi30k_gru_additive", ()),
     ("multi30k_gru_additive", ("trainer.precision=bf16",)),
+    ("multi30k_luong_fast", ("trainer.precision=fp32",)),
     ("multi30k_luong_fast", ()),
 )
 SPEED_LINE = re.compile(r"step (\d+) epoch \d+: loss \S+ lr \S+ grad norm \S+ (\d+) tok/s")
@@ -146,6 +150,21 @@ def bench_training(preset: str, extra: tuple[str, ...], steps: int, log_every: i
     }
 
 
+def training_ratios(rows: list[dict]) -> dict[str, float]:
+    """The speed issue's training ratios from the rows of one run: bf16 over fp32 for the
+    like-for-like preset, and the fast preset over the like-for-like one in each precision."""
+    speed = {(row["preset"], row["precision"]): row["tokens_per_second_median"] for row in rows}
+    ratios = {}
+    like, fast = "multi30k_gru_additive", "multi30k_luong_fast"
+    if (like, "bf16") in speed and (like, "fp32") in speed:
+        ratios[f"{like} bf16/fp32"] = speed[like, "bf16"] / speed[like, "fp32"]
+    for precision in ("fp32", "bf16"):
+        if (fast, precision) in speed and (like, precision) in speed:
+            ratios[f"fast/like-for-like {precision}"] = (
+                speed[fast, precision] / speed[like, precision])
+    return ratios
+
+
 def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
                    quantize: str = "none") -> dict:
     with tempfile.TemporaryDirectory() as folder:
@@ -200,6 +219,8 @@ def main() -> None:
         name = " ".join((preset, *extra))
         print(f"{name:<52} {row['tokens_per_second_median']:>19,.0f} "
               f"{row['percent_of_ceiling']:>9.0f}% {row['peak_rss_gib']:>8.2f} GiB", flush=True)
+    results["ratios"] = training_ratios(results["training"])
+    print("ratios: " + ", ".join(f"{name} {value:.2f}x" for name, value in results["ratios"].items()))
     if args.memory_steps:
         row = bench_training("multi30k_luong_fast", (), args.memory_steps, log_every=100)
         results["memory"] = row
