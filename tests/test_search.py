@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference import search as search_module
+from seq2seq.inference.next_token import forcing_rows, next_token_log_probs
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
@@ -260,16 +261,16 @@ def test_no_row_forced_before_the_smallest_length_limit():
     max_lengths = torch.tensor([4, 2, 6])
     first_forced_step = int(max_lengths.min())
     for step in range(first_forced_step):
-        assert search_module._forcing(max_lengths, step, first_forced_step) is None
+        assert forcing_rows(max_lengths, step, first_forced_step) is None
     for step in range(first_forced_step, 8):
-        forced = search_module._forcing(max_lengths, step, first_forced_step)
+        forced = forcing_rows(max_lengths, step, first_forced_step)
         assert forced.tolist() == (max_lengths <= step).tolist()
     # Skipping the mask gives the log-probabilities that masking no row gives.
     logits = torch.randn(3, 9)
-    unforced = search_module._next_token_log_probs(logits, None)
-    masked = search_module._next_token_log_probs(logits, torch.zeros(3, dtype=torch.bool))
+    unforced = next_token_log_probs(logits, None)
+    masked = next_token_log_probs(logits, torch.zeros(3, dtype=torch.bool))
     torch.testing.assert_close(unforced, masked, rtol=0, atol=0)
-    forced = search_module._next_token_log_probs(logits, torch.tensor([False, True, False]))
+    forced = next_token_log_probs(logits, torch.tensor([False, True, False]))
     assert torch.isinf(forced[1]).sum() == 8 and torch.isfinite(forced[1, EOS_ID])
 
 

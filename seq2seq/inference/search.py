@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.inference.next_token import forcing_rows, next_token_log_probs
 from seq2seq.inference.search_history import collect_hypotheses, full_history, history_index
 from seq2seq.models.seq2seq import select_state
 
@@ -82,28 +83,6 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
     return limits.clamp(min=0)
 
 
-def _next_token_log_probs(logits: Tensor, force_eos: Tensor | None) -> Tensor:
-    """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
-
-    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities.
-
-    Shape:
-        - logits: (N, V)
-        - force_eos: (N,) bool, True where only EOS may follow; None when no row is forced
-        - output: (N, V) float32
-    """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
-    log_probs[:, PAD_ID] = -math.inf
-    log_probs[:, BOS_ID] = -math.inf
-    if force_eos is None:
-        return log_probs
-    # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
-    eos = log_probs[:, EOS_ID].clone()  # (N,)
-    log_probs.masked_fill_(force_eos.unsqueeze(1), -math.inf)
-    log_probs[:, EOS_ID] = eos
-    return log_probs
-
-
 # Finished sentences leave the batch once they make up this fraction of those still in it (and
 # at least one): pruning index_selects the encoded source and the state, so it waits for a few
 # sentences to leave together. On 320 Multi30k val sentences (batches of up to 4000 source
@@ -126,20 +105,6 @@ def _kept_rows(finished: Tensor, count: int) -> Tensor:
     """
     rows = torch.arange(finished.numel(), device=finished.device)  # (N,)
     return rows.masked_fill(finished, finished.numel()).sort().values[:count]
-
-
-def _forcing(max_lengths: Tensor, step: int, first_forced_step: int) -> Tensor | None:
-    """The rows whose length limit forces EOS at ``step``, or None before any can be.
-
-    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then no
-    row is forced and the search skips a masking pass over the whole (N, V) output layer,
-    without a host sync. Sorted batches of similar lengths rarely reach it at all.
-
-    Shape:
-        - max_lengths: (N,) the limits of the sentences still in the batch
-        - output: (N,) bool, or None
-    """
-    return None if step < first_forced_step else max_lengths <= step
 
 
 def _for_autocast(encoded):
@@ -203,8 +168,8 @@ def greedy_search(
     step_weights: list[Tensor] = []  # each (N, S)
     for step in range(max_steps):
         logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N, V), (N, S)
-        force_eos = _forcing(max_lengths, step, first_forced_step)
-        log_probs = _next_token_log_probs(logits, force_eos=force_eos)  # (N, V)
+        force_eos = forcing_rows(max_lengths, step, first_forced_step)
+        log_probs = next_token_log_probs(logits, force_eos=force_eos)  # (N, V)
         best_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
         # Finished sentences not pruned yet keep running but add nothing.
         tokens = tokens.masked_fill(finished, PAD_ID)
@@ -349,10 +314,10 @@ def beam_search(
     for step in range(max_steps):
         logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N*K, V)
         vocab_size = logits.size(-1)
-        force_eos = _forcing(max_lengths, step, first_forced_step)  # (N,) or None
+        force_eos = forcing_rows(max_lengths, step, first_forced_step)  # (N,) or None
         if force_eos is not None:
             force_eos = force_eos.repeat_interleave(beams)  # (N*K,)
-        log_probs = _next_token_log_probs(logits, force_eos=force_eos)
+        log_probs = next_token_log_probs(logits, force_eos=force_eos)
         candidates = log_probs.view(active, beams, vocab_size).add_(beam_scores.unsqueeze(2))
         top_scores, top_index = candidates.view(active, -1).topk(2 * beams, dim=1)  # (N, 2K)
         top_parents = top_index // vocab_size  # (N, 2K)
