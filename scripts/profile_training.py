@@ -1,11 +1,12 @@
 """Where a training step's time goes, by operator, for an experiment preset (torch.profiler).
 
-    python scripts/profile_training.py experiment=multi30k_gru_additive [--steps 5]
+    python scripts/profile_training.py experiment=multi30k_gru_additive [--steps 5] [--by-shape]
 
 Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
 de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
 preset's ``batch.max_tokens`` (under autocast when the preset's ``trainer.precision`` says so),
-and prints the operators with the most self CPU time.
+and prints the operators with the most self CPU time (with ``--by-shape``, one row per operator
+and input shapes, e.g. to tell the output layer's products from the GRU's).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=12)
+    parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
     args = parser.parse_args()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
@@ -56,12 +58,16 @@ def main() -> None:
 
     for batch in batches[:2]:  # warm-up
         step(batch)
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=args.by_shape) as profiler:
         for batch in batches[2:]:
             step(batch)
     print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
           f"{cfg.trainer.precision})")
-    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    table = profiler.key_averages(group_by_input_shape=args.by_shape).table(
+        sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40,
+        max_shapes_column_width=60,
+    )
+    print(table)
 
 
 if __name__ == "__main__":
