@@ -369,7 +369,8 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
     overrides = tiny_train_config.overrides(**{"trainer.max_steps": 20,
                                                "trainer.valid_every": 10,
                                                "trainer.average_last": 2})
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # A rank that crashes prints every thread's Python stack.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}"]
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -75,9 +75,26 @@ def _main(cfg: DictConfig) -> float | None:
     return result["best_bleu"]  # what a Hydra sweeper would optimise
 
 
+def _exit_torchrun_rank() -> None:
+    """End a torchrun rank that finished its work without the interpreter's teardown.
+
+    Once DistributedDataParallel has wrapped a model, the gloo process group outlives
+    ``destroy_process_group`` (its worker threads were still running after it, the wrapper
+    deleted and collected, under torch 2.13), so it is torn down with the interpreter at exit,
+    where a rank was seen to abort ("terminate called without an active exception") after
+    a complete run. Everything is written and closed by now: flush and leave.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> None:
     _shared_run_dir_for_torchrun()
     _main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _exit_torchrun_rank()
 
 
 if __name__ == "__main__":
