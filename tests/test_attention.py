@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
+import seq2seq.models.additive_energies as additive_energies
 import seq2seq.models.attention as attention_module
 from seq2seq import CONFIG_DIR
 from seq2seq.models.attention import (
@@ -587,19 +588,43 @@ def test_additive_hidden_size_defaults_to_query_dim():
     assert AdditiveScorer(query_dim=6, key_dim=4, hidden_size=3).v.in_features == 3
 
 
-def test_additive_search_path_in_chunks_equals_the_training_formula(monkeypatch):
-    """Without autograd (searches) the energies come a few rows at a time through a sigmoid;
-    they equal the tanh formula that training differentiates."""
+def test_additive_energies_in_chunks_equal_the_tanh_formula(monkeypatch):
+    """The energies come a few rows at a time through a sigmoid, with autograd or without;
+    they equal v^T tanh(q + k) built at once."""
     torch.manual_seed(0)
     scorer = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
     query = torch.randn(7, 2, 6, dtype=torch.float64)
     keys = scorer.precompute_keys(torch.randn(7, 3, 4, dtype=torch.float64))
+    formula = scorer.v(
+        torch.tanh(scorer.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
+    ).squeeze(-1)
+    monkeypatch.setattr(additive_energies, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
     training = scorer.score(query, keys)
-    monkeypatch.setattr(AdditiveScorer, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
     with torch.inference_mode():
         searching = scorer.score(query, keys)
     assert training.requires_grad and not searching.requires_grad
-    torch.testing.assert_close(searching, training.detach())
+    torch.testing.assert_close(training, formula)
+    torch.testing.assert_close(searching, formula.detach())
+
+
+def test_additive_under_bf16_autocast_training_and_search_agree_with_fp32():
+    """Training under autocast builds the layer at once in bf16, searches go through the
+    chunks: both stay close to the fp32 energies."""
+    torch.manual_seed(0)
+    scorer = AdditiveScorer(query_dim=16, key_dim=8, hidden_size=32)
+    query = torch.randn(3, 4, 16)
+    keys = scorer.precompute_keys(torch.randn(3, 5, 8)).detach()
+    with torch.no_grad():
+        expected = scorer.score(query, keys)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16_keys = keys.bfloat16()
+        training = scorer.score(query, bf16_keys)
+        with torch.no_grad():
+            searching = scorer.score(query, bf16_keys)
+    assert training.requires_grad and training.dtype == searching.dtype == torch.bfloat16
+    scale = expected.abs().max()
+    assert (training.float() - expected).abs().max() <= 0.05 * scale
+    assert (searching.float() - expected).abs().max() <= 0.05 * scale
 
 
 def test_multihead_options():

@@ -1,0 +1,60 @@
+"""AdditiveEnergies: v^T tanh(q + k) in chunks, against the tensor-at-once formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import seq2seq.models.additive_energies as module
+from seq2seq.models.additive_energies import AdditiveEnergies, additive_energies
+
+
+def _formula(query, keys, v_weight):
+    return (torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1)) @ v_weight[0]).float()
+
+
+def _inputs(dtype=torch.float64, batch=5, steps=3, positions=4, size=6):
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(batch, steps, size, generator=generator, dtype=dtype)
+    keys = torch.randn(batch, positions, size, generator=generator, dtype=dtype)
+    v_weight = torch.randn(1, size, generator=generator, dtype=dtype)
+    return [t.requires_grad_() for t in (query, keys, v_weight)]
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 3 * 4 * 6 * 2, 1 << 20])
+def test_gradcheck_whatever_the_chunk_size(monkeypatch, chunk_elements):
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", chunk_elements)
+    assert torch.autograd.gradcheck(AdditiveEnergies.apply, _inputs())
+
+
+def test_values_and_gradients_equal_the_formula_in_fp32():
+    inputs = _inputs(torch.float32, batch=9, steps=7, positions=8, size=16)
+    upstream = torch.randn(9, 7, 8, generator=torch.Generator().manual_seed(1))
+    expected = _formula(*inputs)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
+    got = additive_energies(*inputs)
+    got_grads = torch.autograd.grad((got * upstream).sum(), inputs)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for mine, theirs in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_bf16_inputs_give_bf16_energies_close_to_fp32():
+    inputs = _inputs(torch.float32, batch=4, steps=5, positions=6, size=32)
+    expected = _formula(*inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        query, keys = inputs[0].bfloat16(), inputs[1].bfloat16()
+        got = additive_energies(query, keys, inputs[2])
+    assert got.dtype == torch.bfloat16
+    scale = expected.abs().max()
+    assert (got.float() - expected).abs().max() <= 0.05 * scale
+    got.float().sum().backward()
+    assert inputs[0].grad.dtype == torch.float32 and torch.isfinite(inputs[0].grad).all()
+    assert inputs[2].grad is not None and torch.isfinite(inputs[2].grad).all()
+
+
+def test_mixed_dtypes_compute_in_the_wider_one():
+    query, keys, v_weight = _inputs(torch.float32)
+    got = additive_energies(query.bfloat16(), keys, v_weight)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, _formula(query, keys, v_weight), atol=0.1, rtol=0.05)
