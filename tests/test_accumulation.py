@@ -147,7 +147,7 @@ def test_torchrun_with_a_partial_accumulation_group_keeps_ranks_identical(
     overrides = tiny_train_config.overrides(**{
         "trainer.max_epochs": 2, "trainer.max_steps": "null", "trainer.accumulate_grad_batches": 4,
         "trainer.valid_every": "null", "trainer.save_every": "null", "hydra.run.dir": run_dir})
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")  # a crash shows stacks
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", str(ROOT / "train.py"), *overrides]
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
