@@ -1,10 +1,20 @@
-"""The source encoder: embeddings, then a (bidirectional) GRU or LSTM over packed sequences."""
+"""The source encoder: embeddings, then a (bidirectional) GRU or LSTM that never reads padding.
+
+On the CPU each direction of each layer runs as one call over the padded batch, the backward
+direction over every row reversed within its length, so padding only ever follows a row's real
+positions and is masked out. That is what packed sequences compute, without their cost on the
+CPU: a packed run projects its input a time step at a time, on sub-batches whose sizes change
+with every batch, and under bf16 autocast oneDNN builds a kernel for each new size. Elsewhere
+(CUDA, where cuDNN runs packed sequences well) and for quantized recurrent layers, which take
+packed input, the encoder packs.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -32,8 +42,28 @@ class EncoderOutput(NamedTuple):
     final: Tensor
 
 
+def reversal_index(lengths: Tensor, total_length: int) -> Tensor:
+    """Where each position comes from when every row is reversed within its length.
+
+    Row b maps t -> lengths[b] - 1 - t for t < lengths[b] and leaves padding in place, so
+    gathering with it twice gives back the input.
+
+    Shape:
+        - lengths: (B,), on the device of the result
+        - output: (B, S) with S = ``total_length``
+    """
+    positions = torch.arange(total_length, device=lengths.device).unsqueeze(0)  # (1, S)
+    last = lengths.unsqueeze(1) - 1  # (B, 1)
+    return torch.where(positions <= last, last - positions, positions)
+
+
+def _gather_rows(values: Tensor, index: Tensor) -> Tensor:
+    """``values`` (B, S, D) reordered along S by ``index`` (B, S)."""
+    return values.gather(1, index.unsqueeze(-1).expand(-1, -1, values.size(-1)))
+
+
 class RNNEncoder(nn.Module):
-    """Embedding + GRU/LSTM encoder that runs on packed sequences, so padding is never read.
+    """Embedding + GRU/LSTM encoder whose outputs never depend on padding.
 
     Args:
         vocab_size: source vocabulary size.
@@ -81,17 +111,64 @@ class RNNEncoder(nn.Module):
     def forward(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
         batch_size, src_len = src.shape
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
+        lengths = src_lengths.to(src.device)
+        positions = torch.arange(src_len, device=src.device)
+        mask = positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
+        # type() rather than isinstance: quantized GRU/LSTM modules are not nn.GRU/nn.LSTM.
+        if src.device.type == "cpu" and type(self.rnn) in RNN_TYPES.values():
+            memory, final = self._run_padded(embedded, lengths, mask)
+        else:
+            memory, final = self._run_packed(embedded, src_lengths)
+        return EncoderOutput(memory=self.dropout(memory), mask=mask, final=final)
+
+    def _run_packed(self, embedded: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The RNN over packed sequences: memory (B, S, D), zeros at padding, and final (B, D)."""
+        batch_size, src_len, _ = embedded.shape
         packed = pack_padded_sequence(
             embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
         packed_out, state = self.rnn(packed)
         # total_length keeps S even when the longest sequence in the batch is shorter than S.
         memory, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src_len)
-        memory = self.dropout(memory)  # (B, S, D)
         hidden = state[0] if isinstance(state, tuple) else state  # LSTM: (h, c); keep h
         # (L * dirs, B, H) -> last layer's directions -> (B, dirs * H)
         last = hidden.view(-1, self.num_directions, batch_size, hidden.size(-1))[-1]
-        final = last.transpose(0, 1).reshape(batch_size, self.output_size)
-        positions = torch.arange(src_len, device=src.device)
-        mask = positions.unsqueeze(0) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
-        return EncoderOutput(memory=memory, mask=mask, final=final)
+        return memory, last.transpose(0, 1).reshape(batch_size, self.output_size)
+
+    def _run_padded(self, embedded: Tensor, lengths: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """What :meth:`_run_packed` returns, from one RNN call per layer and direction over the
+        padded batch (the backward direction reads each row reversed within its length)."""
+        rnn = self.rnn
+        batch_size, src_len, _ = embedded.shape
+        reverse = reversal_index(lengths, src_len)  # (B, S)
+        layer_input = embedded
+        for layer in range(rnn.num_layers):
+            outputs = []
+            for direction in range(self.num_directions):
+                suffix = "_reverse" if direction else ""
+                names = [f"weight_ih_l{layer}{suffix}", f"weight_hh_l{layer}{suffix}"]
+                if rnn.bias:
+                    names += [f"bias_ih_l{layer}{suffix}", f"bias_hh_l{layer}{suffix}"]
+                weights = [getattr(rnn, name) for name in names]
+                inputs = _gather_rows(layer_input, reverse) if direction else layer_input
+                zeros = inputs.new_zeros(1, batch_size, rnn.hidden_size)
+                # One layer, one direction of nn.GRU / nn.LSTM: the call their forward makes.
+                if isinstance(rnn, nn.LSTM):
+                    output = torch._VF.lstm(inputs, (zeros, zeros), weights, rnn.bias, 1, 0.0,
+                                            self.training, False, True)[0]
+                else:
+                    output = torch._VF.gru(inputs, zeros, weights, rnn.bias, 1, 0.0,
+                                           self.training, False, True)[0]
+                outputs.append(_gather_rows(output, reverse) if direction else output)  # (B, S, H)
+            layer_input = torch.cat(outputs, dim=-1)  # (B, S, D)
+            if layer < rnn.num_layers - 1:
+                layer_input = F.dropout(layer_input, rnn.dropout, self.training)
+        memory = layer_input * mask.unsqueeze(-1)  # zeros at padding, like pad_packed_sequence
+        hidden = rnn.hidden_size
+        # The forward direction's final state is its output at the last real position; the
+        # backward direction's is its output at position 0, where it ended.
+        last = (lengths - 1).view(batch_size, 1, 1).expand(-1, 1, hidden)
+        finals = [layer_input[..., :hidden].gather(1, last).squeeze(1)]  # (B, H)
+        if self.num_directions == 2:
+            finals.append(layer_input[:, 0, hidden:])
+        return memory, torch.cat(finals, dim=-1)
