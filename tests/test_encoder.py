@@ -4,6 +4,9 @@ batch) compute the same thing, and each is taken where it should be."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from torch import nn
 
 from seq2seq.models.encoder import RNNEncoder, reversal_index
 
+ROOT = Path(__file__).resolve().parents[1]
 SHAPES = list(itertools.product(["gru", "lstm"], [1, 2], [True, False]))
 
 
@@ -97,3 +101,14 @@ def test_padded_run_under_bf16_autocast_is_close_to_packed():
         (packed_memory, packed_final), (memory, final) = both_paths(encoder, src, lengths)
     torch.testing.assert_close(memory.float(), packed_memory.float(), atol=2e-2, rtol=0)
     torch.testing.assert_close(final.float(), packed_final.float(), atol=2e-2, rtol=0)
+
+
+def test_bench_encoder_times_both_paths_and_refuses_too_few_batches():
+    script = [sys.executable, str(ROOT / "scripts" / "bench_encoder.py")]
+    result = subprocess.run([*script, "--batches", "12"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("encoder forward + backward, fp32, 2 batches")
+    assert sorted(line.split()[0] for line in lines[1:]) == ["packed", "padded"]
+    refused = subprocess.run([*script, "--batches", "10"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "more than the 10 warm-up batches" in refused.stderr
