@@ -109,7 +109,7 @@ class RNNEncoder(nn.Module):
         self.output_size = hidden_size * self.num_directions
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
-        batch_size, src_len = src.shape
+        src_len = src.size(1)
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
         lengths = src_lengths.to(src.device)
         positions = torch.arange(src_len, device=src.device)
