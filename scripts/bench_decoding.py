@@ -130,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from seq2seq.device import bound_onednn_caches
+
+    bound_onednn_caches(kernels=None)  # as translate.py and evaluate.py do
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     from seq2seq.checkpoint import CheckpointError, load_checkpoint

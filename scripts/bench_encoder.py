@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.device import bound_onednn_cache  # noqa: E402
+from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.models.encoder import RNNEncoder  # noqa: E402
 
 WARMUP = 10
@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.batches <= WARMUP:
         parser.error(f"--batches must be more than the {WARMUP} warm-up batches")
-    bound_onednn_cache()
+    bound_onednn_caches()
     torch.manual_seed(0)
     encoder = RNNEncoder(vocab_size=8000, embed_dim=256, hidden_size=256, bidirectional=True,
                          dropout=0.2).train()

@@ -23,7 +23,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from seq2seq import CONFIG_DIR
-from seq2seq.device import bound_onednn_cache
+from seq2seq.device import bound_onednn_caches
 from seq2seq.training import trainer as trainer_module
 from seq2seq.training.run import train
 
@@ -63,7 +63,7 @@ def main() -> None:
         parser.error("--report-every must be positive and --trim-every not negative")
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = MallInfo2
-    bound_onednn_cache()
+    bound_onednn_caches()
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
 
     accumulate = trainer_module.Trainer._accumulate

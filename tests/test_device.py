@@ -1,27 +1,104 @@
-"""seq2seq/device.py: the oneDNN kernel-cache bound that training sets."""
+"""seq2seq/device.py: the bounds on oneDNN's per-shape caches that the entry points set."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import textwrap
 
-from seq2seq.device import ONEDNN_CACHE_ENV, TRAINING_ONEDNN_CACHE, bound_onednn_cache
+import pytest
+import torch
+
+from seq2seq.device import (
+    MATMUL_SETUP_CACHE,
+    MATMUL_SETUP_CACHE_ENV,
+    ONEDNN_CACHE_ENV,
+    TRAINING_ONEDNN_CACHE,
+    bound_onednn_caches,
+)
 
 
-def test_bound_onednn_cache_sets_a_default_and_keeps_the_users_choice(monkeypatch):
+def test_bound_onednn_caches_sets_defaults_and_keeps_the_users_choice(monkeypatch):
     monkeypatch.delenv(ONEDNN_CACHE_ENV, raising=False)
-    bound_onednn_cache()
+    monkeypatch.delenv(MATMUL_SETUP_CACHE_ENV, raising=False)
+    bound_onednn_caches()
     assert os.environ[ONEDNN_CACHE_ENV] == str(TRAINING_ONEDNN_CACHE)
+    assert os.environ[MATMUL_SETUP_CACHE_ENV] == str(MATMUL_SETUP_CACHE)
     monkeypatch.setenv(ONEDNN_CACHE_ENV, "256")
-    bound_onednn_cache()
+    monkeypatch.setenv(MATMUL_SETUP_CACHE_ENV, "64")
+    bound_onednn_caches()
     assert os.environ[ONEDNN_CACHE_ENV] == "256"
+    assert os.environ[MATMUL_SETUP_CACHE_ENV] == "64"
 
 
-def test_the_training_entry_point_bounds_the_cache_on_import():
-    code = ("import os; os.environ.pop('ONEDNN_PRIMITIVE_CACHE_CAPACITY', None); "
-            "import seq2seq.cli.train; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])")
+def test_decoding_keeps_onednns_kernel_cache_and_bounds_the_matmul_setups(monkeypatch):
+    monkeypatch.delenv(ONEDNN_CACHE_ENV, raising=False)
+    monkeypatch.delenv(MATMUL_SETUP_CACHE_ENV, raising=False)
+    bound_onednn_caches(kernels=None)
+    assert ONEDNN_CACHE_ENV not in os.environ
+    assert os.environ[MATMUL_SETUP_CACHE_ENV] == str(MATMUL_SETUP_CACHE)
+
+
+def test_the_training_entry_point_bounds_both_caches_on_import():
+    code = (f"import os; os.environ.pop({ONEDNN_CACHE_ENV!r}, None); "
+            f"os.environ.pop({MATMUL_SETUP_CACHE_ENV!r}, None); import seq2seq.cli.train; "
+            f"print(os.environ[{ONEDNN_CACHE_ENV!r}], os.environ[{MATMUL_SETUP_CACHE_ENV!r}])")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(TRAINING_ONEDNN_CACHE)
+    assert result.stdout.split() == [str(TRAINING_ONEDNN_CACHE), str(MATMUL_SETUP_CACHE)]
+
+
+# One bf16 linear layer, forward and backward, on 120 batch sizes: the heap in use (glibc's
+# mallinfo2) after them minus before, in MiB. oneDNN's own kernel cache is switched off so
+# that only the set-up cache this bound is about can grow.
+HEAP_GROWTH = textwrap.dedent("""
+    import ctypes, sys
+    import torch
+    from seq2seq.device import bound_onednn_caches
+    bound_onednn_caches(kernels=0)
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks",
+                    "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    torch.set_num_threads(1)
+    layer = torch.nn.Linear(256, 512)
+
+    def step(rows):
+        inputs = torch.randn(rows, 256, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs = layer(inputs)
+        outputs.float().sum().backward()
+
+    step(8)
+    before = libc.mallinfo2().uordblks
+    for rows in range(9, 129):
+        step(rows)
+    print((libc.mallinfo2().uordblks - before) / 2**20)
+""")
+
+
+def _heap_growth_mib(matmul_setups: str) -> float:
+    env = {**os.environ, MATMUL_SETUP_CACHE_ENV: matmul_setups}
+    env.pop(ONEDNN_CACHE_ENV, None)
+    result = subprocess.run([sys.executable, "-c", HEAP_GROWTH], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    return float(result.stdout.strip())
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="needs glibc's mallinfo2 and a CPU on which torch runs bf16 products through oneDNN",
+)
+def test_the_matmul_setup_bound_stops_the_bf16_heap_growing_with_every_shape():
+    # With torch's default the heap grows by roughly a megabyte per new shape; with the bound
+    # it does not grow. If a torch release drops the variable, the bounded run grows too.
+    unbounded = _heap_growth_mib("1024")
+    bounded = _heap_growth_mib(str(MATMUL_SETUP_CACHE))
+    assert unbounded > 30, f"no growth to bound with torch's default ({unbounded:.1f} MiB)"
+    assert bounded < 5, f"the heap grew by {bounded:.1f} MiB with the bound"

@@ -102,12 +102,13 @@ def run(argv: Sequence[str]):
     specs, options = parse_arguments(argv)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
-    from seq2seq.device import set_num_threads
+    from seq2seq.device import bound_onednn_caches, set_num_threads
     from seq2seq.study.comparison import compare
     from seq2seq.study.runs import StudyError
     from seq2seq.study.scoring import ScoringOptions
 
     scoring = ScoringOptions(**{f.name: options[f.name] for f in fields(ScoringOptions)})
+    bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(options["num_threads"])
     try:
         comparison = compare(

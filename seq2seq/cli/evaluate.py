@@ -52,7 +52,7 @@ from seq2seq.cli.common import (
     fail,
     translator_options,
 )
-from seq2seq.device import set_num_threads
+from seq2seq.device import bound_onednn_caches, set_num_threads
 
 log = logging.getLogger("seq2seq.evaluate")
 # The first checkpoint's startup time counts from here: Hydra's config composition and the
@@ -204,6 +204,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
         fail("give both src=FILE and ref=FILE, or neither (to score a split)")
+    bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))
     summaries = []
     try:

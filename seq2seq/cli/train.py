@@ -25,11 +25,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from seq2seq.cli.common import CONFIG_DIR, first_line
-from seq2seq.device import bound_onednn_cache
+from seq2seq.device import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
 # Before any matrix product of this process (see the function's docstring).
-bound_onednn_cache()
+bound_onednn_caches()
 
 
 def _quiet_other_ranks() -> None:

@@ -53,7 +53,7 @@ from seq2seq.cli.common import (
     fail,
     translator_options,
 )
-from seq2seq.device import set_num_threads
+from seq2seq.device import bound_onednn_caches, set_num_threads
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translation
@@ -158,6 +158,7 @@ def run(cfg: DictConfig) -> int:
     if cfg.input is not None and not Path(cfg.input).is_file():
         fail(f"input file not found: {cfg.input}")
     paths = checkpoint_paths(cfg.checkpoint)
+    bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
