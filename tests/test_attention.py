@@ -607,24 +607,41 @@ def test_additive_energies_in_chunks_equal_the_tanh_formula(monkeypatch):
     torch.testing.assert_close(searching, formula.detach())
 
 
-def test_additive_under_bf16_autocast_training_and_search_agree_with_fp32():
-    """Training under autocast builds the layer at once in bf16, searches go through the
-    chunks: both stay close to the fp32 energies."""
+@pytest.mark.parametrize("steps, chunked_in_training", [(1, False), (4, True)])
+def test_additive_under_bf16_autocast_training_and_search_agree_with_fp32(
+    monkeypatch, steps, chunked_in_training
+):
+    """Training under autocast builds one decoder step's layer at once in bf16 and goes
+    through the chunks for several steps at once (the parallel decoder); searches always go
+    through the chunks. All stay close to the fp32 energies."""
+    import seq2seq.models.scorers as scorers_module
+
+    chunked_calls = []
+
+    def counting(*args):
+        chunked_calls.append(torch.is_grad_enabled())
+        return additive_energies.additive_energies(*args)
+
+    monkeypatch.setattr(scorers_module, "additive_energies", counting)
     torch.manual_seed(0)
     scorer = AdditiveScorer(query_dim=16, key_dim=8, hidden_size=32)
-    query = torch.randn(3, 4, 16)
+    query = torch.randn(3, steps, 16)
     keys = scorer.precompute_keys(torch.randn(3, 5, 8)).detach()
     with torch.no_grad():
         expected = scorer.score(query, keys)
+    chunked_calls.clear()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16_keys = keys.bfloat16()
         training = scorer.score(query, bf16_keys)
         with torch.no_grad():
             searching = scorer.score(query, bf16_keys)
+    assert chunked_calls == ([True, False] if chunked_in_training else [False])
     assert training.requires_grad and training.dtype == searching.dtype == torch.bfloat16
     scale = expected.abs().max()
     assert (training.float() - expected).abs().max() <= 0.05 * scale
     assert (searching.float() - expected).abs().max() <= 0.05 * scale
+    training.float().sum().backward()
+    assert scorer.query_proj.weight.grad is not None and scorer.v.weight.grad is not None
 
 
 def test_multihead_options():
