@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
+from seq2seq.models.dropout import Dropout
 from seq2seq.models.encoder import make_rnn
 
 State = dict[str, Tensor]
@@ -69,7 +70,7 @@ class AttentionDecoder(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.attention = attention
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.is_lstm = rnn_type == "lstm"
         self.num_layers = num_layers
         self.hidden_size = hidden_size

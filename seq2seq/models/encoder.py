@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from seq2seq.models.dropout import Dropout
+from seq2seq.models.dropout import dropout as functional_dropout
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -104,7 +106,7 @@ class RNNEncoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if num_layers > 1 else 0.0,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.num_directions = 2 if bidirectional else 1
         self.output_size = hidden_size * self.num_directions
 
@@ -162,7 +164,7 @@ class RNNEncoder(nn.Module):
                 outputs.append(_gather_rows(output, reverse) if direction else output)  # (B, S, H)
             layer_input = torch.cat(outputs, dim=-1)  # (B, S, D)
             if layer < rnn.num_layers - 1:
-                layer_input = F.dropout(layer_input, rnn.dropout, self.training)
+                layer_input = functional_dropout(layer_input, rnn.dropout, self.training)
         memory = layer_input * mask.unsqueeze(-1)  # zeros at padding, like pad_packed_sequence
         hidden = rnn.hidden_size
         # The forward direction's final state is its output at the last real position; the

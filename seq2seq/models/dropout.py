@@ -1,0 +1,53 @@
+"""Dropout with a cheaper mask on the CPU.
+
+PyTorch's CPU dropout draws its mask with ``bernoulli_``, one double-precision draw per
+element: on 2.9 M values (2-core AMD EPYC) forward + backward took 26.5 ms, against 16.2 ms
+for a mask drawn as 15-bit integers (``random_`` on int16) and compared with a threshold. In
+bf16 training dropout was the largest cost after the matrix products (5-7% of a step).
+
+The drop probability is rounded to a multiple of 1/32,768 (0.2 becomes 6,554/32,768 =
+0.20001), and kept values are scaled by exactly 1 / (1 - that probability), so expectations
+are unchanged. Other devices use ``torch.nn.functional.dropout``. Both draw from torch's
+default generator, so ``torch.manual_seed`` makes runs repeatable.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# int16's random_() draws uniformly from [0, 2**15 - 1].
+LEVELS = 1 << 15
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Zeroes each element of ``x`` with probability ``p`` while training, scaling the rest.
+
+    Shape:
+        - x: any; output: the same, in x's dtype
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or p >= 1.0:
+        return F.dropout(x, p, training=True)
+    threshold = round(p * LEVELS)
+    keep = torch.empty(x.shape, dtype=torch.int16).random_() >= threshold  # P = 1 - t/LEVELS
+    # The mask in x's dtype with the scale folded in: one pass forward, one in backward.
+    return x * keep.to(x.dtype).mul_(LEVELS / (LEVELS - threshold))
+
+
+class Dropout(nn.Module):
+    """:func:`dropout` as a module, a drop-in for ``nn.Dropout(p)``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
