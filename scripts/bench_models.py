@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.models.decoders import AttentionDecoder  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
@@ -128,6 +128,7 @@ def main() -> None:
                         help="CPU autocast dtype (as trainer.precision)")
     parser.add_argument("--only", default=None, help="run the combinations whose name contains this")
     args = parser.parse_args()
+    bound_onednn_caches()  # as train.py does
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []

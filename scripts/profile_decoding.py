@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--quantize", default="none", choices=["none", "int8"])
     args = parser.parse_args()
+    bound_onednn_caches(kernels=None)  # as translate.py does
     translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
                                             precision=args.precision, quantize=args.quantize)
     from seq2seq.checkpoint import load_checkpoint

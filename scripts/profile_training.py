@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
 
 from seq2seq import CONFIG_DIR  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
     args = parser.parse_args()
+    bound_onednn_caches()  # as train.py does
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
     torch.manual_seed(0)

@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
+import seq2seq.models.dropout as dropout_module
 from seq2seq.models.dropout import LEVELS, Dropout, dropout
+
+
+@pytest.fixture(autouse=True)
+def int16_masks(monkeypatch):
+    """The int16 mask whatever this CPU is (on Intel + MKL torch's own runs instead)."""
+    monkeypatch.setattr(dropout_module, "torch_draws_masks_serially", lambda: True)
 
 
 def test_identity_when_not_training_or_no_probability():
@@ -47,8 +54,20 @@ def test_repeatable_under_a_seed_and_p_one_drops_everything():
     torch.manual_seed(5)
     torch.testing.assert_close(dropout(x, 0.2, training=True), first)
     assert not dropout(x, 1.0, training=True).any()
+    # Rounds to the last level: torch's dropout takes it (no division by zero).
+    assert dropout(x, 0.99999, training=True).isfinite().all()
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.5)
+    with pytest.raises(ValueError, match="dropout probability"):
+        dropout(x, -0.1, training=True)
+
+
+def test_torchs_dropout_where_its_mask_is_not_the_serial_one(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dropout_module, "torch_draws_masks_serially", lambda: False)
+    monkeypatch.setattr(dropout_module.F, "dropout", lambda x, p, training: calls.append(p) or x)
+    dropout(torch.randn(10), 0.2, training=True)
+    assert calls == [0.2]
 
 
 def test_the_models_use_it_instead_of_torchs(tiny_model):
