@@ -266,3 +266,22 @@ def test_average_refuses_mismatched_shapes(tmp_path, trained_checkpoint, make_ch
     assert result.stderr.startswith("error: cannot average: ")
     assert "has shape" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize("tool, extra", [("translate.py", ["text=red cat"]),
+                                         ("evaluate.py", ["beam_size=1"])])
+def test_decoding_tools_bound_the_matmul_setup_cache_and_leave_onednns(workdir, tool, extra):
+    """They set LRU_CACHE_CAPACITY (bf16 memory, README "Training") but not oneDNN's kernel
+    cache, which greedy search needs whole."""
+    from seq2seq.device import MATMUL_SETUP_CACHE, MATMUL_SETUP_CACHE_ENV, ONEDNN_CACHE_ENV
+
+    report = (f"import atexit, os, runpy, sys; "
+              f"[os.environ.pop(name, None) for name in ({MATMUL_SETUP_CACHE_ENV!r}, "
+              f"{ONEDNN_CACHE_ENV!r})]; "
+              f"atexit.register(lambda: print('CACHES', os.environ.get({MATMUL_SETUP_CACHE_ENV!r}), "
+              f"os.environ.get({ONEDNN_CACHE_ENV!r}), file=sys.stderr)); "
+              f"sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = run_tool(["-c", report, str(ROOT / tool), "checkpoint=run/checkpoints/best.pt",
+                       *extra], cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert f"CACHES {MATMUL_SETUP_CACHE} None" in result.stderr
