@@ -14,10 +14,10 @@ faults at every step, autograd keeps it for backward, and the CPU's ``tanh`` is 
   AVX512) and its derivative ``s (1 - s)`` needs no more.
 
 It computes in the inputs' dtype. The scorer uses it for every search and every training step
-except one kind: a single decoder step (input feeding) under bf16 autocast, whose small
-(B, 1, S, A) layer built at once was 8% faster than rebuilding it in backward. For all target
-steps at once under bf16 the chunks cost 1% of a step and take the 0.17 GiB layer and its
-gradients out of the peak memory (README "Speed").
+except under autocast for a single decoder step (input feeding), whose small (B, 1, S, A)
+layer built at once was 8% faster than rebuilding it in backward, and on GPUs (not measured
+there). For all target steps at once under bf16 on the CPU the chunks cost 1% of a step and
+take the 0.17 GiB layer and its gradients out of the peak memory (README "Speed", item 8).
 """
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ def _cpu_vendor_is_intel() -> bool:
     return False
 
 
+def _check_probability(p: float) -> None:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+
+
 @functools.cache
 def torch_draws_masks_serially() -> bool:
     """Whether torch's CPU ``bernoulli_`` is its per-element loop (not MKL's generator)."""
@@ -53,8 +58,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     Raises:
         ValueError: if ``p`` is outside [0, 1].
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    _check_probability(p)
     if not training or p == 0.0:
         return x
     threshold = round(p * LEVELS)
@@ -70,8 +74,7 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        _check_probability(p)
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,0 +1,125 @@
+"""Two ways to compute the same training step, timed alternately in one process.
+
+    python scripts/ab_training.py dropout experiment=multi30k_luong_fast [--batches 30] [--rounds 4]
+    python scripts/ab_training.py additive experiment=multi30k_gru_additive trainer.precision=bf16
+
+What each comparison runs (A against B):
+
+- ``dropout``: torch's ``F.dropout`` against ``seq2seq.models.dropout``'s int16 mask (on CPUs
+  where that mask is used; README "Speed", item 9);
+- ``additive``: the additive scorer's layer built at once through ``tanh`` against its chunks
+  (``seq2seq.models.additive_energies``), for every query length (item 8).
+
+The preset's model trains (forward, backward, optimizer step, under autocast when its
+``trainer.precision`` says so) on ``--batches`` synthetic Multi30k-like batches of its
+``batch.max_tokens``; each round runs all of them with A, then with B, the order alternating
+between rounds, so a noisy machine slows both alike. Prints each side's target tokens/s per
+round and their medians. The caches are bounded as ``train.py`` bounds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
+
+from seq2seq import CONFIG_DIR  # noqa: E402
+from seq2seq.data.vocab import PAD_ID  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
+from seq2seq.models import dropout as dropout_module  # noqa: E402
+from seq2seq.models import encoder as encoder_module  # noqa: E402
+from seq2seq.models import scorers  # noqa: E402
+from seq2seq.models.additive_energies import additive_energies  # noqa: E402
+from seq2seq.models.build import build_model  # noqa: E402
+from seq2seq.training.loss import SequenceLoss  # noqa: E402
+
+# Kept before any swap: the comparison replaces the module's function in place.
+INT16_DROPOUT = dropout_module.dropout
+
+
+def _set_dropout(function) -> None:
+    dropout_module.dropout = function
+    encoder_module.functional_dropout = function
+
+
+def _torch_dropout(x, p, training):
+    return F.dropout(x, p, training)
+
+
+def _additive_at_once(self, query, keys):
+    q = self.query_proj(query)
+    return self.v(torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
+
+
+def _additive_chunks(self, query, keys):
+    return additive_energies(self.query_proj(query), keys, self.v.weight)
+
+
+COMPARISONS = {
+    "dropout": (("torch", lambda: _set_dropout(_torch_dropout)),
+                ("int16 mask", lambda: _set_dropout(INT16_DROPOUT))),
+    "additive": (("at once", lambda: setattr(scorers.AdditiveScorer, "score", _additive_at_once)),
+                 ("chunks", lambda: setattr(scorers.AdditiveScorer, "score", _additive_chunks))),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("comparison", choices=sorted(COMPARISONS))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    if args.batches < 1 or args.rounds < 1:
+        parser.error("--batches and --rounds must be positive")
+    bound_onednn_caches()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=args.overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
+    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    batches = synthetic_batches(args.batches, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+    dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
+
+    def tokens_per_second(select) -> float:
+        select()
+        started, tokens = time.perf_counter(), 0
+        for src, src_lengths, tgt_in, tgt_out in batches:
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss, _ = objective(src, src_lengths, tgt_in, tgt_out)
+            optimizer.zero_grad(set_to_none=True)
+            (loss / 1000).backward()
+            optimizer.step()
+            tokens += int((tgt_out != PAD_ID).sum())
+        return tokens / (time.perf_counter() - started)
+
+    sides = COMPARISONS[args.comparison]
+    for _, select in sides:  # warm-up: kernels, allocator
+        tokens_per_second(select)
+    rates: dict[str, list[float]] = {name: [] for name, _ in sides}
+    for round_index in range(args.rounds):
+        for name, select in (sides if round_index % 2 == 0 else sides[::-1]):
+            rates[name].append(tokens_per_second(select))
+    print(f"{args.comparison}: {' '.join(args.overrides)} ({cfg.trainer.precision}, "
+          f"{args.batches} batches, {torch.get_num_threads()} threads)")
+    for name, values in rates.items():
+        print(f"  {name:10s} {' '.join(f'{v:,.0f}' for v in values)}  "
+              f"median {statistics.median(values):,.0f} target tokens/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""scripts/ab_training.py: the alternating A/B of two ways to compute a training step."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "ab_training.py"
+
+
+def test_each_side_installs_its_own_implementation():
+    import seq2seq.models.dropout as dropout_module
+    import seq2seq.models.encoder as encoder_module
+    import seq2seq.models.scorers as scorers
+
+    original = (dropout_module.dropout, encoder_module.functional_dropout,
+                scorers.AdditiveScorer.score)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("ab_training", SCRIPT)
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        (_, torch_side), (_, ours) = script.COMPARISONS["dropout"]
+        torch_side()
+        assert dropout_module.dropout is script._torch_dropout
+        assert encoder_module.functional_dropout is script._torch_dropout
+        ours()
+        assert dropout_module.dropout is original[0] is encoder_module.functional_dropout
+        (_, at_once), (_, chunks) = script.COMPARISONS["additive"]
+        at_once()
+        assert scorers.AdditiveScorer.score is script._additive_at_once
+        chunks()
+        assert scorers.AdditiveScorer.score is script._additive_chunks
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+        dropout_module.dropout, encoder_module.functional_dropout = original[:2]
+        scorers.AdditiveScorer.score = original[2]
+
+
+@pytest.mark.parametrize("comparison, names", [("dropout", ["torch", "int16 mask"]),
+                                               ("additive", ["at once", "chunks"])])
+def test_runs_both_sides_and_refuses_bad_counts(comparison, names):
+    command = [sys.executable, str(SCRIPT), comparison, "experiment=multi30k_gru_additive",
+               "model.embed_dim=16", "model.encoder.hidden_size=8", "model.decoder.hidden_size=16",
+               "batch.max_tokens=60", "--batches", "1", "--rounds", "2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{comparison}: experiment=multi30k_gru_additive")
+    assert len(lines) == 3
+    assert lines[1].strip().startswith(names[0]) and lines[2].strip().startswith(names[1])
+    refused = subprocess.run([*command[:-1], "0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "must be positive" in refused.stderr
