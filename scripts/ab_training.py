@@ -27,24 +27,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
+from profile_training import preset_training  # noqa: E402
 
-from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
 from seq2seq.models import dropout as dropout_module  # noqa: E402
 from seq2seq.models import encoder as encoder_module  # noqa: E402
 from seq2seq.models import scorers  # noqa: E402
 from seq2seq.models.additive_energies import additive_energies  # noqa: E402
-from seq2seq.models.build import build_model  # noqa: E402
-from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
 # Kept before any swap: the comparison replaces the module's function in place.
 INT16_DROPOUT = dropout_module.dropout
@@ -86,13 +81,7 @@ def main() -> None:
     if args.batches < 1 or args.rounds < 1:
         parser.error("--batches and --rounds must be positive")
     bound_onednn_caches()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=args.overrides)
-    torch.manual_seed(0)
-    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
-    objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
-    optimizer = instantiate(cfg.optimizer)(model.parameters())
-    batches = synthetic_batches(args.batches, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+    cfg, objective, optimizer, batches = preset_training(args.overrides, args.batches)
     dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
 
     def tokens_per_second(select) -> float:

@@ -32,6 +32,19 @@ from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
 
+def preset_training(overrides: list[str], batch_count: int):
+    """The preset's composed config, its model's loss (seeded), optimizer and synthetic batches
+    of its ``batch.max_tokens``, as the profiling and A/B scripts train them."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
+    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    batches = synthetic_batches(batch_count, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+    return cfg, objective, optimizer, batches
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
@@ -40,13 +53,7 @@ def main() -> None:
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
     args = parser.parse_args()
     bound_onednn_caches()  # as train.py does
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=args.overrides)
-    torch.manual_seed(0)
-    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
-    objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
-    optimizer = instantiate(cfg.optimizer)(model.parameters())
-    batches = synthetic_batches(args.steps + 2, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+    cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
 
     dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
 
