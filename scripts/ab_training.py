@@ -8,7 +8,9 @@ What each comparison runs (A against B):
 - ``dropout``: torch's ``F.dropout`` against ``seq2seq.models.dropout``'s int16 mask (on CPUs
   where that mask is used; README "Speed", item 9);
 - ``additive``: the additive scorer's layer built at once through ``tanh`` against its chunks
-  (``seq2seq.models.additive_energies``), for every query length (item 8).
+  (``seq2seq.models.additive_energies``), for every query length (item 8);
+- ``embedded``: the decoder's target embeddings left in float32 (autocast casts each step's RNN
+  input) against cast to the autocast dtype once per batch (item 10).
 
 The preset's model trains (forward, backward, optimizer step, under autocast when its
 ``trainer.precision`` says so) on ``--batches`` synthetic Multi30k-like batches of its
@@ -36,13 +38,18 @@ from profile_training import preset_training  # noqa: E402
 
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
+from seq2seq.models import decoders, scorers  # noqa: E402
 from seq2seq.models import dropout as dropout_module  # noqa: E402
 from seq2seq.models import encoder as encoder_module  # noqa: E402
-from seq2seq.models import scorers  # noqa: E402
 from seq2seq.models.additive_energies import additive_energies  # noqa: E402
 
 # Kept before any swap: the comparison replaces the module's function in place.
 INT16_DROPOUT = dropout_module.dropout
+EMBED_ONCE = decoders.AttentionDecoder._embed
+
+
+def _embed_float32(self, tokens):
+    return self.dropout(self.embedding(tokens))
 
 
 def _set_dropout(function) -> None:
@@ -68,6 +75,8 @@ COMPARISONS = {
                 ("int16 mask", lambda: _set_dropout(INT16_DROPOUT))),
     "additive": (("at once", lambda: setattr(scorers.AdditiveScorer, "score", _additive_at_once)),
                  ("chunks", lambda: setattr(scorers.AdditiveScorer, "score", _additive_chunks))),
+    "embedded": (("per step", lambda: setattr(decoders.AttentionDecoder, "_embed", _embed_float32)),
+                 ("once", lambda: setattr(decoders.AttentionDecoder, "_embed", EMBED_ONCE))),
 }
 
 

@@ -14,12 +14,13 @@ SCRIPT = ROOT / "scripts" / "ab_training.py"
 
 
 def test_each_side_installs_its_own_implementation():
+    import seq2seq.models.decoders as decoders
     import seq2seq.models.dropout as dropout_module
     import seq2seq.models.encoder as encoder_module
     import seq2seq.models.scorers as scorers
 
     original = (dropout_module.dropout, encoder_module.functional_dropout,
-                scorers.AdditiveScorer.score)
+                scorers.AdditiveScorer.score, decoders.AttentionDecoder._embed)
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         spec = importlib.util.spec_from_file_location("ab_training", SCRIPT)
@@ -36,14 +37,21 @@ def test_each_side_installs_its_own_implementation():
         assert scorers.AdditiveScorer.score is script._additive_at_once
         chunks()
         assert scorers.AdditiveScorer.score is script._additive_chunks
+        (_, per_step), (_, once) = script.COMPARISONS["embedded"]
+        per_step()
+        assert decoders.AttentionDecoder._embed is script._embed_float32
+        once()
+        assert decoders.AttentionDecoder._embed is original[3]
     finally:
         sys.path.remove(str(ROOT / "scripts"))
         dropout_module.dropout, encoder_module.functional_dropout = original[:2]
         scorers.AdditiveScorer.score = original[2]
+        decoders.AttentionDecoder._embed = original[3]
 
 
 @pytest.mark.parametrize("comparison, names", [("dropout", ["torch", "int16 mask"]),
-                                               ("additive", ["at once", "chunks"])])
+                                               ("additive", ["at once", "chunks"]),
+                                               ("embedded", ["per step", "once"])])
 def test_runs_both_sides_and_refuses_bad_counts(comparison, names):
     command = [sys.executable, str(SCRIPT), comparison, "experiment=multi30k_gru_additive",
                "model.embed_dim=16", "model.encoder.hidden_size=8", "model.decoder.hidden_size=16",

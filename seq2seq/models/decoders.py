@@ -110,6 +110,21 @@ class AttentionDecoder(nn.Module):
             new_state = {"hidden": hidden.transpose(0, 1)}
         return output, new_state  # output (B, T, H)
 
+    def _embed(self, tokens: Tensor) -> Tensor:
+        """Dropped-out embeddings of ``tokens`` (B, T) -> (B, T, E), in the autocast dtype
+        under autocast.
+
+        Autocast would cast them at every use instead: joined with a bf16 input-feeding vector
+        they are promoted to float32 and the RNN casts the (B, 1, E + D) result back at every
+        step, in forward and backward. Casting all steps' embeddings once gives the RNN the
+        same values (README "Speed", item 10).
+        """
+        embedded = self.dropout(self.embedding(tokens))
+        device = embedded.device.type
+        if torch.is_autocast_enabled(device):
+            embedded = embedded.to(torch.get_autocast_dtype(device))
+        return embedded
+
     def step(
         self, prev_tokens: Tensor, state: State, encoded
     ) -> tuple[Tensor, Tensor, State]:
@@ -120,7 +135,7 @@ class AttentionDecoder(nn.Module):
             - state: dict of (B, ...) tensors from :meth:`init_state` or the last step
             - output: features (B, output_dim), attention weights (B, S), the new state
         """
-        embedded = self.dropout(self.embedding(prev_tokens.unsqueeze(1)))  # (B, 1, E)
+        embedded = self._embed(prev_tokens.unsqueeze(1))  # (B, 1, E)
         features, weights, state = self._step(embedded, state, encoded)
         return features.squeeze(1), weights.squeeze(1), state
 
@@ -132,7 +147,7 @@ class AttentionDecoder(nn.Module):
             - output: features (B, T, output_dim), attention weights (B, T, S)
         """
         state = self.init_state(encoded.final)
-        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E), once for all steps
+        embedded = self._embed(tgt_in)  # (B, T, E), once for all steps
         features, weights = [], []
         for t in range(tgt_in.size(1)):
             step_features, step_weights, state = self._step(embedded[:, t : t + 1], state, encoded)
@@ -267,7 +282,9 @@ class LuongDecoder(AttentionDecoder):
     def _step(self, embedded: Tensor, state: State, encoded) -> tuple[Tensor, Tensor, State]:
         rnn_input = embedded
         if self.input_feeding:
-            rnn_input = torch.cat([embedded, state["feed"].unsqueeze(1)], dim=-1)
+            # a_0 is float32 zeros; under autocast the later a_t are already in its dtype.
+            feed = state["feed"].to(embedded.dtype).unsqueeze(1)  # (B, 1, D)
+            rnn_input = torch.cat([embedded, feed], dim=-1)
         output, new_state = self._rnn(rnn_input, state)  # (B, 1, H)
         features, weights = self._attend(output, encoded)
         if self.input_feeding:
@@ -278,6 +295,6 @@ class LuongDecoder(AttentionDecoder):
         if self.input_feeding:
             return super().forward(tgt_in, encoded)
         # Fast path: one RNN call over all T steps, then one batched attention.
-        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        embedded = self._embed(tgt_in)  # (B, T, E)
         output, _ = self._rnn(embedded, self.init_state(encoded.final))  # (B, T, H)
         return self._attend(output, encoded)
