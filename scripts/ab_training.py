@@ -49,6 +49,7 @@ EMBED_ONCE = decoders.AttentionDecoder._embed
 
 
 def _embed_float32(self, tokens):
+    """The decoder's embeddings as before item 10: float32, cast by autocast at every step."""
     return self.dropout(self.embedding(tokens))
 
 

@@ -49,18 +49,25 @@ def test_each_side_installs_its_own_implementation():
         decoders.AttentionDecoder._embed = original[3]
 
 
-@pytest.mark.parametrize("comparison, names", [("dropout", ["torch", "int16 mask"]),
-                                               ("additive", ["at once", "chunks"]),
-                                               ("embedded", ["per step", "once"])])
-def test_runs_both_sides_and_refuses_bad_counts(comparison, names):
+@pytest.mark.parametrize("comparison, names, precision", [
+    ("dropout", ["torch", "int16 mask"], "fp32"),
+    ("additive", ["at once", "chunks"], "fp32"),
+    ("embedded", ["per step", "once"], "bf16"),  # the two sides differ under autocast only
+])
+def test_runs_both_sides(comparison, names, precision):
     command = [sys.executable, str(SCRIPT), comparison, "experiment=multi30k_gru_additive",
                "model.embed_dim=16", "model.encoder.hidden_size=8", "model.decoder.hidden_size=16",
-               "batch.max_tokens=60", "--batches", "1", "--rounds", "2"]
+               "batch.max_tokens=60", f"trainer.precision={precision}",
+               "--batches", "1", "--rounds", "2"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"{comparison}: experiment=multi30k_gru_additive")
     assert len(lines) == 3
     assert lines[1].strip().startswith(names[0]) and lines[2].strip().startswith(names[1])
-    refused = subprocess.run([*command[:-1], "0"], capture_output=True, text=True, timeout=60)
+
+
+def test_refuses_counts_below_one():
+    command = [sys.executable, str(SCRIPT), "dropout", "--batches", "1", "--rounds", "0"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "must be positive" in refused.stderr

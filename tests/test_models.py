@@ -281,8 +281,8 @@ def test_encoded_source_is_cast_once_for_autocast():
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_decoder_rnn_gets_bf16_inputs_under_autocast_in_training_and_steps(decoder):
     # The embeddings are cast once per batch: left in float32, joining them with a bf16
-    # input-feeding vector promotes the RNN input to float32 and autocast casts it back at
-    # every step, forward and backward (README "Speed", item 10).
+    # vector (Luong's input feeding, Bahdanau's context) promotes the RNN input to float32 and
+    # autocast casts it back at every step, forward and backward (README "Speed", item 10).
     model = make_model("gru", decoder, "additive", dropout=0.1).train()
     src, src_lengths, tgt_in = random_batch()
     dtypes = []

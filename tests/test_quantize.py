@@ -85,7 +85,10 @@ def test_int8_decoding_matches_fp32_on_most_sentences(float_model, copy_sentence
     ("lstm", "BahdanauDecoder", {"_target_": "seq2seq.models.attention.LocationScorer"}),
     ("gru", "LuongDecoder", {"_target_": "seq2seq.models.attention.GaussianScorer"}),
 ])
-def test_int8_other_architectures_decode(rnn_type, decoder, scorer):
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_int8_other_architectures_decode(rnn_type, decoder, scorer, autocast):
+    # quantize=int8 with precision=bf16: the float parts run under autocast, the quantized
+    # RNNs take float32 inputs only (the decoder must not cast their input to bf16).
     from seq2seq.inference.search import beam_search, greedy_search
     from seq2seq.models.build import build_model
 
@@ -109,7 +112,7 @@ def test_int8_other_architectures_decode(rnn_type, decoder, scorer):
     assert type(quantized.decoder.rnn) is (q_lstm if rnn_type == "lstm" else q_gru)
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     lengths = torch.tensor([5, 3])
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         greedy = greedy_search(quantized, src, lengths, max_len_a=1.0, max_len_b=3,
                                length_penalty=1.0, return_attention=True)
         beams = beam_search(quantized, src, lengths, beam_size=3, nbest=2, max_len_a=1.0,

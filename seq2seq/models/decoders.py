@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
 from seq2seq.models.dropout import Dropout
-from seq2seq.models.encoder import make_rnn
+from seq2seq.models.encoder import RNN_TYPES, make_rnn
 
 State = dict[str, Tensor]
 
@@ -112,16 +112,22 @@ class AttentionDecoder(nn.Module):
 
     def _embed(self, tokens: Tensor) -> Tensor:
         """Dropped-out embeddings of ``tokens`` (B, T) -> (B, T, E), in the autocast dtype
-        under autocast.
+        under autocast when the RNN is a float one.
 
-        Autocast would cast them at every use instead: joined with a bf16 input-feeding vector
-        they are promoted to float32 and the RNN casts the (B, 1, E + D) result back at every
-        step, in forward and backward. Casting all steps' embeddings once gives the RNN the
-        same values (README "Speed", item 10).
+        Autocast would cast them at every use instead: joined with a bf16 vector (Luong's
+        input feeding, Bahdanau's context) they are promoted to float32, and the RNN casts the
+        result back at every step, in forward and backward. Casting all steps' embeddings once
+        gives the RNN the same values (README "Speed", item 10). Bahdanau reads each step's
+        embedding twice, so its gradient now adds two bf16 terms in bf16 (one rounding more).
+        int8-quantized RNNs take float32 only, and float64 stays float64 as autocast leaves it.
         """
         embedded = self.dropout(self.embedding(tokens))
         device = embedded.device.type
-        if torch.is_autocast_enabled(device):
+        if (
+            torch.is_autocast_enabled(device)
+            and embedded.dtype == torch.float32
+            and type(self.rnn) in RNN_TYPES.values()
+        ):
             embedded = embedded.to(torch.get_autocast_dtype(device))
         return embedded
 
@@ -282,7 +288,8 @@ class LuongDecoder(AttentionDecoder):
     def _step(self, embedded: Tensor, state: State, encoded) -> tuple[Tensor, Tensor, State]:
         rnn_input = embedded
         if self.input_feeding:
-            # a_0 is float32 zeros; under autocast the later a_t are already in its dtype.
+            # a_0 is zeros in the encoder state's dtype (float32 under autocast); the
+            # later a_t come out of the step in the embeddings' dtype already.
             feed = state["feed"].to(embedded.dtype).unsqueeze(1)  # (B, 1, D)
             rnn_input = torch.cat([embedded, feed], dim=-1)
         output, new_state = self._rnn(rnn_input, state)  # (B, 1, H)
