@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from profile_training import preset_training  # noqa: E402
+from profile_training import preset_training, train_step  # noqa: E402
 
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
@@ -97,13 +97,9 @@ def main() -> None:
     def tokens_per_second(select) -> float:
         select()
         started, tokens = time.perf_counter(), 0
-        for src, src_lengths, tgt_in, tgt_out in batches:
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                loss, _ = objective(src, src_lengths, tgt_in, tgt_out)
-            optimizer.zero_grad(set_to_none=True)
-            (loss / 1000).backward()
-            optimizer.step()
-            tokens += int((tgt_out != PAD_ID).sum())
+        for batch in batches:  # (src, src_lengths, tgt_in, tgt_out)
+            train_step(objective, optimizer, batch, dtype)
+            tokens += int((batch[3] != PAD_ID).sum())
         return tokens / (time.perf_counter() - started)
 
     sides = COMPARISONS[args.comparison]

@@ -45,6 +45,16 @@ def preset_training(overrides: list[str], batch_count: int):
     return cfg, objective, optimizer, batches
 
 
+def train_step(objective, optimizer, batch, dtype: torch.dtype | None) -> None:
+    """One forward, backward and optimizer step on ``batch``, under autocast to ``dtype``
+    (None: float32), as the profiling and A/B scripts time it."""
+    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        loss, _ = objective(*batch)
+    optimizer.zero_grad(set_to_none=True)
+    (loss / 1000).backward()
+    optimizer.step()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
@@ -57,18 +67,11 @@ def main() -> None:
 
     dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
 
-    def step(batch) -> None:
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            loss, _ = objective(*batch)
-        optimizer.zero_grad(set_to_none=True)
-        (loss / 1000).backward()
-        optimizer.step()
-
     for batch in batches[:2]:  # warm-up
-        step(batch)
+        train_step(objective, optimizer, batch, dtype)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=args.by_shape) as profiler:
         for batch in batches[2:]:
-            step(batch)
+            train_step(objective, optimizer, batch, dtype)
     print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
           f"{cfg.trainer.precision})")
     table = profiler.key_averages(group_by_input_shape=args.by_shape).table(
