@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from profile_training import preset_training, train_step  # noqa: E402
 
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches, resolve_precision  # noqa: E402
 from seq2seq.models import decoders, scorers  # noqa: E402
 from seq2seq.models import dropout as dropout_module  # noqa: E402
 from seq2seq.models import encoder as encoder_module  # noqa: E402
@@ -92,7 +92,8 @@ def main() -> None:
         parser.error("--batches and --rounds must be positive")
     bound_onednn_caches()
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.batches)
-    dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
+    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))  # auto: this CPU's
+    dtype = AUTOCAST_DTYPES[precision]
 
     def tokens_per_second(select) -> float:
         select()
@@ -109,7 +110,7 @@ def main() -> None:
     for round_index in range(args.rounds):
         for name, select in (sides if round_index % 2 == 0 else sides[::-1]):
             rates[name].append(tokens_per_second(select))
-    print(f"{args.comparison}: {' '.join(args.overrides)} ({cfg.trainer.precision}, "
+    print(f"{args.comparison}: {' '.join(args.overrides)} ({precision}, "
           f"{args.batches} batches, {torch.get_num_threads()} threads)")
     for name, values in rates.items():
         print(f"  {name:10s} {' '.join(f'{v:,.0f}' for v in values)}  "

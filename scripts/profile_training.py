@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
 
 from seq2seq import CONFIG_DIR  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches, resolve_precision  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
@@ -65,7 +65,8 @@ def main() -> None:
     bound_onednn_caches()  # as train.py does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
 
-    dtype = AUTOCAST_DTYPES[cfg.trainer.precision]
+    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))  # auto: this CPU's
+    dtype = AUTOCAST_DTYPES[precision]
 
     for batch in batches[:2]:  # warm-up
         train_step(objective, optimizer, batch, dtype)
@@ -73,7 +74,7 @@ def main() -> None:
         for batch in batches[2:]:
             train_step(objective, optimizer, batch, dtype)
     print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
-          f"{cfg.trainer.precision})")
+          f"{precision})")
     table = profiler.key_averages(group_by_input_shape=args.by_shape).table(
         sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40,
         max_shapes_column_width=60,

@@ -10,13 +10,69 @@ import textwrap
 import pytest
 import torch
 
+import seq2seq.device
 from seq2seq.device import (
     MATMUL_SETUP_CACHE,
     MATMUL_SETUP_CACHE_ENV,
     ONEDNN_CACHE_ENV,
     TRAINING_ONEDNN_CACHE,
     bound_onednn_caches,
+    cpu_half_precision_units,
+    half_precision_warning,
+    resolve_precision,
 )
+
+CPU = torch.device("cpu")
+
+
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or "x86" not in os.uname().machine,
+                    reason="the probes and /proc/cpuinfo flags are x86 Linux ones")
+def test_cpu_half_precision_units_agree_with_the_cpus_flags():
+    """torch's private CPU probes (torch.cpu._is_*_supported) answer, and answer what the
+    kernel says; if a torch release drops them, this fails instead of auto going to fp32."""
+    units = cpu_half_precision_units()
+    assert units is not None, "torch.cpu's feature probes are gone: see seq2seq/device.py"
+    flags = cpu_flags()
+    assert units["bf16"] == bool({"avx512_bf16", "amx_bf16"} & flags)
+    assert units["fp16"] == ("amx_fp16" in flags)
+
+
+@pytest.mark.parametrize("units", [{"bf16": True, "fp16": False}, {"bf16": False, "fp16": False},
+                                   None])
+def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch, units):
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units", lambda: units)
+    expected = "bf16" if units and units["bf16"] else "fp32"
+    assert resolve_precision("auto", CPU) == expected
+    assert resolve_precision("auto", torch.device("mps")) == "fp32"
+    for explicit in ("fp32", "bf16", "fp16"):  # an explicit choice is kept, on any CPU
+        assert resolve_precision(explicit, CPU) == explicit
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16"):
+        resolve_precision("fp8", CPU)
+
+
+def test_half_precision_warns_only_where_the_cpu_emulates_it(monkeypatch):
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+                        lambda: {"bf16": False, "fp16": False})
+    warning = half_precision_warning("bf16", CPU)
+    assert warning is not None and "\n" not in warning
+    assert warning.startswith("precision=bf16: this CPU has no bf16 matrix instructions")
+    assert "precision=fp32" in warning
+    assert "fp16 needs AMX-FP16" in half_precision_warning("fp16", CPU)
+    assert half_precision_warning("fp32", CPU) is None
+    assert half_precision_warning("bf16", torch.device("cuda")) is None
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+                        lambda: {"bf16": True, "fp16": False})
+    assert half_precision_warning("bf16", CPU) is None
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units", lambda: None)
+    assert half_precision_warning("bf16", CPU) is None  # unknown (not x86): no claim made
 
 
 def test_bound_onednn_caches_sets_defaults_and_keeps_the_users_choice(monkeypatch):

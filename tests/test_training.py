@@ -335,7 +335,7 @@ def test_unknown_config_key_fails_with_hydras_message(tmp_path):
     ("optimizer.lr=abc", "optimizer.lr: expected a number, got 'abc'"),
     ("trainer.max_steps=ten", "trainer.max_steps: expected an integer, got 'ten'"),
     ("model.attention.hidden_size=big", "model.attention.hidden_size: expected an integer"),
-    ("trainer.precision=fp8", "trainer.precision must be one of fp32, bf16, fp16"),
+    ("trainer.precision=fp8", "trainer.precision must be one of auto, fp32, bf16, fp16"),
     ("trainer.average_last=1", "trainer.average_last must be at least 2 (or null), got 1"),
     ("trainer.average_last=abc", "trainer.average_last: expected an integer, got 'abc'"),
 ])
@@ -391,6 +391,27 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
     averaged_from = load_checkpoint(run_dir / "checkpoints" / "averaged.pt")["averaged_from"]
     assert averaged_from == state["recent_checkpoints"]  # the last 2 validations (epoch ends too)
     assert len(averaged_from) == 2 and averaged_from[-1] == "recent/step0000020.pt"
+
+
+def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
+        tiny_train_config, tmp_path, monkeypatch, caplog):
+    import seq2seq.device
+
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+                        lambda: {"bf16": False, "fp16": False})
+    for precision in ("auto", "bf16"):
+        cfg = tiny_train_config(**{"trainer.precision": precision, "trainer.max_steps": 1,
+                                   "trainer.valid_every": "null", "trainer.max_epochs": 1})
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            train(cfg, tmp_path / precision)
+        messages = [record.getMessage() for record in caplog.records]
+        warning = "trainer." + seq2seq.device.half_precision_warning("bf16", torch.device("cpu"))
+        if precision == "auto":
+            assert "trainer.precision=auto: fp32 on cpu" in messages
+            assert warning not in messages
+        else:
+            assert warning in messages
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -98,6 +98,33 @@ def test_invalid_options_are_clear_errors(translator):
         Translator(translator.model, translator.tokenizers, device="cpu", beam_size=2, nbest=3)
     with pytest.raises(ValueError, match="max_tokens must be positive"):
         Translator(translator.model, translator.tokenizers, device="cpu", max_tokens=0)
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16"):
+        Translator(translator.model, translator.tokenizers, device="cpu", precision="fp8")
+
+
+@pytest.mark.parametrize("bf16_units", [True, False])
+def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, caplog,
+                                                      bf16_units):
+    """auto decodes in bf16 only on a CPU with bf16 units; bf16 asked for on a CPU without
+    them decodes in bf16 as asked, with a one-line warning."""
+    import seq2seq.device
+    import seq2seq.inference.translator
+
+    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+                        lambda: {"bf16": bf16_units, "fp16": False})
+    monkeypatch.setattr(seq2seq.inference.translator, "_WARNED", set())
+    model, tokenizers = translator.model, translator.tokenizers
+    with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
+        auto = Translator(model, tokenizers, device="cpu", precision="auto")
+        assert not caplog.records
+        asked = Translator(model, tokenizers, device="cpu", precision="bf16")
+        Translator(model, tokenizers, device="cpu", precision="bf16")  # warned once only
+    assert auto.precision == ("bf16" if bf16_units else "fp32")
+    assert auto.autocast_dtype == (torch.bfloat16 if bf16_units else None)
+    assert asked.autocast_dtype == torch.bfloat16
+    warnings = [record.getMessage() for record in caplog.records]
+    assert warnings == ([] if bf16_units else [seq2seq.device.half_precision_warning(
+        "bf16", torch.device("cpu"))])
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])

@@ -36,13 +36,19 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
-from seq2seq.device import AUTOCAST_DTYPES, select_device
+from seq2seq.device import (
+    AUTOCAST_DTYPES,
+    half_precision_warning,
+    resolve_precision,
+    select_device,
+)
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
 logger = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the precision warnings this process has given
 
 
 class Translation(NamedTuple):
@@ -95,7 +101,9 @@ class Translator:
         max_tokens: budget of padded source ids per batch.
         max_source_length: longer sources are cut to this many pieces (with a warning).
         precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
-            faster on GPUs and on CPUs with bf16 matrix instructions).
+            faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
+            without them: a warning says so), or ``auto`` (bf16 where the device has them,
+            else fp32; ``self.precision`` is the one chosen).
         quantize: ``none``, or ``int8`` to decode on the CPU with a dynamically quantized copy
             of ``model`` (int8 GRU/LSTM and ``nn.Linear`` weights, see
             :mod:`seq2seq.inference.quantize`); ``self.model`` is then that copy, and the
@@ -104,7 +112,7 @@ class Translator:
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
 
     Raises:
-        ValueError: on a non-positive size, ``nbest > beam_size``, an unknown ``quantize``
+        ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``, an unknown ``quantize``
             mode, ``quantize=int8`` on a device other than the CPU, or a shortlist built for
             other vocabularies (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
     """
@@ -126,10 +134,6 @@ class Translator:
         quantize: str = "none",
         shortlist: Shortlist | None = None,
     ) -> None:
-        if precision not in AUTOCAST_DTYPES:
-            raise ValueError(
-                f"precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}"
-            )
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -140,6 +144,11 @@ class Translator:
             raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.tokenizers = tokenizers
         self.device = select_device(device)
+        self.precision = resolve_precision(precision, self.device)  # ValueError if unknown
+        warning = half_precision_warning(self.precision, self.device)
+        if warning is not None and warning not in _WARNED:  # once: validation builds many
+            _WARNED.add(warning)
+            logger.warning(warning)
         self.quantize = quantize
         self.model = quantize_for_cpu(model, quantize, self.device)
         self.beam_size = beam_size
@@ -147,7 +156,7 @@ class Translator:
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
         self.nbest = nbest
-        self.autocast_dtype = AUTOCAST_DTYPES[precision]
+        self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
         if shortlist is not None:

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
-from seq2seq.device import AUTOCAST_DTYPES
+from seq2seq.device import AUTOCAST_DTYPES, half_precision_warning, resolve_precision
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget
 from seq2seq.training.checkpointing import CheckpointManager
@@ -99,10 +99,16 @@ class Trainer:
             group.setdefault("initial_lr", group["lr"])
 
         use_cuda = self.device.type == "cuda"
-        amp_dtype = AUTOCAST_DTYPES[settings.precision]
+        precision = resolve_precision(settings.precision, self.device)
+        if settings.precision == "auto":
+            log.info("trainer.precision=auto: %s on %s", precision, self.device)
+        warning = half_precision_warning(precision, self.device)
+        if warning is not None:
+            log.warning("trainer.%s", warning)
+        amp_dtype = AUTOCAST_DTYPES[precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",
-                        settings.precision, self.device)
+                        precision, self.device)
             amp_dtype = None
         self.amp_dtype = amp_dtype
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
@@ -152,7 +158,7 @@ class Trainer:
         self.validator = Validator(
             data=valid_data, sources=valid_sources, references=valid_references,
             tokenizers=tokenizers, settings=settings.valid,
-            precision=settings.precision if amp_dtype is not None else "fp32",
+            precision=precision if amp_dtype is not None else "fp32",
             output_dir=self.run_dir / "validation" if context.is_main else None,
             writer=self.writer, autocast=self._autocast,
         )

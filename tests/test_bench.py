@@ -1,0 +1,48 @@
+"""scripts/bench.py: the matmul ceilings and ratios it reports, where bf16 is native or not."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("bf16_speed", "native"), [(0.2, False), (150.0, True)])
+def test_bf16_ceiling_and_rows_only_where_bf16_is_native(bench, monkeypatch, bf16_speed, native):
+    """An emulated bf16 (0.2 against 70 GFLOP/s on an AVX2 EPYC) is not timed at 4096^3, which
+    would take minutes, and its rows are skipped; a native one is measured."""
+    sizes = []
+
+    def fake_ceiling(dtype, size=4096, repeats=3):
+        sizes.append((dtype, size))
+        return bf16_speed if dtype == torch.bfloat16 else 70.0
+
+    monkeypatch.setattr(bench, "matmul_ceiling", fake_ceiling)
+    ceilings, line = bench.matmul_ceilings()
+    assert ceilings["fp32"] == 70.0
+    assert ("bf16" in ceilings) == native
+    assert ((torch.bfloat16, 4096) in sizes) == native
+    assert ("bf16 rows skipped" in line) == (not native)
+
+
+def test_ratios_use_only_the_rows_that_ran(bench):
+    rows = [{"preset": "multi30k_gru_additive", "precision": "fp32",
+             "tokens_per_second_median": 1000},
+            {"preset": "multi30k_luong_fast", "precision": "fp32",
+             "tokens_per_second_median": 1500}]
+    assert bench.training_ratios(rows) == {"fast/like-for-like fp32": 1.5}
+    rows.append({"preset": "multi30k_gru_additive", "precision": "bf16",
+                 "tokens_per_second_median": 1800})
+    assert bench.training_ratios(rows)["multi30k_gru_additive bf16/fp32"] == 1.8
