@@ -223,7 +223,6 @@ def beam_search(
     max_len_b: float,
     nbest: int = 1,
     return_attention: bool = False,
-    stop: str = "beams",
 ) -> list[list[Hypothesis]]:
     """Batched beam search with per-sentence finished-hypothesis bookkeeping.
 
@@ -350,8 +349,6 @@ def beam_search(
         bound = beam_scores.max(dim=1).values / torch.clamp(max_length_penalty, min=next_penalty)
         cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
         done = done | (finished_count >= beams) | cannot_improve | (max_lengths <= step)
-        if stop == "top":
-            done = done | (finalize[:, 0] & (finished_count >= nbest))
         done_count = int(done.sum())  # the one host sync per step
         if done_count == active:
             break
