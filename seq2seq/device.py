@@ -13,41 +13,48 @@ AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("auto", *AUTOCAST_DTYPES)
 
 
-def cpu_half_precision_units() -> dict[str, bool] | None:
-    """Which half-precision matrix instructions this CPU has, or None where torch cannot say.
-
-    ``{"bf16": AVX512-BF16 or AMX, "fp16": AMX-FP16}`` on x86 CPUs (torch's own CPU feature
-    probes, the ones its compiler uses). Elsewhere (ARM, for one) None: unknown, not absent.
-    """
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported")
+def native_bf16_cpu() -> bool | None:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX), where bf16 products
+    run about twice as fast as fp32; None where torch cannot say (its probes, the ones its
+    compiler uses, are x86 ones): unknown, not absent."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None  # the probes are x86 ones
+        return None
     if not all(hasattr(torch.cpu, name) for name in probes):
         return None
-    return {
-        "bf16": torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported(),
-        "fp16": torch.cpu._is_amx_fp16_supported(),
-    }
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def onednn_half_precision_kernels() -> dict[str, bool] | None:
+    """Whether torch has oneDNN kernels for bf16 and for fp16 matrix products on this CPU
+    (x86: AVX-512 or AVX-NE-CONVERT for bf16; AVX512-FP16, AVX-NE-CONVERT or AMX-FP16 for fp16;
+    Arm: its bf16 extension), or None where torch cannot say.
+
+    Without a kernel torch still runs the product, on a slow fallback: on a 2-core AMD EPYC with
+    AVX2 only (Zen 1), a 2048^3 bf16 ``torch.mm`` ran at 0.2 GFLOP/s against 70 in fp32, so a
+    bf16 preset would train hundreds of times slower there than in fp32.
+    """
+    try:
+        return {"bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+                "fp16": bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())}
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def half_precision_warning(precision: str, device: torch.device) -> str | None:
-    """One line saying why ``precision`` may be slow on ``device``, or None.
-
-    Without half-precision matrix instructions CPU autocast still runs, but on emulated
-    products: on a 2-core AMD EPYC with AVX2 only (Zen 1), a 2048^3 bf16 ``torch.mm`` ran at
-    0.2 GFLOP/s against 70 in fp32, so a bf16 preset would train hundreds of times slower
-    there than in fp32.
-    """
+    """One line saying why ``precision`` will be slow on ``device``, or None: bf16 or fp16 on
+    a CPU for which torch has no oneDNN kernel of that dtype (see
+    :func:`onednn_half_precision_kernels`)."""
     if device.type != "cpu" or precision not in ("bf16", "fp16"):
         return None
-    units = cpu_half_precision_units()
-    if units is None or units[precision]:
+    kernels = onednn_half_precision_kernels()
+    if kernels is None or kernels[precision]:
         return None
-    needs = "AVX512-BF16 or AMX" if precision == "bf16" else "AMX-FP16"
-    return (f"precision={precision}: this CPU has no {precision} matrix instructions "
-            f"({torch.backends.cpu.get_cpu_capability()}; {precision} needs {needs}), so its "
-            f"matrix products are emulated and may run far slower than in fp32 (0.2 against "
-            f"70 GFLOP/s on an AVX2 AMD EPYC); use precision=fp32 or precision=auto")
+    needs = "AVX-512" if precision == "bf16" else "AVX512-FP16 or AMX-FP16"
+    return (f"precision={precision}: torch has no {precision} matrix kernels for this CPU "
+            f"({torch.backends.cpu.get_cpu_capability()}; they need {needs}), so its "
+            f"products run on a slow fallback, far slower than fp32 (bf16 on an AVX2 AMD EPYC: "
+            f"0.2 against 70 GFLOP/s); use precision=fp32 or precision=auto")
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -66,8 +73,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     if device.type == "cpu":
-        units = cpu_half_precision_units()
-        return "bf16" if units is not None and units["bf16"] else "fp32"
+        return "bf16" if native_bf16_cpu() else "fp32"
     return "fp32"
 
 

@@ -17,8 +17,9 @@ from seq2seq.device import (
     ONEDNN_CACHE_ENV,
     TRAINING_ONEDNN_CACHE,
     bound_onednn_caches,
-    cpu_half_precision_units,
     half_precision_warning,
+    native_bf16_cpu,
+    onednn_half_precision_kernels,
     resolve_precision,
 )
 
@@ -35,22 +36,23 @@ def cpu_flags() -> set[str]:
 
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or "x86" not in os.uname().machine,
                     reason="the probes and /proc/cpuinfo flags are x86 Linux ones")
-def test_cpu_half_precision_units_agree_with_the_cpus_flags():
-    """torch's private CPU probes (torch.cpu._is_*_supported) answer, and answer what the
-    kernel says; if a torch release drops them, this fails instead of auto going to fp32."""
-    units = cpu_half_precision_units()
-    assert units is not None, "torch.cpu's feature probes are gone: see seq2seq/device.py"
+def test_the_cpu_probes_agree_with_the_cpus_flags():
+    """torch's private CPU probes answer, and answer what the kernel says; if a torch release
+    drops them, this fails instead of auto silently going to fp32 and the warning going quiet."""
     flags = cpu_flags()
-    assert units["bf16"] == bool({"avx512_bf16", "amx_bf16"} & flags)
-    assert units["fp16"] == ("amx_fp16" in flags)
+    assert native_bf16_cpu() == bool({"avx512_bf16", "amx_bf16"} & flags)
+    kernels = onednn_half_precision_kernels()
+    assert kernels is not None, "torch.ops.mkldnn's dtype probes are gone: see seq2seq/device.py"
+    if {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags:
+        assert kernels["bf16"]
+    if not {"avx512bw", "avx_ne_convert"} & flags:  # AVX2 only, as the Zen 1 EPYC
+        assert kernels == {"bf16": False, "fp16": False}
 
 
-@pytest.mark.parametrize("units", [{"bf16": True, "fp16": False}, {"bf16": False, "fp16": False},
-                                   None])
-def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch, units):
-    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units", lambda: units)
-    expected = "bf16" if units and units["bf16"] else "fp32"
-    assert resolve_precision("auto", CPU) == expected
+@pytest.mark.parametrize("native", [True, False, None])
+def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_instructions(monkeypatch, native):
+    monkeypatch.setattr(seq2seq.device, "native_bf16_cpu", lambda: native)
+    assert resolve_precision("auto", CPU) == ("bf16" if native else "fp32")
     assert resolve_precision("auto", torch.device("mps")) == "fp32"
     for explicit in ("fp32", "bf16", "fp16"):  # an explicit choice is kept, on any CPU
         assert resolve_precision(explicit, CPU) == explicit
@@ -58,21 +60,22 @@ def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch, units
         resolve_precision("fp8", CPU)
 
 
-def test_half_precision_warns_only_where_the_cpu_emulates_it(monkeypatch):
-    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+def test_half_precision_warns_only_where_torch_has_no_kernel_for_it(monkeypatch):
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
     warning = half_precision_warning("bf16", CPU)
     assert warning is not None and "\n" not in warning
-    assert warning.startswith("precision=bf16: this CPU has no bf16 matrix instructions")
+    assert warning.startswith("precision=bf16: torch has no bf16 matrix kernels for this CPU")
     assert "precision=fp32" in warning
-    assert "fp16 needs AMX-FP16" in half_precision_warning("fp16", CPU)
+    assert "they need AVX512-FP16 or AMX-FP16" in half_precision_warning("fp16", CPU)
     assert half_precision_warning("fp32", CPU) is None
     assert half_precision_warning("bf16", torch.device("cuda")) is None
-    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": True, "fp16": False})
     assert half_precision_warning("bf16", CPU) is None
-    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units", lambda: None)
-    assert half_precision_warning("bf16", CPU) is None  # unknown (not x86): no claim made
+    assert half_precision_warning("fp16", CPU) is not None
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels", lambda: None)
+    assert half_precision_warning("bf16", CPU) is None  # unknown: no claim made
 
 
 def test_bound_onednn_caches_sets_defaults_and_keeps_the_users_choice(monkeypatch):

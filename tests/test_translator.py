@@ -110,7 +110,8 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
     import seq2seq.device
     import seq2seq.inference.translator
 
-    monkeypatch.setattr(seq2seq.device, "cpu_half_precision_units",
+    monkeypatch.setattr(seq2seq.device, "native_bf16_cpu", lambda: bf16_units)
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": bf16_units, "fp16": False})
     monkeypatch.setattr(seq2seq.inference.translator, "_WARNED", set())
     model, tokenizers = translator.model, translator.tokenizers
