@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 
@@ -55,6 +56,24 @@ def half_precision_warning(precision: str, device: torch.device) -> str | None:
             f"({torch.backends.cpu.get_cpu_capability()}; they need {needs}), so its "
             f"products run on a slow fallback, far slower than fp32 (bf16 on an AVX2 AMD EPYC: "
             f"0.2 against 70 GFLOP/s); use precision=fp32 or precision=auto")
+
+
+_WARNED: set[str] = set()  # the precision warnings this process has given
+
+
+def choose_precision(precision: str, device: torch.device, *, log: logging.Logger,
+                     option: str = "precision") -> str:
+    """:func:`resolve_precision`, logging what ``auto`` chose and, once per process (validation
+    builds a translator each time), the :func:`half_precision_warning` of the result.
+    ``option`` names the setting in both lines."""
+    chosen = resolve_precision(precision, device)
+    if precision == "auto":
+        log.info("%s=auto: %s on %s", option, chosen, device)
+    warning = half_precision_warning(chosen, device)
+    if warning is not None and warning not in _WARNED:
+        _WARNED.add(warning)
+        log.warning(warning.replace("precision=", f"{option}=", 1))
+    return chosen
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

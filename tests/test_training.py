@@ -400,6 +400,7 @@ def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
     monkeypatch.setattr(seq2seq.device, "native_bf16_cpu", lambda: False)
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
+    monkeypatch.setattr(seq2seq.device, "_WARNED", set())
     for precision in ("auto", "bf16"):
         cfg = tiny_train_config(**{"trainer.precision": precision, "trainer.max_steps": 1,
                                    "trainer.valid_every": "null", "trainer.max_epochs": 1})

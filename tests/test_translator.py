@@ -108,12 +108,11 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
     """auto decodes in bf16 only on a CPU with bf16 units; bf16 asked for on a CPU without
     them decodes in bf16 as asked, with a one-line warning."""
     import seq2seq.device
-    import seq2seq.inference.translator
 
     monkeypatch.setattr(seq2seq.device, "native_bf16_cpu", lambda: bf16_units)
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": bf16_units, "fp16": False})
-    monkeypatch.setattr(seq2seq.inference.translator, "_WARNED", set())
+    monkeypatch.setattr(seq2seq.device, "_WARNED", set())
     model, tokenizers = translator.model, translator.tokenizers
     with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
         auto = Translator(model, tokenizers, device="cpu", precision="auto")

@@ -36,19 +36,13 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import EOS_ID, PAD_ID
-from seq2seq.device import (
-    AUTOCAST_DTYPES,
-    half_precision_warning,
-    resolve_precision,
-    select_device,
-)
+from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
 logger = logging.getLogger(__name__)
-_WARNED: set[str] = set()  # the precision warnings this process has given
 
 
 class Translation(NamedTuple):
@@ -144,11 +138,7 @@ class Translator:
             raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.tokenizers = tokenizers
         self.device = select_device(device)
-        self.precision = resolve_precision(precision, self.device)  # ValueError if unknown
-        warning = half_precision_warning(self.precision, self.device)
-        if warning is not None and warning not in _WARNED:  # once: validation builds many
-            _WARNED.add(warning)
-            logger.warning(warning)
+        self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.quantize = quantize
         self.model = quantize_for_cpu(model, quantize, self.device)
         self.beam_size = beam_size

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
-from seq2seq.device import AUTOCAST_DTYPES, half_precision_warning, resolve_precision
+from seq2seq.device import AUTOCAST_DTYPES, choose_precision
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget
 from seq2seq.training.checkpointing import CheckpointManager
@@ -99,12 +99,7 @@ class Trainer:
             group.setdefault("initial_lr", group["lr"])
 
         use_cuda = self.device.type == "cuda"
-        precision = resolve_precision(settings.precision, self.device)
-        if settings.precision == "auto":
-            log.info("trainer.precision=auto: %s on %s", precision, self.device)
-        warning = half_precision_warning(precision, self.device)
-        if warning is not None:
-            log.warning("trainer.%s", warning)
+        precision = choose_precision(settings.precision, self.device, log=log, option="trainer.precision")
         amp_dtype = AUTOCAST_DTYPES[precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",
