@@ -51,7 +51,11 @@ def half_precision_warning(precision: str, device: torch.device) -> str | None:
     kernels = onednn_half_precision_kernels()
     if kernels is None or kernels[precision]:
         return None
-    needs = "AVX-512" if precision == "bf16" else "AVX512-FP16 or AMX-FP16"
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        needs = ("AVX-512 or AVX-NE-CONVERT" if precision == "bf16"
+                 else "AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT")
+    else:
+        needs = f"the CPU's {precision} extension"
     return (f"precision={precision}: torch has no {precision} matrix kernels for this CPU "
             f"({torch.backends.cpu.get_cpu_capability()}; they need {needs}), so its "
             f"products run on a slow fallback, far slower than fp32 (bf16 on an AVX2 AMD EPYC: "
@@ -72,7 +76,7 @@ def choose_precision(precision: str, device: torch.device, *, log: logging.Logge
     warning = half_precision_warning(chosen, device)
     if warning is not None and warning not in _WARNED:
         _WARNED.add(warning)
-        log.warning(warning.replace("precision=", f"{option}=", 1))
+        log.warning(warning.replace("precision=", f"{option}="))
     return chosen
 
 
@@ -89,8 +93,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":  # bf16 tensor cores from Ampere (8.x) on; older GPUs emulate it
+        return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp32"
     if device.type == "cpu":
         return "bf16" if native_bf16_cpu() else "fp32"
     return "fp32"

@@ -60,6 +60,13 @@ def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_instructions(monkeypatch
         resolve_precision("fp8", CPU)
 
 
+@pytest.mark.parametrize(("capability", "expected"), [((7, 0), "fp32"), ((8, 0), "bf16")])
+def test_auto_precision_on_a_gpu_is_bf16_from_ampere_on(monkeypatch, capability, expected):
+    """Older GPUs emulate bf16 (torch.cuda.is_bf16_supported() says True there by default)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+
+
 def test_half_precision_warns_only_where_torch_has_no_kernel_for_it(monkeypatch):
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
@@ -67,7 +74,7 @@ def test_half_precision_warns_only_where_torch_has_no_kernel_for_it(monkeypatch)
     assert warning is not None and "\n" not in warning
     assert warning.startswith("precision=bf16: torch has no bf16 matrix kernels for this CPU")
     assert "precision=fp32" in warning
-    assert "they need AVX512-FP16 or AMX-FP16" in half_precision_warning("fp16", CPU)
+    assert "AMX-FP16" in half_precision_warning("fp16", CPU)
     assert half_precision_warning("fp32", CPU) is None
     assert half_precision_warning("bf16", torch.device("cuda")) is None
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",

@@ -88,20 +88,25 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
     """SIGKILL after a checkpoint, resume: same parameters as an uninterrupted run."""
     common = tiny_train_config.overrides(**{"trainer.max_steps": 80, "trainer.valid_every": 50})
     straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
-    # Both one-threaded and side by side: the straight run's output is read only at the end.
-    straight = run_cli([*common, f"hydra.run.dir={straight_dir}"], tmp_path,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = killed_dir / "checkpoints" / "last.pt"
-    victim = run_cli([*common, f"hydra.run.dir={killed_dir}"], tmp_path)
-    deadline = time.time() + 300
-    while not last.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert victim.poll() is None, "the run finished before it could be killed"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    killed_at = load_checkpoint(last)["trainer_state"]["step"]
-    assert killed_at < 80
-    assert straight.wait(timeout=300) == 0, "the uninterrupted run failed"
+    # Both one-threaded and side by side; the straight run writes its output to a file.
+    straight_log = tmp_path / "straight.log"
+    with straight_log.open("wb") as log:
+        straight = run_cli([*common, f"hydra.run.dir={straight_dir}"], tmp_path, stdout=log)
+    try:
+        last = killed_dir / "checkpoints" / "last.pt"
+        victim = run_cli([*common, f"hydra.run.dir={killed_dir}"], tmp_path)
+        deadline = time.time() + 300
+        while not last.exists() and victim.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert victim.poll() is None, "the run finished before it could be killed"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        killed_at = load_checkpoint(last)["trainer_state"]["step"]
+        assert killed_at < 80
+        assert straight.wait(timeout=300) == 0, straight_log.read_text()[-3000:]
+    finally:
+        straight.kill()  # a no-op once it has ended
+        straight.wait()
 
     resumed = run_cli([*common, f"hydra.run.dir={killed_dir}", "trainer.resume=auto"], tmp_path)
     output = resumed.communicate(timeout=300)[0].decode()
@@ -410,12 +415,14 @@ def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
         with caplog.at_level("INFO"):
             train(cfg, tmp_path / precision)
         messages = [record.getMessage() for record in caplog.records]
-        warning = "trainer." + seq2seq.device.half_precision_warning("bf16", torch.device("cpu"))
+        warning = seq2seq.device.half_precision_warning("bf16", torch.device("cpu")).replace(
+            "precision=", "trainer.precision=")
         if precision == "auto":
             assert "trainer.precision=auto: fp32 on cpu" in messages
             assert warning not in messages
         else:
             assert warning in messages
+            assert "use trainer.precision=fp32 or trainer.precision=auto" in warning
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

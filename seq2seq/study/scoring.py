@@ -16,6 +16,7 @@ are unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
+from seq2seq.device import resolve_precision, select_device
 
 log = logging.getLogger("seq2seq.compare")
 CACHE_VERSION = 1
@@ -65,7 +67,10 @@ def cache_paths(run_dir: Path, options: ScoringOptions) -> tuple[Path, Path]:
 def _cache_key(checkpoint: Path, options: ScoringOptions) -> dict[str, Any]:
     stat = checkpoint.stat()
     settings = asdict(options)
-    settings.pop("device")  # the scores do not depend on it (speed does, but that is fine)
+    device = settings.pop("device")  # the scores do not depend on it (speed does: fine)
+    with contextlib.suppress(ValueError):  # a bad value is reported by the scoring itself
+        # The scores do depend on the precision auto chooses on that device.
+        settings["precision"] = resolve_precision(options.precision, select_device(device))
     return {"version": CACHE_VERSION, "checkpoint_size": stat.st_size,
             "checkpoint_mtime_ns": stat.st_mtime_ns, "settings": settings}
 

@@ -98,14 +98,13 @@ class Trainer:
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
-        use_cuda = self.device.type == "cuda"
-        precision = choose_precision(settings.precision, self.device, log=log, option="trainer.precision")
-        amp_dtype = AUTOCAST_DTYPES[precision]
+        precision = choose_precision(settings.precision, self.device, log=log,
+                                     option="trainer.precision")
+        self.amp_dtype = amp_dtype = AUTOCAST_DTYPES[precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",
                         precision, self.device)
-            amp_dtype = None
-        self.amp_dtype = amp_dtype
+            self.amp_dtype = amp_dtype = None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
 
         objective: nn.Module = SequenceLoss(model, label_smoothing=settings.label_smoothing)
@@ -113,7 +112,7 @@ class Trainer:
             objective = torch.compile(objective)
         if context.is_distributed:
             objective = DistributedDataParallel(
-                objective, device_ids=[self.device.index] if use_cuda else None
+                objective, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         self.objective = objective
 
@@ -137,7 +136,7 @@ class Trainer:
             batch_sampler=self.sampler,
             collate_fn=collate,
             num_workers=batch.num_workers,
-            pin_memory=use_cuda,
+            pin_memory=self.device.type == "cuda",
             # Its own generator: a DataLoader iterator otherwise draws from the global RNG,
             # which would make a resumed run's dropout differ from an uninterrupted one.
             generator=torch.Generator().manual_seed(settings.seed),
