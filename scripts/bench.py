@@ -125,6 +125,18 @@ def matmul_ceilings() -> tuple[dict[str, float], str]:
     return ceilings, line
 
 
+def runs_for(ceilings: dict[str, float], decode_variants: list[str]) -> dict:
+    """What this CPU runs: the training rows, the memory run's precision and the decoding
+    variants, leaving out bf16 where it has no bf16 ceiling (emulated, see above)."""
+    native_bf16 = "bf16" in ceilings
+    return {
+        "training": [(preset, precision) for preset, precision in TRAINING_RUNS
+                     if precision in ceilings],
+        "memory_precision": "bf16" if native_bf16 else "fp32",
+        "decoding": [v for v in decode_variants if v != "bf16" or native_bf16],
+    }
+
+
 def flops_per_target_token(preset: str, batch: int = 64, length: int = 14) -> float:
     """Matrix-product FLOP per target token of one training step of ``preset`` (see above)."""
     from hydra import compose, initialize_config_dir
@@ -222,11 +234,10 @@ def main() -> None:
                "torch": torch.__version__}
     print(f"CPU: {machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}")
     ceilings, line = matmul_ceilings()
-    native_bf16 = machine["bf16_native"] = "bf16" in ceilings
+    machine["bf16_native"] = "bf16" in ceilings
     machine["matmul_ceiling_gflops"] = ceilings
     print(line)
-    training_runs = [(preset, precision) for preset, precision in TRAINING_RUNS
-                     if precision in ceilings]
+    runs = runs_for(ceilings, args.decode_variants)
     flops = {preset: flops_per_target_token(preset) for preset, _ in TRAINING_RUNS}
     machine["flops_per_target_token"] = flops
     print("FLOP per target token (matrix products, forward + backward): " + ", ".join(
@@ -234,7 +245,7 @@ def main() -> None:
     results: dict = {"machine": machine, "training": [], "memory": None, "decoding": None}
 
     print(f"\n{'training preset':<52} {'tgt tok/s (median)':>19} {'% ceiling':>10} {'peak RSS':>10}")
-    for preset, precision in training_runs:
+    for preset, precision in runs["training"]:
         row = bench_training(preset, precision, args.train_steps)
         row["percent_of_ceiling"] = (
             100 * row["tokens_per_second_median"] * flops[preset] / (ceilings[precision] * 1e9)
@@ -246,7 +257,7 @@ def main() -> None:
     results["ratios"] = training_ratios(results["training"])
     print("ratios: " + ", ".join(f"{name} {value:.2f}x" for name, value in results["ratios"].items()))
     if args.memory_steps:
-        memory_precision = "bf16" if native_bf16 else "fp32"
+        memory_precision = runs["memory_precision"]
         row = bench_training("multi30k_luong_fast", memory_precision, args.memory_steps,
                              log_every=100)
         results["memory"] = row
@@ -260,7 +271,7 @@ def main() -> None:
         print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} "
               f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10}")
         for variant in args.decode_variants:
-            if variant == "bf16" and not native_bf16:
+            if variant not in runs["decoding"]:
                 print(f"{'-':<8} {variant:<9} skipped: bf16 products are emulated on this CPU")
                 continue
             precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")

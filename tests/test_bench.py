@@ -46,3 +46,15 @@ def test_ratios_use_only_the_rows_that_ran(bench):
     rows.append({"preset": "multi30k_gru_additive", "precision": "bf16",
                  "tokens_per_second_median": 1800})
     assert bench.training_ratios(rows)["multi30k_gru_additive bf16/fp32"] == 1.8
+
+
+def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):
+    variants = ["fp32", "bf16", "int8"]
+    native = bench.runs_for({"fp32": 70.0, "bf16": 150.0}, variants)
+    assert native["training"] == list(bench.TRAINING_RUNS)
+    assert native["memory_precision"] == "bf16" and native["decoding"] == variants
+    emulated = bench.runs_for({"fp32": 70.0}, variants)
+    assert emulated["training"] == [run for run in bench.TRAINING_RUNS if run[1] == "fp32"]
+    assert len(emulated["training"]) == 2
+    assert emulated["memory_precision"] == "fp32"
+    assert emulated["decoding"] == ["fp32", "int8"]
