@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from profile_training import preset_training, train_step  # noqa: E402
+from profile_training import preset_dtype, preset_training, train_step  # noqa: E402
 
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches, resolve_precision  # noqa: E402
+from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.models import decoders, scorers  # noqa: E402
 from seq2seq.models import dropout as dropout_module  # noqa: E402
 from seq2seq.models import encoder as encoder_module  # noqa: E402
@@ -92,8 +92,7 @@ def main() -> None:
         parser.error("--batches and --rounds must be positive")
     bound_onednn_caches()
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.batches)
-    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))  # auto: this CPU's
-    dtype = AUTOCAST_DTYPES[precision]
+    precision, dtype = preset_dtype(cfg)
 
     def tokens_per_second(select) -> float:
         select()

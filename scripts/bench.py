@@ -33,7 +33,8 @@ row is also a percentage of the ceiling of its precision (int8 rows: not counted
 
 Memory: each training row's peak resident memory is over its ``--train-steps`` steps; one more
 run of ``--memory-steps`` (default 1,000) steps of ``multi30k_luong_fast`` (bf16, the
-preset that peaked highest; fp32 where bf16 is skipped) reports the peak of a longer run, with many batch shapes seen.
+preset that peaked highest; fp32 where bf16 is skipped) reports the peak of a longer run, with
+many batch shapes seen.
 
 Runs in about 10 minutes on 2 CPU cores. The machine may be shared and noisy: compare numbers
 of one run.

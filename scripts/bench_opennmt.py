@@ -209,12 +209,12 @@ def main() -> None:
                      "sentences_per_second": len(sources) / seconds,
                      "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score})
     onmt_speed = {row["beam_size"]: row["sentences_per_second"] for row in rows}
-    from bench import cpu_model, matmul_ceilings  # scripts/bench.py, beside this script
+    from bench import cpu_model, matmul_ceilings, runs_for  # scripts/bench.py, beside this one
 
     ceilings, ceiling_line = matmul_ceilings()
     for variant in args.variants:
-        if variant == "bf16" and "bf16" not in ceilings:
-            print("bf16 skipped: bf16 products are emulated on this CPU", flush=True)
+        if variant not in runs_for(ceilings, args.variants)["decoding"]:
+            print(f"{variant} skipped: bf16 products are emulated on this CPU", flush=True)
             continue
         precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
         result = subprocess.run(

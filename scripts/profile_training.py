@@ -45,6 +45,12 @@ def preset_training(overrides: list[str], batch_count: int):
     return cfg, objective, optimizer, batches
 
 
+def preset_dtype(cfg) -> tuple[str, torch.dtype | None]:
+    """The preset's precision on this CPU (``auto`` resolved) and its autocast dtype."""
+    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))
+    return precision, AUTOCAST_DTYPES[precision]
+
+
 def train_step(objective, optimizer, batch, dtype: torch.dtype | None) -> None:
     """One forward, backward and optimizer step on ``batch``, under autocast to ``dtype``
     (None: float32), as the profiling and A/B scripts time it."""
@@ -65,8 +71,7 @@ def main() -> None:
     bound_onednn_caches()  # as train.py does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
 
-    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))  # auto: this CPU's
-    dtype = AUTOCAST_DTYPES[precision]
+    precision, dtype = preset_dtype(cfg)
 
     for batch in batches[:2]:  # warm-up
         train_step(objective, optimizer, batch, dtype)

@@ -14,12 +14,16 @@ AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("auto", *AUTOCAST_DTYPES)
 
 
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 def native_bf16_cpu() -> bool | None:
     """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX), where bf16 products
     run about twice as fast as fp32; None where torch cannot say (its probes, the ones its
     compiler uses, are x86 ones): unknown, not absent."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not _x86():
         return None
     if not all(hasattr(torch.cpu, name) for name in probes):
         return None
@@ -51,7 +55,7 @@ def half_precision_warning(precision: str, device: torch.device) -> str | None:
     kernels = onednn_half_precision_kernels()
     if kernels is None or kernels[precision]:
         return None
-    if platform.machine().lower() in ("x86_64", "amd64"):
+    if _x86():
         needs = ("AVX-512 or AVX-NE-CONVERT" if precision == "bf16"
                  else "AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT")
     else:

@@ -106,9 +106,9 @@ class Translator:
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
 
     Raises:
-        ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``, an unknown ``quantize``
-            mode, ``quantize=int8`` on a device other than the CPU, or a shortlist built for
-            other vocabularies (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
+        ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
+            an unknown ``quantize`` mode, ``quantize=int8`` on a device other than the CPU, or
+            a shortlist built for other vocabularies (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
     """
 
     def __init__(
