@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from profile_training import preset_dtype, preset_training, train_step  # noqa: E402
 
 from seq2seq.data.vocab import PAD_ID  # noqa: E402
-from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.models import decoders, scorers  # noqa: E402
 from seq2seq.models import dropout as dropout_module  # noqa: E402
 from seq2seq.models import encoder as encoder_module  # noqa: E402
 from seq2seq.models.additive_energies import additive_energies  # noqa: E402
+from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 
 # Kept before any swap: the comparison replaces the module's function in place.
 INT16_DROPOUT = dropout_module.dropout

@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from seq2seq.device import bound_onednn_caches
+    from seq2seq.onednn_caches import bound_onednn_caches
 
     bound_onednn_caches(kernels=None)  # as translate.py and evaluate.py do
     if args.num_threads:

@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.models.encoder import RNNEncoder  # noqa: E402
+from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 
 WARMUP = 10
 

@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 from seq2seq.models.decoders import AttentionDecoder  # noqa: E402
+from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
 VOCAB = 8000

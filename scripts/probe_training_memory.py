@@ -23,7 +23,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from seq2seq import CONFIG_DIR
-from seq2seq.device import bound_onednn_caches
+from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.training import trainer as trainer_module
 from seq2seq.training.run import train
 

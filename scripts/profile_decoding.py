@@ -17,9 +17,9 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.device import bound_onednn_caches  # noqa: E402
 from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 
 
 def main() -> None:

@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
 
 from seq2seq import CONFIG_DIR  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, bound_onednn_caches, resolve_precision  # noqa: E402
+from seq2seq.device import AUTOCAST_DTYPES, resolve_precision  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
+from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 from seq2seq.training.loss import SequenceLoss  # noqa: E402
 
 

@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="CPU threads for torch")
     parser.add_argument("--json", default=None, help="also write the results here as JSON")
     args = parser.parse_args(argv)
-    from seq2seq.device import bound_onednn_caches
+    from seq2seq.onednn_caches import bound_onednn_caches
 
     bound_onednn_caches(kernels=None)  # as translate.py does
 

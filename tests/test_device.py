@@ -12,15 +12,17 @@ import torch
 
 import seq2seq.device
 from seq2seq.device import (
+    half_precision_warning,
+    native_bf16_cpu,
+    onednn_half_precision_kernels,
+    resolve_precision,
+)
+from seq2seq.onednn_caches import (
     MATMUL_SETUP_CACHE,
     MATMUL_SETUP_CACHE_ENV,
     ONEDNN_CACHE_ENV,
     TRAINING_ONEDNN_CACHE,
     bound_onednn_caches,
-    half_precision_warning,
-    native_bf16_cpu,
-    onednn_half_precision_kernels,
-    resolve_precision,
 )
 
 CPU = torch.device("cpu")
@@ -122,7 +124,7 @@ def test_the_training_entry_point_bounds_both_caches_on_import():
 HEAP_GROWTH = textwrap.dedent("""
     import ctypes, sys
     import torch
-    from seq2seq.device import bound_onednn_caches
+    from seq2seq.onednn_caches import bound_onednn_caches
     bound_onednn_caches(kernels=0)
 
     class MallInfo2(ctypes.Structure):

@@ -102,7 +102,8 @@ def run(argv: Sequence[str]):
     specs, options = parse_arguments(argv)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
-    from seq2seq.device import bound_onednn_caches, set_num_threads
+    from seq2seq.device import set_num_threads
+    from seq2seq.onednn_caches import bound_onednn_caches
     from seq2seq.study.comparison import compare
     from seq2seq.study.runs import StudyError
     from seq2seq.study.scoring import ScoringOptions

@@ -52,7 +52,7 @@ from seq2seq.cli.common import (
     fail,
     translator_options,
 )
-from seq2seq.device import bound_onednn_caches, set_num_threads
+from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.evaluate")
 # The first checkpoint's startup time counts from here: Hydra's config composition and the
@@ -196,14 +196,16 @@ def format_table(summaries: list[Mapping[str, Any]]) -> str:
 
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Score every checkpoint named by ``cfg.checkpoint``; returns their summaries."""
-    from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
-
     check_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
         fail("give both src=FILE and ref=FILE, or neither (to score a split)")
+    # torch loads from here on: a bad option above is refused without it.
+    from seq2seq.checkpoint import CheckpointError
+    from seq2seq.data.corpus import DataError
+    from seq2seq.device import set_num_threads
+
     bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))
     summaries = []

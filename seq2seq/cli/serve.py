@@ -28,7 +28,7 @@ from seq2seq.cli.common import (
     fail,
     translator_options,
 )
-from seq2seq.device import bound_onednn_caches, set_num_threads
+from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -68,6 +68,7 @@ def build_app(cfg: DictConfig):
     except ImportError as error:
         fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
     from seq2seq.checkpoint import CheckpointError
+    from seq2seq.device import set_num_threads
 
     bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))

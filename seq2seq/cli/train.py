@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from seq2seq.cli.common import CONFIG_DIR, first_line
-from seq2seq.device import bound_onednn_caches
+from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
 # Before any matrix product of this process (see the function's docstring).

@@ -53,7 +53,7 @@ from seq2seq.cli.common import (
     fail,
     translator_options,
 )
-from seq2seq.device import bound_onednn_caches, set_num_threads
+from seq2seq.onednn_caches import bound_onednn_caches
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translation
@@ -143,10 +143,6 @@ def _interactive(translator, writer: _Writer) -> float:
 
 def run(cfg: DictConfig) -> int:
     """Translate as configured; returns the number of input lines translated."""
-    from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError, iter_lines
-    from seq2seq.inference.translator import Translator
-
     started = MODULE_LOADED
     check_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
@@ -158,6 +154,12 @@ def run(cfg: DictConfig) -> int:
     if cfg.input is not None and not Path(cfg.input).is_file():
         fail(f"input file not found: {cfg.input}")
     paths = checkpoint_paths(cfg.checkpoint)
+    # torch loads from here on: a bad option above is refused without it.
+    from seq2seq.checkpoint import CheckpointError
+    from seq2seq.data.corpus import DataError, iter_lines
+    from seq2seq.device import set_num_threads
+    from seq2seq.inference.translator import Translator
+
     bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))
     try:
