@@ -105,7 +105,9 @@ def test_padded_run_under_bf16_autocast_is_close_to_packed():
 
 def test_bench_encoder_times_both_paths_and_refuses_too_few_batches():
     script = [sys.executable, str(ROOT / "scripts" / "bench_encoder.py")]
-    result = subprocess.run([*script, "--batches", "12"], capture_output=True, text=True)
+    # Width 32: the paths are the same at any width, and 256 costs seconds per batch here.
+    result = subprocess.run([*script, "--batches", "12", "--hidden-size", "32"],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("encoder forward + backward, fp32, 2 batches")
