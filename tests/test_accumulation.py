@@ -1,19 +1,15 @@
 """Gradient accumulation: a step over micro-batches equals one step over the batch of them all,
-and under DDP the partial group at an epoch's end still synchronises the ranks."""
+and under DDP the partial group at an epoch's end still synchronises the ranks (with two real
+torchrun ranks: ``test_training.py::test_two_process_gloo_torchrun_keeps_ranks_identical``)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.batching import collate
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.schedulers import ConstantSchedule
@@ -135,28 +131,3 @@ def test_the_last_micro_batch_of_a_group_synchronises_and_the_others_do_not(
     trainer._accumulate(batches[:4])
     trainer._accumulate(batches[4:])  # the partial group at an epoch's end
     assert synced == [False, False, False, True, False, True]
-
-
-@pytest.mark.slow
-def test_torchrun_with_a_partial_accumulation_group_keeps_ranks_identical(
-    tmp_path, tiny_train_config
-):
-    """Two gloo ranks, accumulation over 4 batches, epochs whose batch count per rank leaves a
-    partial group: the run's own check finds identical parameters on both ranks."""
-    run_dir = tmp_path / "ddp"
-    overrides = tiny_train_config.overrides(**{
-        "trainer.max_epochs": 2, "trainer.max_steps": "null", "trainer.accumulate_grad_batches": 4,
-        "trainer.valid_every": "null", "trainer.save_every": "null", "hydra.run.dir": run_dir})
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")  # a crash shows stacks
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", str(ROOT / "train.py"), *overrides]
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
-    log_text = (run_dir / "train.log").read_text()
-    batches = int(re.search(r"training: (\d+) batches per epoch per rank", log_text).group(1))
-    assert batches % 4 != 0, f"{batches} batches per rank: no partial group, the test proves nothing"
-    assert "parameters identical on all 2 ranks" in output
-    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
-    assert state["epoch"] == 2 and state["step"] >= 2 * (batches // 4)

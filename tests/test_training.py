@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -374,10 +376,14 @@ def test_bad_config_value_is_one_line_error_from_train_py(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_path):
+    """Two gloo ranks accumulating 4 batches a step, over 2 epochs whose batch count per rank
+    leaves a partial group (which must synchronise the ranks too): the run's own check finds
+    identical parameters on both ranks, and rank 0 alone logs, writes checkpoints and averages
+    the last 2 validations. One run for both, as each torchrun costs three torch imports."""
     run_dir = tmp_path / "ddp"
-    overrides = tiny_train_config.overrides(**{"trainer.max_steps": 20,
-                                               "trainer.valid_every": 10,
-                                               "trainer.average_last": 2})
+    overrides = tiny_train_config.overrides(**{
+        "trainer.max_epochs": 2, "trainer.max_steps": "null", "trainer.accumulate_grad_batches": 4,
+        "trainer.valid_every": 2, "trainer.average_last": 2})
     # A rank that crashes prints every thread's Python stack.
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -385,21 +391,24 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output
+    assert result.returncode == 0, output[-3000:]
     assert "parameters identical on all 2 ranks" in output
-    assert "rank 0 of 2 joined the gloo process group" in (run_dir / "train.log").read_text()
-    # Only rank 0 logs to the file and writes checkpoints.
     log_text = (run_dir / "train.log").read_text()
+    batches = int(re.search(r"training: (\d+) batches per epoch per rank", log_text).group(1))
+    assert batches % 4 != 0, f"{batches} batches per rank: no partial group, the test proves nothing"
+    assert "rank 0 of 2 joined the gloo process group" in log_text
+    # Only rank 0 logs to the file and writes checkpoints.
     assert "rank 1 of 2" not in log_text
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[:2] == [
         "averaged.pt", "best.pt"]
     # Rank 0 alone averaged the last 2 validations and validated the average; rank 1 waited.
     assert "averaged last 2: BLEU" in log_text
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer_state"]
-    assert state["step"] == 20
+    steps = 2 * math.ceil(batches / 4)  # the partial group is a step of its own
+    assert state["epoch"] == 2 and state["step"] == steps
     averaged_from = load_checkpoint(run_dir / "checkpoints" / "averaged.pt")["averaged_from"]
     assert averaged_from == state["recent_checkpoints"]  # the last 2 validations (epoch ends too)
-    assert len(averaged_from) == 2 and averaged_from[-1] == "recent/step0000020.pt"
+    assert len(averaged_from) == 2 and averaged_from[-1] == f"recent/step{steps:07d}.pt"
 
 
 def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
