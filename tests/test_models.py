@@ -167,10 +167,13 @@ def reversal_batch(generator, batch_size=32):
 @pytest.mark.slow
 @pytest.mark.parametrize(("encoder", "decoder", "scorer"), LEARNING)
 def test_learns_to_reverse(encoder, decoder, scorer):
-    """Reversal needs attention (a fixed-size summary cannot reorder); bounded to 300 steps.
+    """Each combination learns to reverse: a held-out loss under 0.1 nats a piece, in at most
+    300 steps.
 
-    Batches of 128 learn it in 50-100 steps (seeds 0 and 1); batches of 32 needed 100-350, each
-    step costing over half as much, since a step this small is mostly per-call overhead.
+    Batches of 128 get there in 40-70 steps (seed 0; batches of 32 needed 100-350 steps, each
+    costing over half as much, a step this small being mostly per-call overhead). A control with
+    the dot scorer's energies zeroed (uniform weights) needed 150: the decoder can also learn
+    these short sequences by heart, so this proves learning, not the attention's share in it.
     """
     torch.set_num_threads(1)  # tiny tensors: threads only add overhead
     model = make_model(
@@ -199,10 +202,10 @@ def test_learns_to_reverse(encoder, decoder, scorer):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if step % 25 == 0 and held_out_loss() < 0.05:
+        if step % 10 == 0 and held_out_loss() < 0.1:
             break
     final = held_out_loss()
-    assert final < 0.05, f"held-out loss {final:.3f} after {step} steps"
+    assert final < 0.1, f"held-out loss {final:.3f} after {step} steps"
 
 
 def test_tied_embeddings_share_the_matrix():
