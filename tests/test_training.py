@@ -245,13 +245,13 @@ def test_cosine_decay_spans_a_max_time_budget(tiny_train_config, tmp_path, monke
     run_dir = tmp_path / "run"
     cfg = tiny_train_config(**{"scheduler": "cosine", "scheduler.warmup_steps": 0,
                                "scheduler.min_factor": 0.01, "trainer.max_steps": "null",
-                               "trainer.max_epochs": "null", "trainer.max_time": 2,
+                               "trainer.max_epochs": "null", "trainer.max_time": 1,
                                "trainer.valid_every": 1000, "trainer.save_every": 1000})
     train(cfg, run_dir)
     assert progresses[0] == 0.0 and progresses == sorted(progresses)
     assert 0.9 < progresses[-1] <= 1.0
     checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    assert 20 < checkpoint["trainer_state"]["step"] < 120  # 120 fake seconds, a few per step
+    assert 10 < checkpoint["trainer_state"]["step"] < 60  # 60 fake seconds, one or more a step
     lr = checkpoint["optimizer"]["param_groups"][0]["lr"]
     assert lr < 0.01 * 0.05  # near min_factor * lr at the end of the budget
 
