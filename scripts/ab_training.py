@@ -2,8 +2,10 @@
 
     python scripts/ab_training.py dropout experiment=multi30k_luong_fast [--batches 30] [--rounds 4]
     python scripts/ab_training.py additive experiment=multi30k_gru_additive trainer.precision=bf16
+    python scripts/ab_training.py dropout,additive,embedded experiment=multi30k_gru_additive
 
-What each comparison runs (A against B):
+What each comparison runs (A against B, B being the code as it is); several, separated by
+commas, run one after the other in one process, on the same model and batches:
 
 - ``dropout``: torch's ``F.dropout`` against ``seq2seq.models.dropout``'s int16 mask (on CPUs
   where that mask is used; README "Speed", item 9);
@@ -81,9 +83,19 @@ COMPARISONS = {
 }
 
 
+def _comparison_names(value: str) -> list[str]:
+    names = value.split(",")
+    unknown = [name for name in names if name not in COMPARISONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown comparison {unknown[0]!r} (choose from {', '.join(sorted(COMPARISONS))})")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("comparison", choices=sorted(COMPARISONS))
+    parser.add_argument("comparisons", type=_comparison_names,
+                        help=f"one or several of {','.join(sorted(COMPARISONS))}")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=4)
@@ -102,18 +114,20 @@ def main() -> None:
             tokens += int((batch[3] != PAD_ID).sum())
         return tokens / (time.perf_counter() - started)
 
-    sides = COMPARISONS[args.comparison]
-    for _, select in sides:  # warm-up: kernels, allocator
-        tokens_per_second(select)
-    rates: dict[str, list[float]] = {name: [] for name, _ in sides}
-    for round_index in range(args.rounds):
-        for name, select in (sides if round_index % 2 == 0 else sides[::-1]):
-            rates[name].append(tokens_per_second(select))
-    print(f"{args.comparison}: {' '.join(args.overrides)} ({precision}, "
-          f"{args.batches} batches, {torch.get_num_threads()} threads)")
-    for name, values in rates.items():
-        print(f"  {name:10s} {' '.join(f'{v:,.0f}' for v in values)}  "
-              f"median {statistics.median(values):,.0f} target tokens/s")
+    for comparison in args.comparisons:
+        sides = COMPARISONS[comparison]
+        for _, select in sides:  # warm-up: kernels, allocator
+            tokens_per_second(select)
+        rates: dict[str, list[float]] = {name: [] for name, _ in sides}
+        for round_index in range(args.rounds):
+            for name, select in (sides if round_index % 2 == 0 else sides[::-1]):
+                rates[name].append(tokens_per_second(select))
+        sides[1][1]()  # the code as it is, for the comparisons that follow
+        print(f"{comparison}: {' '.join(args.overrides)} ({precision}, "
+              f"{args.batches} batches, {torch.get_num_threads()} threads)")
+        for name, values in rates.items():
+            print(f"  {name:10s} {' '.join(f'{v:,.0f}' for v in values)}  "
+                  f"median {statistics.median(values):,.0f} target tokens/s")
 
 
 if __name__ == "__main__":
