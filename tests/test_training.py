@@ -30,7 +30,7 @@ def validation_bleus(caplog) -> list[float]:
 def test_training_improves_validation_bleu_and_writes_the_run_folder(tiny_train_config, tmp_path,
                                                                      caplog):
     run_dir = tmp_path / "run"
-    cfg = tiny_train_config(**{"trainer.max_steps": 150, "trainer.valid_every": 50})
+    cfg = tiny_train_config(**{"trainer.max_steps": 100, "trainer.valid_every": 50})
     with caplog.at_level("INFO"):
         result = train(cfg, run_dir)
     bleus = validation_bleus(caplog)
@@ -43,7 +43,7 @@ def test_training_improves_validation_bleu_and_writes_the_run_folder(tiny_train_
     assert (run_dir / "config.yaml").is_file()
     # Every checkpoint is plain data: the weights-only unpickler reads it.
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
-    assert checkpoint["trainer_state"]["step"] == 150
+    assert checkpoint["trainer_state"]["step"] == 100
     kept = sorted((run_dir / "checkpoints").glob("step*-bleu*.pt"))
     assert 1 <= len(kept) <= 3
 
