@@ -205,15 +205,14 @@ def test_bad_input_is_one_line_error(tmp_path, capsys, argv, message):
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
                     reason="hydra-submitit-launcher is not installed (pip install .[cluster])")
 def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys):
+    """One job: the submitit folder layout is what is tested here (grouping is the sweep test's)."""
     sweep = tmp_path / "cluster_sweep"
     run_sweep(tiny_train_config.overrides(**TINY_SWEEP), sweep, "hydra/launcher=submitit_local",
-              "hydra.launcher.timeout_min=5", "model/attention=dot,general", "trainer.seed=1",
+              "hydra.launcher.timeout_min=5", "model/attention=dot", "trainer.seed=1",
               timeout=240)
     comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false"])
-    assert sorted(row.label for row in comparison.rows) == ["model/attention=dot",
-                                                            "model/attention=general"]
-    assert all(row.runs == 1 for row in comparison.rows) and not comparison.failed
-    assert all(row.p_value is None or 0 <= row.p_value <= 1 for row in comparison.rows)
+    assert len(comparison.rows) == 1 and comparison.rows[0].runs == 1
+    assert not comparison.failed and comparison.rows[0].bleu[0] >= 0  # (mean, std)
 
 
 def test_slurm_launcher_config_composes():
