@@ -4,8 +4,9 @@
     python scripts/ab_training.py additive experiment=multi30k_gru_additive trainer.precision=bf16
     python scripts/ab_training.py dropout,additive,embedded experiment=multi30k_gru_additive
 
-What each comparison runs (A against B, B being the code as it is); several, separated by
-commas, run one after the other in one process, on the same model and batches:
+What each comparison runs (A against B); several, separated by commas, run one after the
+other in one process, on the same model and batches, each with the code as it is around it
+(what a comparison swapped is put back after it):
 
 - ``dropout``: torch's ``F.dropout`` against ``seq2seq.models.dropout``'s int16 mask (on CPUs
   where that mask is used; README "Speed", item 9);
@@ -47,6 +48,7 @@ from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 
 # Kept before any swap: the comparison replaces the module's function in place.
 INT16_DROPOUT = dropout_module.dropout
+ADDITIVE_SCORE = scorers.AdditiveScorer.score
 EMBED_ONCE = decoders.AttentionDecoder._embed
 
 
@@ -81,6 +83,13 @@ COMPARISONS = {
     "embedded": (("per step", lambda: setattr(decoders.AttentionDecoder, "_embed", _embed_float32)),
                  ("once", lambda: setattr(decoders.AttentionDecoder, "_embed", EMBED_ONCE))),
 }
+
+
+def restore_the_code() -> None:
+    """Put back every function a comparison may have swapped."""
+    _set_dropout(INT16_DROPOUT)
+    scorers.AdditiveScorer.score = ADDITIVE_SCORE
+    decoders.AttentionDecoder._embed = EMBED_ONCE
 
 
 def _comparison_names(value: str) -> list[str]:
@@ -122,7 +131,7 @@ def main() -> None:
         for round_index in range(args.rounds):
             for name, select in (sides if round_index % 2 == 0 else sides[::-1]):
                 rates[name].append(tokens_per_second(select))
-        sides[1][1]()  # the code as it is, for the comparisons that follow
+        restore_the_code()
         print(f"{comparison}: {' '.join(args.overrides)} ({precision}, "
               f"{args.batches} batches, {torch.get_num_threads()} threads)")
         for name, values in rates.items():

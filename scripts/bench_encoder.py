@@ -4,9 +4,9 @@
 
 Forward + backward of the like-for-like encoder (embeddings 256, bidirectional GRU 2 x 256,
 dropout 0.2; ``--hidden-size`` sets both widths) over Multi30k-like batches (source lengths
-10-21 with up to 4 pieces less in the rest of the batch, about 1,200 padded tokens): packed sequences (``RNNEncoder._run_packed``, what
-CUDA runs) and one RNN call per direction over the padded batch (``_run_padded``, what the CPU
-runs). The two run alternately on every batch, in alternating order, so a noisy machine slows
+10-21 with up to 4 pieces less in the rest of the batch, about 1,200 padded tokens): packed
+sequences (``RNNEncoder._run_packed``, what CUDA runs) and one RNN call per direction over the
+padded batch (``_run_padded``, what the CPU runs). The two run alternately on every batch, in alternating order, so a noisy machine slows
 both alike; the first 10 batches are warm-up. Prints the mean and median milliseconds of each.
 The oneDNN kernel cache is bounded as ``train.py`` bounds it.
 """
@@ -33,6 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.batches <= WARMUP:
         parser.error(f"--batches must be more than the {WARMUP} warm-up batches")
+    if args.hidden_size < 1:
+        parser.error(f"--hidden-size must be positive, got {args.hidden_size}")
     import torch  # after the arguments: a bad one is refused without torch's import
 
     from seq2seq.models.encoder import RNNEncoder

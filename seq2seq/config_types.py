@@ -26,15 +26,15 @@ class ConfigError(ValueError):
 
 
 _NUMBERS = {int, float}
-_NOT_STRINGS = {int, float, bool, type(None)}
+_NEVER_STRINGS = {int, float, bool, type(None)}
 
 
-def _not_strings() -> set[Any]:
+def _types_never_strings() -> set[Any]:
     """Types a string never is, with torch.Tensor once torch is loaded (an annotation that
     names it has loaded it); this module does not load torch itself, so that the entry points
     can refuse a bad option without it."""
     torch = sys.modules.get("torch")
-    return _NOT_STRINGS | {torch.Tensor} if torch is not None else _NOT_STRINGS
+    return (_NEVER_STRINGS | {torch.Tensor}) if torch is not None else _NEVER_STRINGS
 
 
 def _members(annotation: Any) -> set[Any]:
@@ -49,7 +49,7 @@ def check_value(value: Any, annotation: Any, key: str) -> None:
         return
     members = _members(annotation)
     if isinstance(value, str):
-        if members <= _not_strings():
+        if members <= _types_never_strings():
             wanted = ("true or false" if members - {type(None)} == {bool} else
                       "an integer" if float not in members and int in members else "a number")
             raise ConfigError(f"{key}: expected {wanted}, got {value!r}")
@@ -57,7 +57,7 @@ def check_value(value: Any, annotation: Any, key: str) -> None:
         if members <= {int, float, str, type(None)}:
             raise ConfigError(f"{key}: expected {_describe(members)}, got {value}")
     elif isinstance(value, (int, float)) and (members <= {str, bool, type(None)} or (
-        isinstance(value, float) and members & _NUMBERS == {int} and members <= _not_strings()
+        isinstance(value, float) and members & _NUMBERS == {int} and members <= _types_never_strings()
     )):
         raise ConfigError(f"{key}: expected {_describe(members)}, got {value!r}")
 

@@ -1,9 +1,11 @@
 """Bounds on the per-shape caches behind torch's CPU matrix products, set through environment
 variables.
 
-Free of torch on purpose: the entry points set these bounds when they are imported, and an
-entry point that stops at a bad option (or prints ``--help`` or ``--cfg job``) then never
-loads torch, whose import alone took 2.5 s on a 2-core AMD EPYC (Zen 1).
+Free of torch on purpose, so that the entry points can import it at the top and still load
+torch only once they have work for it: translate.py, evaluate.py, serve.py and
+tune_decoding.py refuse a bad option, and train.py an unknown key, prints ``--help`` or
+``--cfg job``, without torch's import (2.5 s on a 2-core AMD EPYC, Zen 1). train.py sets the
+bounds when it is imported, the decoding tools before their first matrix product.
 """
 
 from __future__ import annotations

@@ -14,7 +14,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "ab_training.py"
 
 
-def test_each_side_installs_its_own_implementation():
+@pytest.fixture(scope="module")
+def script():
+    """The script as a module, loaded once; the ``sys.path`` entries it adds are removed after."""
+    path_before = list(sys.path)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("ab_training", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path_before
+    return module
+
+
+def test_each_side_installs_its_own_implementation_and_the_code_is_put_back(script):
     import seq2seq.models.decoders as decoders
     import seq2seq.models.dropout as dropout_module
     import seq2seq.models.encoder as encoder_module
@@ -22,11 +36,7 @@ def test_each_side_installs_its_own_implementation():
 
     original = (dropout_module.dropout, encoder_module.functional_dropout,
                 scorers.AdditiveScorer.score, decoders.AttentionDecoder._embed)
-    sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        spec = importlib.util.spec_from_file_location("ab_training", SCRIPT)
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
         (_, torch_side), (_, ours) = script.COMPARISONS["dropout"]
         torch_side()
         assert dropout_module.dropout is script._torch_dropout
@@ -43,8 +53,12 @@ def test_each_side_installs_its_own_implementation():
         assert decoders.AttentionDecoder._embed is script._embed_float32
         once()
         assert decoders.AttentionDecoder._embed is original[3]
+        # What the comparisons that follow another one run on: the code as it is.
+        torch_side(), at_once(), per_step()
+        script.restore_the_code()
+        assert (dropout_module.dropout, encoder_module.functional_dropout,
+                scorers.AdditiveScorer.score, decoders.AttentionDecoder._embed) == original
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
         dropout_module.dropout, encoder_module.functional_dropout = original[:2]
         scorers.AdditiveScorer.score = original[2]
         decoders.AttentionDecoder._embed = original[3]
@@ -68,17 +82,10 @@ def test_runs_both_sides_of_each_comparison_in_one_process():
         assert lines[first + 2].strip().startswith(names[1])
 
 
-def test_refuses_counts_below_one_and_unknown_comparisons():
+def test_refuses_counts_below_one_and_unknown_comparisons(script):
     command = [sys.executable, str(SCRIPT), "dropout", "--batches", "1", "--rounds", "0"]
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "must be positive" in refused.stderr
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        spec = importlib.util.spec_from_file_location("ab_training", SCRIPT)
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
     assert script._comparison_names("dropout,embedded") == ["dropout", "embedded"]
     with pytest.raises(argparse.ArgumentTypeError, match="unknown comparison 'colour'"):
         script._comparison_names("dropout,colour")

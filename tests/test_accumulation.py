@@ -16,7 +16,6 @@ from seq2seq.training.schedulers import ConstantSchedule
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 20
 
 

@@ -1,4 +1,5 @@
-"""seq2seq/device.py: the bounds on oneDNN's per-shape caches that the entry points set."""
+"""seq2seq/device.py (precision and its probes) and seq2seq/onednn_caches.py (the bounds on
+oneDNN's per-shape caches that the entry points set)."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ HEAP_GROWTH = textwrap.dedent("""
 
 def _heap_growth_mib(matmul_setups: str | None) -> float:
     """None: the variable unset, so the script's own bound_onednn_caches() call (after torch
-    is imported, as in the entry points) sets it."""
+    is imported, as in the decoding entry points) sets it."""
     env = {**os.environ, MATMUL_SETUP_CACHE_ENV: matmul_setups or ""}
     if matmul_setups is None:
         env.pop(MATMUL_SETUP_CACHE_ENV)

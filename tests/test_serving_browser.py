@@ -2,8 +2,9 @@
 
 Needs Debian's ``chromium`` and ``chromium-driver`` packages and ``pip install selenium``;
 skipped (with the reason) where any is missing. Two models are served by ``serve.py`` as a
-real process: the trained copy model (additive attention) and one trained the same way with
-general (bilinear) attention, so the page shows them side by side.
+real process: the trained copy model (additive attention) and one with general (bilinear)
+attention trained the same way but briefly (fully when a screenshot is asked for), so the page
+shows them side by side.
 ``SEQ2SEQ_SCREENSHOT=docs/serve.png`` saves a screenshot of the page (how docs/serve.png is made).
 """
 

@@ -113,8 +113,10 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
     resumed = run_cli([*common, f"hydra.run.dir={killed_dir}", "trainer.resume=auto"], tmp_path)
     try:
         train(tiny_train_config(**extra), tmp_path / "straight")
-    finally:
         output = resumed.communicate(timeout=300)[0].decode()
+    finally:
+        resumed.kill()  # a no-op once it has ended
+        resumed.wait()
     assert resumed.returncode == 0, output
     assert f"resumed from {last} at step {killed_at}" in output
 

@@ -62,6 +62,7 @@ def model_paths(cfg: DictConfig) -> dict[str, str | list[str]]:
 def build_app(cfg: DictConfig):
     """The app serving the configured models (exits with a one-line error on a problem)."""
     check_options(cfg)
+    paths = model_paths(cfg)  # its errors too come before torch's import
     try:
         from seq2seq.serving.app import create_app
         from seq2seq.serving.models import load_model
@@ -73,7 +74,7 @@ def build_app(cfg: DictConfig):
     bound_onednn_caches(kernels=None)  # before the first matrix product
     set_num_threads(cfg.get("num_threads"))
     served = {}
-    for name, path in model_paths(cfg).items():
+    for name, path in paths.items():
         try:
             served[name] = load_model(
                 path, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
