@@ -279,13 +279,12 @@ def main() -> None:
             rows = bench_decoding(args.checkpoint, args.max_sentences, precision, quantize)
             for row in rows["results"]:
                 flops = row.get("flops_per_sentence")
-                row["percent_of_ceiling"] = None if flops is None or precision not in ceilings \
-                    else 100 * row["sentences_per_second"] * flops / (ceilings[precision] * 1e9)
+                # runs_for left out the variants without a ceiling: precision has one here.
+                row["percent_of_ceiling"] = None if flops is None else (
+                    100 * row["sentences_per_second"] * flops / (ceilings[precision] * 1e9))
                 results["decoding"].append(row)
-                percent = row["percent_of_ceiling"]
-                counted = (f"{flops / 1e6:>10.1f} "
-                           if flops is not None else f"{'-':>10} ") + (
-                    f"{percent:>9.0f}%" if percent is not None else f"{'-':>10}")
+                counted = (f"{flops / 1e6:>10.1f} {row['percent_of_ceiling']:>9.0f}%"
+                           if flops is not None else f"{'-':>10} {'-':>10}")
                 print(f"{row['search']:<8} {variant:<9} {row['sentences_per_second']:>8.1f} "
                       f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} "
                       f"{counted}", flush=True)

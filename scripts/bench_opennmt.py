@@ -212,8 +212,9 @@ def main() -> None:
     from bench import cpu_model, matmul_ceilings, runs_for  # scripts/bench.py, beside this one
 
     ceilings, ceiling_line = matmul_ceilings()
+    variants_run = runs_for(ceilings, args.variants)["decoding"]
     for variant in args.variants:
-        if variant not in runs_for(ceilings, args.variants)["decoding"]:
+        if variant not in variants_run:
             print(f"{variant} skipped: bf16 products are emulated on this CPU", flush=True)
             continue
         precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
