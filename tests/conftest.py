@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
+from python_runner import PreloadedPython
 
 from seq2seq import CONFIG_DIR
 
@@ -435,6 +436,17 @@ def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if not path.is_file():  # written atomically, and last: its presence means all is there
             build_copy_checkpoint(shared / "copy_model", train_steps=300, name="best.pt")
     return path
+
+
+# -- running the project's scripts --------------------------------------------------------
+@pytest.fixture(scope="session")
+def run_python(tmp_path_factory: pytest.TempPathFactory) -> PreloadedPython:
+    """``run_python([script, *args], *, cwd=None, env=None, input="", timeout=None,
+    check=False)``: ``subprocess.run([sys.executable, script, *args], capture_output=True,
+    text=True)`` in a process forked with torch already imported; ``run_python.start(...)``:
+    the same, running, like ``subprocess.Popen``. tests/python_runner.py says what such a
+    process cannot show; those tests start a real interpreter."""
+    return PreloadedPython(tmp_path_factory.mktemp("python_runs"))
 
 
 # -- every test ------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -64,13 +63,13 @@ def test_each_side_installs_its_own_implementation_and_the_code_is_put_back(scri
         decoders.AttentionDecoder._embed = original[3]
 
 
-def test_runs_both_sides_of_each_comparison_in_one_process():
+def test_runs_both_sides_of_each_comparison_in_one_process(run_python):
     """bf16: the two sides of ``embedded`` differ under autocast only."""
-    command = [sys.executable, str(SCRIPT), "dropout,additive,embedded",
+    command = [SCRIPT, "dropout,additive,embedded",
                "experiment=multi30k_gru_additive", "model.embed_dim=16",
                "model.encoder.hidden_size=8", "model.decoder.hidden_size=16", "batch.max_tokens=60",
                "trainer.precision=bf16", "--batches", "1", "--rounds", "2"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    result = run_python(command, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 9
@@ -82,9 +81,8 @@ def test_runs_both_sides_of_each_comparison_in_one_process():
         assert lines[first + 2].strip().startswith(names[1])
 
 
-def test_refuses_counts_below_one_and_unknown_comparisons(script):
-    command = [sys.executable, str(SCRIPT), "dropout", "--batches", "1", "--rounds", "0"]
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+def test_refuses_counts_below_one_and_unknown_comparisons(script, run_python):
+    refused = run_python([SCRIPT, "dropout", "--batches", "1", "--rounds", "0"], timeout=60)
     assert refused.returncode == 2 and "must be positive" in refused.stderr
     assert script._comparison_names("dropout,embedded") == ["dropout", "embedded"]
     with pytest.raises(argparse.ArgumentTypeError, match="unknown comparison 'colour'"):

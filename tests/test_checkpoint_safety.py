@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-import subprocess
 import sys
 from pathlib import Path
 
@@ -90,7 +89,8 @@ def test_random_bytes_are_reported_as_corrupted(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["pickle", "truncated", "random"])
-def test_command_line_refuses_bad_checkpoints_without_traceback(tmp_path, kind, make_checkpoint):
+def test_command_line_refuses_bad_checkpoints_without_traceback(tmp_path, kind, make_checkpoint,
+                                                               run_python):
     marker = tmp_path / "pwned"
     if kind == "pickle":
         path = malicious_checkpoint(tmp_path / "bad.pt", marker)
@@ -102,15 +102,8 @@ def test_command_line_refuses_bad_checkpoints_without_traceback(tmp_path, kind, 
         path = random_bytes_file(tmp_path / "bad.pt")
         expected = str(path)
     tool = "translate.py" if kind != "truncated" else "evaluate.py"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / tool), f"checkpoint={path}"],
-        cwd=tmp_path,
-        input="red cat\n",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=120,
-    )
+    result = run_python([ROOT / tool, f"checkpoint={path}"], cwd=tmp_path, input="red cat\n",
+                        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -205,17 +198,16 @@ def test_checkpoint_naming_a_trusted_class_loads_and_translates(
 
 
 def test_translate_command_refuses_an_untrusted_class_and_accepts_a_trusted_one(
-    plugin_checkpoint,
+    plugin_checkpoint, run_python
 ):
     plugins = plugin_checkpoint.parent / "plugins"
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins),
                                                        os.environ.get("PYTHONPATH")]))}
     env.pop("SEQ2SEQ_TRUSTED_TARGETS", None)
-    command = [sys.executable, str(ROOT / "translate.py"), f"checkpoint={plugin_checkpoint}",
-               "beam_size=2"]
-    run = functools.partial(subprocess.run, command, cwd=plugin_checkpoint.parent,
-                            input="red cat\n", capture_output=True, text=True, timeout=120)
+    command = [ROOT / "translate.py", f"checkpoint={plugin_checkpoint}", "beam_size=2"]
+    run = functools.partial(run_python, command, cwd=plugin_checkpoint.parent,
+                            input="red cat\n", timeout=120)
 
     refused = run(env=env)
     assert refused.returncode == 1 and refused.stdout == ""

@@ -21,17 +21,27 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
 
-def run_tool(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+def run_interpreter(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess:
+    """A real ``python`` process: for what a preloaded one cannot show (which modules load)."""
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
-        input=stdin,
         capture_output=True,
         text=True,
         encoding="utf-8",
         env=ENV,
         timeout=120,
     )
+
+
+@pytest.fixture
+def run_tool(run_python):
+    """run([script, *args], *, cwd, stdin=""): the script run as the user runs it (conftest)."""
+
+    def run(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+        return run_python(args, cwd=cwd, input=stdin, env=ENV, timeout=120)
+
+    return run
 
 
 @pytest.fixture
@@ -50,7 +60,7 @@ def assert_no_hydra_folders(directory: Path) -> None:
     assert not list(directory.glob("*.log"))
 
 
-def test_translate_stdin_keeps_lines_in_order(workdir):
+def test_translate_stdin_keeps_lines_in_order(run_tool, workdir):
     long_line = " ".join(["small tree"] * 150)  # 300 pieces, cut to 250 with a warning
     lines = ["red cat", "", "one two big house", long_line, "blue bird sun", "", "moon"]
     before = sorted(p.name for p in workdir.iterdir())
@@ -72,7 +82,7 @@ def test_translate_stdin_keeps_lines_in_order(workdir):
     assert_no_hydra_folders(workdir)
 
 
-def test_translate_nbest_text_files_and_attention_plots(workdir):
+def test_translate_nbest_text_files_and_attention_plots(run_tool, workdir):
     (workdir / "in.txt").write_text("green dog\n\nfish\n", encoding="utf-8")
     result = run_tool(
         [
@@ -109,7 +119,7 @@ def test_translate_nbest_text_files_and_attention_plots(workdir):
     assert_no_hydra_folders(workdir)
 
 
-def test_translate_missing_checkpoint_is_one_line_error(tmp_path):
+def test_translate_missing_checkpoint_is_one_line_error(run_tool, tmp_path):
     result = run_tool([str(ROOT / "translate.py"), "checkpoint=nowhere.pt"], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout == ""
@@ -166,13 +176,13 @@ def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
     """A typo costs a fraction of a second, not torch's import (2.5 s on a slow CPU)."""
     checkpoint = str(trained_checkpoint) if script.startswith("scripts") else (
         f"checkpoint={trained_checkpoint}")
-    result = run_tool(["-c", TORCH_REPORTER, str(ROOT / script), checkpoint, *args], cwd=workdir)
+    result = run_interpreter(["-c", TORCH_REPORTER, str(ROOT / script), checkpoint, *args], cwd=workdir)
     assert result.returncode == status, result.stderr
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: {message}", "torch loaded: False"]
 
 
-def test_evaluate_bleu_equals_the_sacrebleu_command(workdir):
+def test_evaluate_bleu_equals_the_sacrebleu_command(run_tool, workdir):
     result = run_tool(
         [str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt", "beam_size=2"],
         cwd=workdir,
@@ -197,7 +207,7 @@ def test_evaluate_bleu_equals_the_sacrebleu_command(workdir):
     assert_no_hydra_folders(workdir)
 
 
-def test_evaluate_run_folder_files_and_table(workdir):
+def test_evaluate_run_folder_files_and_table(run_tool, workdir):
     average = ROOT / "scripts" / "average_checkpoints.py"
     checkpoints = workdir / "run" / "checkpoints"
     # A second checkpoint: the average of the model with itself (same weights).
@@ -237,7 +247,7 @@ def test_evaluate_run_folder_files_and_table(workdir):
     ]
 
 
-def test_average_of_two_checkpoints_loads_and_translates(tmp_path, trained_checkpoint,
+def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, trained_checkpoint,
                                                          copy_sentences):
     first = trained_checkpoint
     payload = load_checkpoint(first)
@@ -271,7 +281,7 @@ def test_average_of_two_checkpoints_loads_and_translates(tmp_path, trained_check
     assert sum(n_best[0].text == text for n_best, text in zip(translated, inputs, strict=True)) >= 7
 
 
-def test_average_refuses_mismatched_shapes(tmp_path, trained_checkpoint, make_checkpoint):
+def test_average_refuses_mismatched_shapes(run_tool, tmp_path, trained_checkpoint, make_checkpoint):
     first = trained_checkpoint
     bigger = make_checkpoint(tmp_path, decoder_hidden_size=48)
     result = run_tool(
@@ -303,7 +313,7 @@ def test_decoding_tools_bound_the_matmul_setup_cache_and_leave_onednns(workdir, 
               f"atexit.register(lambda: print('CACHES', os.environ.get({MATMUL_SETUP_CACHE_ENV!r}), "
               f"os.environ.get({ONEDNN_CACHE_ENV!r}), file=sys.stderr)); "
               f"sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    result = run_tool(["-c", report, str(ROOT / tool), "checkpoint=run/checkpoints/best.pt",
-                       *extra], cwd=workdir)
+    result = run_interpreter(["-c", report, str(ROOT / tool), "checkpoint=run/checkpoints/best.pt",
+                              *extra], cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert f"CACHES {MATMUL_SETUP_CACHE} None" in result.stderr

@@ -9,8 +9,6 @@ import json
 import math
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +26,10 @@ TINY_SWEEP = {"trainer.max_steps": 16, "trainer.valid_every": 8, "trainer.log_ev
               "trainer.save_every": 8}
 
 
-def run_sweep(overrides: list[str], sweep_dir: Path, *extra: str, timeout: int = 120) -> None:
-    command = [sys.executable, str(ROOT / "train.py"), "-m", *extra, *overrides,
-               f"hydra.sweep.dir={sweep_dir}"]
-    result = subprocess.run(command, cwd=sweep_dir.parent, capture_output=True, text=True,
-                            timeout=timeout)
+def run_sweep(run_python, overrides: list[str], sweep_dir: Path, *extra: str,
+              timeout: int = 120) -> None:
+    command = [ROOT / "train.py", "-m", *extra, *overrides, f"hydra.sweep.dir={sweep_dir}"]
+    result = run_python(command, cwd=sweep_dir.parent, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -43,9 +40,9 @@ def assert_png(path: Path) -> None:
 
 
 def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, capsys,
-                                                   monkeypatch):
+                                                   monkeypatch, run_python):
     sweep = tmp_path / "sweep"
-    run_sweep(tiny_train_config.overrides(**TINY_SWEEP), sweep,
+    run_sweep(run_python, tiny_train_config.overrides(**TINY_SWEEP), sweep,
               "model/attention=dot,general", "trainer.seed=1,2")
     # A run that never produced best.pt: a config but no checkpoint.
     (sweep / "9").mkdir()
@@ -204,10 +201,11 @@ def test_bad_input_is_one_line_error(tmp_path, capsys, argv, message):
 
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
                     reason="hydra-submitit-launcher is not installed (pip install .[cluster])")
-def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys):
+def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys, run_python):
     """One job: the submitit folder layout is what is tested here (grouping is the sweep test's)."""
     sweep = tmp_path / "cluster_sweep"
-    run_sweep(tiny_train_config.overrides(**TINY_SWEEP), sweep, "hydra/launcher=submitit_local",
+    run_sweep(run_python, tiny_train_config.overrides(**TINY_SWEEP), sweep,
+              "hydra/launcher=submitit_local",
               "hydra.launcher.timeout_min=5", "model/attention=dot", "trainer.seed=1",
               timeout=240)
     comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false"])

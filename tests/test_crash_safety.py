@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -47,31 +45,30 @@ main()
 
 @pytest.mark.slow
 def test_sigkill_while_writing_last_pt_keeps_the_previous_one_resumable(
-    tmp_path, tiny_train_config
+    tmp_path, tiny_train_config, run_python
 ):
     run_dir, marker = tmp_path / "run", tmp_path / "writing"
     overrides = tiny_train_config.overrides(**{
         "trainer.max_steps": 30, "trainer.save_every": 10, "trainer.valid_every": "null",
         "hydra.run.dir": run_dir})
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
-    child = subprocess.Popen([sys.executable, str(script), str(marker), *overrides], cwd=tmp_path,
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    child = run_python.start([script, marker, *overrides], cwd=tmp_path, env=env)
     deadline = time.time() + 240
     while not marker.exists() and child.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)
-    output = child.communicate()[0].decode()
+    ended = child.result()
+    output = ended.stdout + ended.stderr
     assert marker.exists(), f"the run never reached the write of step 20:\n{output[-3000:]}"
 
     last = run_dir / "checkpoints" / "last.pt"
     assert load_checkpoint(last)["trainer_state"]["step"] == 10  # the previous one, whole
     assert list(last.parent.glob(".last.pt.*.tmp")), "the half-written file should be beside it"
 
-    resumed = subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides,
-                              "trainer.resume=auto"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=240)
+    resumed = run_python([ROOT / "train.py", *overrides, "trainer.resume=auto"], cwd=tmp_path,
+                         env=env, timeout=240)
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
     assert f"resumed from {last} at step 10" in output

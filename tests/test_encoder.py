@@ -4,8 +4,6 @@ batch) compute the same thing, and each is taken where it should be."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,14 +101,13 @@ def test_padded_run_under_bf16_autocast_is_close_to_packed():
     torch.testing.assert_close(final.float(), packed_final.float(), atol=2e-2, rtol=0)
 
 
-def test_bench_encoder_times_both_paths_and_refuses_too_few_batches():
-    script = [sys.executable, str(ROOT / "scripts" / "bench_encoder.py")]
+def test_bench_encoder_times_both_paths_and_refuses_too_few_batches(run_python):
+    script = [ROOT / "scripts" / "bench_encoder.py"]
     # Width 32: the paths are the same at any width, and 256 costs seconds per batch here.
-    result = subprocess.run([*script, "--batches", "12", "--hidden-size", "32"],
-                            capture_output=True, text=True)
+    result = run_python([*script, "--batches", "12", "--hidden-size", "32"])
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("encoder forward + backward, fp32, 2 batches")
     assert sorted(line.split()[0] for line in lines[1:]) == ["packed", "padded"]
-    refused = subprocess.run([*script, "--batches", "10"], capture_output=True, text=True)
+    refused = run_python([*script, "--batches", "10"])
     assert refused.returncode == 2 and "more than the 10 warm-up batches" in refused.stderr

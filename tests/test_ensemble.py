@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -136,7 +134,7 @@ def other_vocabulary_checkpoint(trained_checkpoint: Path, directory: Path) -> Pa
     return path
 
 
-def test_mismatched_vocabularies_are_refused(tmp_path, trained_checkpoint):
+def test_mismatched_vocabularies_are_refused(tmp_path, trained_checkpoint, run_python):
     other = other_vocabulary_checkpoint(trained_checkpoint, tmp_path)
     with pytest.raises(ValueError, match=r"cannot ensemble .*best\.pt and .*other\.pt: their "
                                          r"source vocabularies differ \(39 vs \d+ pieces; first "
@@ -145,23 +143,22 @@ def test_mismatched_vocabularies_are_refused(tmp_path, trained_checkpoint):
     same = Translator.from_checkpoint(trained_checkpoint).tokenizers
     check_same_vocabularies([same, same], ["a", "b"])  # no error
 
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "translate.py"), f"checkpoint=[{trained_checkpoint},{other}]",
-         "text=red cat"],
-        capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120,
+    result = run_python(
+        [ROOT / "translate.py", f"checkpoint=[{trained_checkpoint},{other}]", "text=red cat"],
+        env=ENV, cwd=tmp_path, timeout=120,
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: cannot ensemble") and "Traceback" not in result.stderr
 
 
-def test_evaluate_and_translate_take_a_list_of_checkpoints(tmp_path, weak_members):
+def test_evaluate_and_translate_take_a_list_of_checkpoints(tmp_path, weak_members, run_python):
     shutil.copytree(weak_members[0].parents[1] / "corpus", tmp_path / "corpus")
     members = ",".join(str(p) for p in weak_members)
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "evaluate.py"), f"checkpoint=[{members}]", "beam_size=2",
+    result = run_python(
+        [ROOT / "evaluate.py", f"checkpoint=[{members}]", "beam_size=2",
          f"output_dir={tmp_path / 'eval'}"],
-        capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120,
+        env=ENV, cwd=tmp_path, timeout=120,
     )
     assert result.returncode == 0, result.stderr
     (summary_path,) = (tmp_path / "eval").glob("ensemble2-*.test.beam2.json")

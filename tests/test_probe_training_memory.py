@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_reports_heap_and_mappings_every_n_steps(tiny_train_config, tmp_path):
+def test_reports_heap_and_mappings_every_n_steps(tiny_train_config, tmp_path, run_python):
     overrides = tiny_train_config.overrides(**{"trainer.max_steps": 4, "trainer.valid_every": 4,
                                                "trainer.valid.max_sentences": 4})
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "probe_training_memory.py"), *overrides,
-         "--report-every", "2", "--trim-every", "1", "--run-dir", str(tmp_path / "run")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    result = run_python(
+        [ROOT / "scripts" / "probe_training_memory.py", *overrides,
+         "--report-every", "2", "--trim-every", "1", "--run-dir", tmp_path / "run"],
+        cwd=tmp_path, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [line for line in result.stdout.splitlines() if line.startswith("step ")]

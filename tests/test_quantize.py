@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -132,9 +131,14 @@ def test_bad_mode_and_non_cpu_device_are_value_errors(float_model):
 
 
 # -- the command-line tools ------------------------------------------------------------------
-def run_tool(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, input=stdin, capture_output=True,
-                          text=True, encoding="utf-8", env=ENV, timeout=120)
+@pytest.fixture
+def run_tool(run_python):
+    """run([script, *args], *, cwd, stdin=""): the script run as the user runs it (conftest)."""
+
+    def run(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+        return run_python(args, cwd=cwd, input=stdin, env=ENV, timeout=120)
+
+    return run
 
 
 @pytest.fixture
@@ -143,7 +147,7 @@ def workdir(tmp_path, trained_checkpoint) -> Path:
     return tmp_path
 
 
-def test_translate_py_int8_prints_translations(workdir, trained_checkpoint, copy_sentences):
+def test_translate_py_int8_prints_translations(run_tool, workdir, trained_checkpoint, copy_sentences):
     lines = copy_sentences(5, seed=3)
     result = run_tool([str(ROOT / "translate.py"), f"checkpoint={trained_checkpoint}",
                        "device=cpu", "quantize=int8", "beam_size=3"],
@@ -159,7 +163,7 @@ def test_translate_py_int8_prints_translations(workdir, trained_checkpoint, copy
     ("quantize=int4", "quantize must be one of none, int8, got 'int4'"),
     ("quantize=8", "quantize: expected a string"),
 ])
-def test_translate_py_bad_quantize_is_one_line_error(workdir, trained_checkpoint, override,
+def test_translate_py_bad_quantize_is_one_line_error(run_tool, workdir, trained_checkpoint, override,
                                                       message):
     result = run_tool([str(ROOT / "translate.py"), f"checkpoint={trained_checkpoint}",
                        "device=cpu", override], cwd=workdir, stdin="red cat\n")
@@ -169,7 +173,7 @@ def test_translate_py_bad_quantize_is_one_line_error(workdir, trained_checkpoint
     assert result.stderr.count("\n") == 1
 
 
-def test_evaluate_py_int8_records_it(workdir, trained_checkpoint):
+def test_evaluate_py_int8_records_it(run_tool, workdir, trained_checkpoint):
     result = run_tool([str(ROOT / "evaluate.py"), f"checkpoint={trained_checkpoint}",
                        "device=cpu", "quantize=int8", "beam_size=2", "src=corpus/test.src",
                        "ref=corpus/test.tgt", "output_dir=eval"], cwd=workdir)

@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -51,12 +49,11 @@ def translate(client, text, **options):
     return client.post("/v1/translate", json={"text": text, **options})
 
 
-def test_translations_equal_translate_py(client, trained_checkpoint, tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "translate.py"), f"checkpoint={trained_checkpoint}",
-         "beam_size=3", "nbest=2", "device=cpu"],
-        input="".join(f"{line}\n" for line in LINES), capture_output=True, text=True,
-        encoding="utf-8", cwd=tmp_path, env=ENV, timeout=120,
+def test_translations_equal_translate_py(client, trained_checkpoint, tmp_path, run_python):
+    result = run_python(
+        [ROOT / "translate.py", f"checkpoint={trained_checkpoint}", "beam_size=3", "nbest=2",
+         "device=cpu"],
+        input="".join(f"{line}\n" for line in LINES), cwd=tmp_path, env=ENV, timeout=120,
     )
     assert result.returncode == 0, result.stderr
     expected = [line.split("\t") for line in result.stdout.splitlines()]
@@ -256,19 +253,19 @@ def post(url: str, payload: dict, timeout: float = 60) -> tuple[int, dict]:
 
 
 @pytest.mark.slow
-def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, tmp_path):
+def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, tmp_path,
+                                                           run_python):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # A long collection window keeps the request in flight while SIGTERM arrives.
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "serve.py"), f"checkpoint={trained_checkpoint}",
-         f"port={port}", "device=cpu", "num_threads=1", "batching.window_ms=1500"],
-        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    process = run_python.start(
+        [ROOT / "serve.py", f"checkpoint={trained_checkpoint}", f"port={port}", "device=cpu",
+         "num_threads=1", "batching.window_ms=1500"], cwd=tmp_path, env=ENV,
     )
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert process.poll() is None, process.communicate()[1]
+            assert process.poll() is None, process.result().stderr
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
                     if response.status == 200:
@@ -290,10 +287,11 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
         thread.join(30)
         assert answer["result"][0] == 200
         assert answer["result"][1]["translations"][0]["text"] == "red cat"
-        _, stderr = process.communicate(timeout=30)
-        assert process.returncode == 0, stderr
+        process.wait(timeout=30)
+        ended = process.result()
+        assert ended.returncode == 0, ended.stderr
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.result()
     assert list(tmp_path.iterdir()) == []  # no outputs/ or .hydra/

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -42,22 +41,21 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def server(trained_checkpoint, make_checkpoint, tmp_path):
+def server(trained_checkpoint, make_checkpoint, tmp_path, run_python):
     """``serve.py`` with two models on a free loopback port; yields its URL."""
     # The page needs a second model, not a good one; the screenshot shows a trained one.
     steps = 300 if os.environ.get("SEQ2SEQ_SCREENSHOT") else 30
     general = make_checkpoint(tmp_path / "general", train_steps=steps, attention="general")
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "serve.py"), f"port={port}", "device=cpu", "num_threads=1",
+    process = run_python.start(
+        [ROOT / "serve.py", f"port={port}", "device=cpu", "num_threads=1",
          f"models={{additive: '{trained_checkpoint}', general: '{general}'}}"],
         cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
-        assert process.poll() is None, process.communicate()[1]
+        assert process.poll() is None, process.result().stderr
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=1):
                 break
@@ -65,8 +63,9 @@ def server(trained_checkpoint, make_checkpoint, tmp_path):
             assert time.monotonic() < deadline, "the server did not start in 60 s"
             time.sleep(0.2)
     yield url
-    process.terminate()
-    process.communicate(timeout=30)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    process.result()
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -256,7 +254,7 @@ def load_script():
     return module
 
 
-def test_build_script_and_translate_cli(tmp_path, trained_checkpoint, capsys):
+def test_build_script_and_translate_cli(tmp_path, trained_checkpoint, capsys, run_python):
     script = load_script()
     corpus = trained_checkpoint.parents[1] / "corpus"
     output = tmp_path / "shortlist.pt"
@@ -275,15 +273,14 @@ def test_build_script_and_translate_cli(tmp_path, trained_checkpoint, capsys):
     assert err.startswith("error: ") and "lines" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.pt").exists()
 
-    command = [sys.executable, str(ROOT / "translate.py"), f"checkpoint={trained_checkpoint}",
-               "text=green bird sun", "device=cpu"]
-    result = subprocess.run([*command, f"shortlist={output}"], capture_output=True, text=True,
-                            env=ENV, cwd=tmp_path, timeout=120)
+    command = [ROOT / "translate.py", f"checkpoint={trained_checkpoint}", "text=green bird sun",
+               "device=cpu"]
+    result = run_python([*command, f"shortlist={output}"], env=ENV, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "green bird sun\n"
     assert "restricted by shortlist" in result.stderr
-    result = subprocess.run([*command, f"shortlist={tmp_path / 'missing.pt'}"],
-                            capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120)
+    result = run_python([*command, f"shortlist={tmp_path / 'missing.pt'}"], env=ENV, cwd=tmp_path,
+                        timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: shortlist not found: {tmp_path / 'missing.pt'}"

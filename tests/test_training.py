@@ -78,15 +78,8 @@ def test_tensorboard_has_scalars_and_attention_image(tiny_train_config, tmp_path
     assert "valid/attention" in events.Tags()["images"]
 
 
-def run_cli(overrides: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **kwargs}
-    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd,
-                            env=env, **kwargs)
-
-
 @pytest.mark.slow
-def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
+def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path, run_python):
     """SIGKILL after a checkpoint, resume: same parameters as an uninterrupted run.
 
     The killed and resumed runs are ``train.py`` processes; the uninterrupted one runs in this
@@ -98,7 +91,9 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
     common = tiny_train_config.overrides(**extra)
     killed_dir = tmp_path / "killed"
     last = killed_dir / "checkpoints" / "last.pt"
-    victim = run_cli([*common, f"hydra.run.dir={killed_dir}"], tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    victim = run_python.start([ROOT / "train.py", *common, f"hydra.run.dir={killed_dir}"],
+                              cwd=tmp_path, env=env)
     try:
         deadline = time.time() + 300
         while not last.exists() and victim.poll() is None and time.time() < deadline:
@@ -106,18 +101,20 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path):
         assert victim.poll() is None, "the run finished before it could be killed"
     finally:
         victim.send_signal(signal.SIGKILL)
-        victim.wait()
+        victim.result()
     killed_at = load_checkpoint(last)["trainer_state"]["step"]
     assert killed_at < 40
 
-    resumed = run_cli([*common, f"hydra.run.dir={killed_dir}", "trainer.resume=auto"], tmp_path)
+    resumed = run_python.start([ROOT / "train.py", *common, f"hydra.run.dir={killed_dir}",
+                                "trainer.resume=auto"], cwd=tmp_path, env=env)
     try:
         train(tiny_train_config(**extra), tmp_path / "straight")
-        output = resumed.communicate(timeout=300)[0].decode()
+        resumed.wait(timeout=300)
     finally:
         resumed.kill()  # a no-op once it has ended
-        resumed.wait()
-    assert resumed.returncode == 0, output
+        result = resumed.result()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
     assert f"resumed from {last} at step {killed_at}" in output
 
     expected = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")["model"]
@@ -337,9 +334,8 @@ def test_resuming_a_finished_run_does_not_validate_its_last_step_again(tiny_trai
     assert after["best_checkpoints"] == before["best_checkpoints"]
 
 
-def test_unknown_config_key_fails_with_hydras_message(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "trainer.no_such_key=1"],
-                            cwd=tmp_path, capture_output=True, text=True)
+def test_unknown_config_key_fails_with_hydras_message(tmp_path, run_python):
+    result = run_python([ROOT / "train.py", "trainer.no_such_key=1"], cwd=tmp_path)
     assert result.returncode != 0
     assert "Could not override 'trainer.no_such_key'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -366,9 +362,8 @@ def test_bad_config_value_is_refused_naming_the_key(tiny_train_config, tmp_path,
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
 
 
-def test_bad_config_value_is_one_line_error_from_train_py(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "optimizer.lr=abc"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_bad_config_value_is_one_line_error_from_train_py(tmp_path, run_python):
+    result = run_python([ROOT / "train.py", "optimizer.lr=abc"], cwd=tmp_path, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     errors = [line for line in output.splitlines() if "ERROR" in line]

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,14 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 SENTENCES = 12
 
 
-def run_script(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env=ENV,
-        timeout=180,
-    )
+@pytest.fixture
+def run_script(run_python):
+    """run(args, *, cwd): ``python scripts/tune_decoding.py args``, as a user runs it (conftest)."""
+
+    def run(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess:
+        return run_python([SCRIPT, *args], cwd=cwd, env=ENV, timeout=180)
+
+    return run
 
 
 @pytest.fixture
@@ -38,7 +35,7 @@ def workdir(tmp_path, trained_checkpoint) -> Path:
     return tmp_path
 
 
-def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(workdir, monkeypatch):
+def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, workdir, monkeypatch):
     result = run_script(
         ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "0.6,1.4",
          "--max-sentences", str(SENTENCES), "--device", "cpu", "--num-threads", "1",
@@ -84,7 +81,7 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(workdir, monkey
     assert evaluation.scores["bleu"] == pytest.approx(best["bleu"], abs=1e-9)
 
 
-def test_several_checkpoints_are_tuned_as_one_ensemble(workdir):
+def test_several_checkpoints_are_tuned_as_one_ensemble(run_script, workdir):
     # An ensemble of a model with itself scores as that model: the grid is the same, and the
     # printed evaluate.py command names the whole ensemble.
     shutil.copy(workdir / "run/checkpoints/best.pt", workdir / "run/checkpoints/copy.pt")
@@ -110,7 +107,7 @@ def test_several_checkpoints_are_tuned_as_one_ensemble(workdir):
     ],
     ids=["split-test", "test-files"],
 )
-def test_tuning_on_the_test_set_is_refused(workdir, args):
+def test_tuning_on_the_test_set_is_refused(run_script, workdir, args):
     result = run_script(
         ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "1.0", *args],
         cwd=workdir,
@@ -131,7 +128,7 @@ def test_tuning_on_the_test_set_is_refused(workdir, args):
         ["--max-sentences", "0"],
     ],
 )
-def test_bad_arguments_are_one_line_errors(workdir, args):
+def test_bad_arguments_are_one_line_errors(run_script, workdir, args):
     result = run_script(["run/checkpoints/best.pt", *args], cwd=workdir)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.strip()]
