@@ -23,7 +23,7 @@ import functools
 import gzip
 import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -440,13 +440,21 @@ def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # -- running the project's scripts --------------------------------------------------------
 @pytest.fixture(scope="session")
-def run_python(tmp_path_factory: pytest.TempPathFactory) -> PreloadedPython:
+def preloaded_python(tmp_path_factory: pytest.TempPathFactory) -> PreloadedPython:
+    """One forkserver per pytest worker, started on first use (see ``run_python``)."""
+    return PreloadedPython(tmp_path_factory.mktemp("python_runs"))
+
+
+@pytest.fixture
+def run_python(preloaded_python: PreloadedPython) -> Iterator[PreloadedPython]:
     """``run_python([script, *args], *, cwd=None, env=None, input="", timeout=None,
     check=False)``: ``subprocess.run([sys.executable, script, *args], capture_output=True,
     text=True)`` in a process forked with torch already imported; ``run_python.start(...)``:
-    the same, running, like ``subprocess.Popen``. tests/python_runner.py says what such a
-    process cannot show; those tests start a real interpreter."""
-    return PreloadedPython(tmp_path_factory.mktemp("python_runs"))
+    the same, running, like ``subprocess.Popen``. tests/python_runner.py says where such a
+    process differs from a fresh interpreter; those tests start a real one. A script the test
+    left running is killed when it ends."""
+    yield preloaded_python
+    preloaded_python.stop_all()
 
 
 # -- every test ------------------------------------------------------------------------------

@@ -5,20 +5,31 @@ line of work, and a training run ~2.5 s more on ``torch._dynamo`` (the optimizer
 on first use in torch 2.13); with some fifty such runs that was over a third of the suite's
 CPU time on the 2-core AVX2 EPYC. A ``multiprocessing`` forkserver imports those modules once
 per pytest worker and forks a fresh process for each run. The run gets its own argv, working
-folder, environment, stdin/stdout/stderr, signals and exit status, as with ``subprocess``,
-and the script runs as ``__main__`` (``runpy``), so it takes the path it takes for a user.
+folder, environment, stdin/stdout/stderr, exit status (a signal's too) and exit sequence
+(non-daemon threads joined, atexit handlers run), and the script runs as ``__main__``
+(``runpy``), so it takes the path it takes for a user. tests/test_python_runner.py runs the
+same scripts both ways and compares.
 
-What a preloaded process cannot show stays with real interpreters: which modules a script
-imports and when (the tests that no tool loads torch before refusing a bad option, and that
-the oneDNN cache bounds are set before torch loads), console scripts and installed wheels,
-``python -m`` and ``torchrun``. Environment variables read only when the interpreter or torch
-start (``PYTHONHASHSEED``, ``OMP_NUM_THREADS``) keep the forkserver's values; it runs with
-``OMP_NUM_THREADS=1``, as every test's tools do.
+Where such a process differs from a fresh interpreter:
+
+- modules are already imported: which modules a script imports and when is shown with real
+  interpreters (the tests that no tool loads torch before refusing a bad option, and that the
+  oneDNN cache bounds are set before torch loads), as are console scripts, the installed wheel,
+  ``python -m`` and ``torchrun``;
+- what is read once at interpreter or library start keeps the forkserver's value: the hash seed
+  and numpy's global random state (the same in every run; the scripts seed their own
+  generators), ``OMP_NUM_THREADS`` (the forkserver starts with 1, so a run whose environment
+  does not set it still gets one OpenMP thread where a fresh interpreter gets one per core;
+  every script sets its own thread count from its config);
+- ``multiprocessing`` sees a child process (``parent_process()`` is set); the default start
+  method is put back to the platform's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import locale
 import multiprocessing
 import os
 import signal
@@ -30,6 +41,29 @@ from pathlib import Path
 
 PRELOADED_MODULES = ["numpy", "torch", "torch._dynamo", "omegaconf", "hydra", "sentencepiece",
                      "sacrebleu"]
+
+
+def _open_streams(paths: tuple[str, str, str], env: Mapping[str, str]) -> None:
+    """Files as fds 0-2 and text streams over them, configured as the interpreter would."""
+    for fd, (path, flags) in enumerate(zip(paths, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY),
+                                           strict=True)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    name, _, errors = env.get("PYTHONIOENCODING", "").partition(":")
+    encoding = name or locale.getpreferredencoding(False)
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    # Open for the life of the process, as an interpreter's own streams are: stderr always
+    # line-buffered, stdout block-buffered when it is a file, both unbuffered with -u.
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        open(0, "rb", closefd=False), encoding=encoding, errors=errors or "strict")  # noqa: SIM115
+    for fd, attribute, stream_errors, line_buffering in (
+            (1, "stdout", errors or "strict", False), (2, "stderr", "backslashreplace", True)):
+        binary = open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
+        stream = io.TextIOWrapper(binary, encoding=encoding, errors=stream_errors,
+                                  line_buffering=line_buffering, write_through=unbuffered)
+        setattr(sys, attribute, stream)
+        setattr(sys, f"__{attribute}__", stream)
 
 
 def _exit_status(code: object) -> int:
@@ -45,49 +79,40 @@ def _exit_status(code: object) -> int:
 def _run_as_main(argv: list[str], cwd: str, env: dict[str, str], sys_path: list[str],
                  streams: tuple[str, str, str]) -> None:
     """Forked child: become ``python argv[0] argv[1:]`` run in `cwd` with `env`, then exit."""
-    import atexit
-    import logging
+    import gc
     import runpy
     import threading
-    import traceback
 
-    atexit._clear()  # the forkserver's own exit handlers are not the script's
+    _open_streams(streams, env)  # first, so that anything below fails visibly
+    multiprocessing.set_start_method(None, force=True)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    for fd, (path, flags) in enumerate(zip(streams, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY),
-                                           strict=True)):
-        opened = os.open(path, flags)
-        os.dup2(opened, fd)
-        os.close(opened)
-    # Open for the life of the process, as an interpreter's own streams are.
-    encoding = env.get("PYTHONIOENCODING", "").split(":")[0] or "utf-8"
-    line_buffered = 1 if env.get("PYTHONUNBUFFERED") else -1
-    sys.stdin = sys.__stdin__ = open(0, encoding=encoding, closefd=False)  # noqa: SIM115
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding=encoding, closefd=False,  # noqa: SIM115
-                                       buffering=line_buffered)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding=encoding,  # noqa: SIM115
-                                       errors="backslashreplace", closefd=False, buffering=1)
     sys.argv = list(argv)
     extra_path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
     sys.path[:] = [str(Path(argv[0]).resolve().parent), *extra_path, *sys_path]
 
-    status = 0
+    status, interrupted = 0, False
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as stop:
         status = _exit_status(stop.code)
     except BaseException:
-        traceback.print_exc()
-        status = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+        sys.excepthook(*sys.exc_info())
+        status, interrupted = 1, isinstance(sys.exc_info()[1], KeyboardInterrupt)
+    # The interpreter's exit sequence: non-daemon threads (and concurrent.futures' pools),
+    # atexit handlers, a last collection, flushed streams.
+    threading._shutdown()
+    import atexit
+
     atexit._run_exitfuncs()
-    logging.shutdown()
+    gc.collect()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a script may have closed its stream
             stream.flush()
+    if interrupted:  # an uncaught Ctrl-C ends the interpreter by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     os._exit(status)
 
 
@@ -96,12 +121,14 @@ class RunningScript:
     tests use. Its stdout and stderr go to files, read by ``result()`` once it has ended."""
 
     def __init__(self, process: multiprocessing.process.BaseProcess, argv: list[str],
-                 folder: tempfile.TemporaryDirectory) -> None:
+                 folder: tempfile.TemporaryDirectory, encoding: str) -> None:
         self._process, self._argv, self._folder = process, argv, folder
+        self._encoding = encoding
+        self._result: subprocess.CompletedProcess | None = None
         self.pid = process.pid
 
     def _output(self, name: str) -> str:
-        return Path(self._folder.name, name).read_text(encoding="utf-8", errors="replace")
+        return Path(self._folder.name, name).read_text(encoding=self._encoding)
 
     def poll(self) -> int | None:
         return self._process.exitcode
@@ -116,34 +143,38 @@ class RunningScript:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:
-            raise subprocess.TimeoutExpired(self._argv, timeout, self._output("stdout"),
-                                            self._output("stderr"))
+            raise subprocess.TimeoutExpired(self._argv, timeout)
         return self._process.exitcode
 
     def result(self) -> subprocess.CompletedProcess:
         """Stdout and stderr of the ended script (a negative status: the signal that ended it,
-        as subprocess reports it); its temporary folder is removed."""
-        status = self.wait()
-        result = subprocess.CompletedProcess([sys.executable, *self._argv], status,
-                                             self._output("stdout"), self._output("stderr"))
-        self._folder.cleanup()
-        return result
+        as subprocess reports it). Waits for the end; its temporary folder is then removed."""
+        if self._result is None:
+            status = self.wait()
+            self._result = subprocess.CompletedProcess(
+                [sys.executable, *self._argv], status, self._output("stdout"),
+                self._output("stderr"))
+            self._folder.cleanup()
+        return self._result
 
 
 class PreloadedPython:
     """``run([script, *args], ...)``, or calling the object, is like
     ``subprocess.run([sys.executable, script, *args], capture_output=True, text=True, ...)``;
-    ``start`` like ``subprocess.Popen``. Both in a process forked with torch already imported."""
+    ``start`` like ``subprocess.Popen``. Both in a process forked with torch already imported.
+    ``stop_all()`` kills and reaps every script still running."""
 
     def __init__(self, scratch: Path) -> None:
         self._scratch = scratch
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOADED_MODULES)
-        # A fresh interpreter's module path, without the pytest worker's additions.
+        # A fresh interpreter's module path, without the pytest process's additions.
+        environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         clean = subprocess.run([sys.executable, "-c", "import sys; print('\\n'.join(sys.path[1:]))"],
-                               capture_output=True, text=True, check=True, env=os.environ)
+                               capture_output=True, text=True, check=True, env=environment)
         self._sys_path = clean.stdout.splitlines()
         self._started = False
+        self._running: list[RunningScript] = []
 
     def _start_forkserver(self) -> None:
         # OMP_NUM_THREADS is read when torch's OpenMP runtime loads, that is in the forkserver.
@@ -161,26 +192,36 @@ class PreloadedPython:
         self._started = True
 
     def start(self, argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
-              env: Mapping[str, str] | None = None, input: str = "") -> RunningScript:
+              env: Mapping[str, str] | None = None, input: str = "",
+              encoding: str | None = None) -> RunningScript:
+        argv = [os.fspath(arg) for arg in argv]
+        cwd = os.fspath(cwd if cwd is not None else os.getcwd())
+        env = dict(os.environ if env is None else env)
+        # What subprocess refuses in the caller, refused here too (not inside the child).
+        if not Path(cwd).is_dir():
+            raise FileNotFoundError(f"no such folder: {cwd!r}")
+        if not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            raise TypeError("env keys and values must be str")
         if not self._started:
             self._start_forkserver()
-        argv = [str(arg) for arg in argv]
-        cwd = str(cwd if cwd is not None else os.getcwd())
-        env = dict(os.environ if env is None else env)
+        self._running = [script for script in self._running if script.poll() is None]
         folder = tempfile.TemporaryDirectory(dir=self._scratch)
         streams = tuple(str(Path(folder.name, name)) for name in ("stdin", "stdout", "stderr"))
-        Path(streams[0]).write_text(input, encoding="utf-8")
+        encoding = encoding or locale.getpreferredencoding(False)
+        Path(streams[0]).write_text(input, encoding=encoding)
         for path in streams[1:]:
             Path(path).touch()
         process = self._context.Process(target=_run_as_main,
                                         args=(argv, cwd, env, self._sys_path, streams))
         process.start()
-        return RunningScript(process, argv, folder)
+        script = RunningScript(process, argv, folder, encoding)
+        self._running.append(script)
+        return script
 
     def run(self, argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
-            env: Mapping[str, str] | None = None, input: str = "",
+            env: Mapping[str, str] | None = None, input: str = "", encoding: str | None = None,
             timeout: float | None = None, check: bool = False) -> subprocess.CompletedProcess:
-        running = self.start(argv, cwd=cwd, env=env, input=input)
+        running = self.start(argv, cwd=cwd, env=env, input=input, encoding=encoding)
         try:
             running.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -193,3 +234,9 @@ class PreloadedPython:
         return result
 
     __call__ = run
+
+    def stop_all(self) -> None:
+        for script in self._running:
+            script.kill()
+            script.result()
+        self._running = []

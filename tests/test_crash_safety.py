@@ -51,7 +51,7 @@ def test_sigkill_while_writing_last_pt_keeps_the_previous_one_resumable(
     overrides = tiny_train_config.overrides(**{
         "trainer.max_steps": 30, "trainer.save_every": 10, "trainer.valid_every": "null",
         "hydra.run.dir": run_dir})
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
     child = run_python.start([script, marker, *overrides], cwd=tmp_path, env=env)

@@ -1,9 +1,11 @@
 """tests/python_runner.py: a script run in a forked, preloaded process sees what ``python
-script.py`` would give it (argv, folder, environment, streams, exit status)."""
+script.py`` would give it (argv, folder, environment, streams, exit status and exit sequence),
+checked against a real interpreter where the two can be compared."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -49,19 +51,37 @@ def test_the_script_runs_as_main_with_its_own_argv_folder_environment_and_stream
         run_python([script, "1"], cwd=tmp_path, env=env, check=True)
 
 
-@pytest.mark.parametrize(("code", "status", "stderr"), [
-    ("raise SystemExit('refused')", 1, "refused\n"),
-    ("raise SystemExit(None)", 0, ""),
-    ("raise RuntimeError('boom')", 1, "RuntimeError: boom\n"),
-])
-def test_exit_statuses_are_the_interpreters(run_python, tmp_path, code, status, stderr):
-    path = tmp_path / "exit.py"
-    path.write_text(code, encoding="utf-8")
-    result = run_python([path])
-    assert result.returncode == status
-    assert result.stderr.endswith(stderr)
-    if status and "RuntimeError" in code:
-        assert result.stderr.startswith("Traceback (most recent call last):")
+# Endings a script can have; each must give the same status, stdout and last stderr line as
+# in a real interpreter.
+ENDINGS = {
+    "exit_message": "print('out', end='')\nraise SystemExit('refused')",
+    "exit_none": "import sys\nsys.stdout.write('no newline')\nsys.exit(None)",
+    "exit_code": "import sys\nprint('x', file=sys.stderr)\nsys.exit(7)",
+    "exception": "raise RuntimeError('boom')",
+    "interrupt": "raise KeyboardInterrupt",
+    "thread_outlives_main": (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()"),
+    "atexit_handler": "import atexit\natexit.register(print, 'at exit')\nprint('main')",
+    "executor_left_open": (
+        "import time\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(1)\npool.submit(lambda: (time.sleep(0.3), print('task')))"),
+    "stdin_echo": "import sys\nprint(sys.stdin.read().upper(), end='')",
+    "unicode": "print('Ein Hund läuft. →')",
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_endings_match_a_real_interpreter(run_python, tmp_path, ending):
+    path = tmp_path / f"{ending}.py"
+    path.write_text(ENDINGS[ending], encoding="utf-8")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    real = subprocess.run([sys.executable, str(path)], input="ein hund\n", capture_output=True,
+                          text=True, encoding="utf-8", env=env, timeout=60)
+    forked = run_python([path], input="ein hund\n", env=env, encoding="utf-8", timeout=60)
+    assert forked.returncode == real.returncode
+    assert forked.stdout == real.stdout
+    assert forked.stderr.strip().splitlines()[-1:] == real.stderr.strip().splitlines()[-1:]
 
 
 def test_a_started_script_can_be_killed_and_a_slow_one_times_out(run_python, tmp_path):

@@ -91,7 +91,7 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path, run_p
     common = tiny_train_config.overrides(**extra)
     killed_dir = tmp_path / "killed"
     last = killed_dir / "checkpoints" / "last.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     victim = run_python.start([ROOT / "train.py", *common, f"hydra.run.dir={killed_dir}"],
                               cwd=tmp_path, env=env)
     try:
