@@ -169,14 +169,25 @@ TORCH_REPORTER = (
     ("scripts/tune_decoding.py", ["--split", "test"], 2,
      "tuning on the test split is not allowed: tune on --split valid (or your own --src/--ref "
      "dev files), then score the chosen setting on test once"),
+    # A mistyped checkpoint path: the commonest mistake.
+    ("translate.py", ["checkpoint=[{checkpoint},run/nowhere.pt]"], 1,
+     "checkpoint not found: run/nowhere.pt"),
+    ("evaluate.py", ["checkpoint=runs/nowhere"], 1, "checkpoint not found: runs/nowhere"),
+    ("evaluate.py", ["checkpoint=run/checkpoints/*.ckpt"], 1,
+     "no checkpoint file matches run/checkpoints/*.ckpt"),
+    ("serve.py", ["models={a: '{checkpoint}', b: nowhere.pt}"], 1,
+     "model b: checkpoint not found: nowhere.pt"),
 ])
 def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
     workdir, trained_checkpoint, script, args, status, message
 ):
     """A typo costs a fraction of a second, not torch's import (2.5 s on a slow CPU)."""
-    checkpoint = str(trained_checkpoint) if script.startswith("scripts") else (
-        f"checkpoint={trained_checkpoint}")
-    result = run_interpreter(["-c", TORCH_REPORTER, str(ROOT / script), checkpoint, *args], cwd=workdir)
+    args = [arg.replace("{checkpoint}", str(trained_checkpoint)) for arg in args]
+    if script.startswith("scripts"):
+        args = [str(trained_checkpoint), *args]
+    elif not any(arg.startswith(("checkpoint=", "models=")) for arg in args):
+        args = [f"checkpoint={trained_checkpoint}", *args]
+    result = run_interpreter(["-c", TORCH_REPORTER, str(ROOT / script), *args], cwd=workdir)
     assert result.returncode == status, result.stderr
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: {message}", "torch loaded: False"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
@@ -56,6 +58,14 @@ def checkpoint_paths(value: Any) -> list[str]:
     if OmegaConf.is_list(value) or isinstance(value, list | tuple):
         return [str(item) for item in value]
     return [str(value)]
+
+
+def require_checkpoint_files(paths: Sequence[str], *, prefix: str = "") -> None:
+    """Exit with ``error: PREFIXcheckpoint not found: PATH`` for the first of `paths` that is
+    not a file. Called before torch loads: a mistyped path is the commonest mistake."""
+    for path in paths:
+        if not Path(path).is_file():
+            fail(f"{prefix}checkpoint not found: {path}")
 
 
 def load_shortlist(cfg: DictConfig):

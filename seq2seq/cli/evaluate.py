@@ -64,10 +64,8 @@ def find_checkpoints(spec: str) -> list[Path]:
     """Checkpoint files named by a file, a run folder or a glob, sorted, without duplicates.
 
     Raises:
-        CheckpointError: when nothing matches.
+        FileNotFoundError: when nothing matches (its message says what was looked for).
     """
-    from seq2seq.checkpoint import CheckpointError
-
     path = Path(spec).expanduser()
     if path.is_file():
         return [path]
@@ -75,15 +73,15 @@ def find_checkpoints(spec: str) -> list[Path]:
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
         found = sorted(p for p in folder.glob("*.pt") if p.is_file())
         if not found:
-            raise CheckpointError(f"no *.pt checkpoint in {folder}")
+            raise FileNotFoundError(f"no *.pt checkpoint in {folder}")
         return found
     if glob.has_magic(spec):
         found = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
         if not found:
-            raise CheckpointError(f"no checkpoint file matches {spec}")
+            raise FileNotFoundError(f"no checkpoint file matches {spec}")
         unique = {p.resolve(): p for p in found}  # a glob may reach one file twice via links
         return sorted(unique.values())
-    raise CheckpointError(f"checkpoint not found: {spec}")
+    raise FileNotFoundError(f"checkpoint not found: {spec}")
 
 
 def default_output_dir(checkpoint: Path) -> Path:
@@ -201,7 +199,16 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
         fail("give both src=FILE and ref=FILE, or neither (to score a split)")
-    # torch loads from here on: a bad option above is refused without it.
+    try:
+        if OmegaConf.is_list(cfg.checkpoint):
+            # One ensemble of every checkpoint the entries name.
+            members = [p for spec in checkpoint_paths(cfg.checkpoint) for p in find_checkpoints(spec)]
+            paths: list[Path | list[Path]] = [members]
+        else:
+            paths = list(find_checkpoints(str(cfg.checkpoint)))
+    except FileNotFoundError as error:
+        fail(error)
+    # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.device import set_num_threads
@@ -210,12 +217,6 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     set_num_threads(cfg.get("num_threads"))
     summaries = []
     try:
-        if OmegaConf.is_list(cfg.checkpoint):
-            # One ensemble of every checkpoint the entries name.
-            members = [p for spec in checkpoint_paths(cfg.checkpoint) for p in find_checkpoints(spec)]
-            paths: list[Path | list[Path]] = [members]
-        else:
-            paths = list(find_checkpoints(str(cfg.checkpoint)))
         for number, path in enumerate(paths):
             summary = evaluate_checkpoint(path, cfg, started=MODULE_LOADED if number == 0 else None)
             print_summary(summary)

@@ -26,6 +26,7 @@ from seq2seq.cli.common import (
     check_options,
     checkpoint_paths,
     fail,
+    require_checkpoint_files,
     translator_options,
 )
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -63,6 +64,9 @@ def build_app(cfg: DictConfig):
     """The app serving the configured models (exits with a one-line error on a problem)."""
     check_options(cfg)
     paths = model_paths(cfg)  # its errors too come before torch's import
+    for name, path in paths.items():
+        require_checkpoint_files(path if isinstance(path, list) else [path],
+                                 prefix=f"model {name}: ")
     try:
         from seq2seq.serving.app import create_app
         from seq2seq.serving.models import load_model

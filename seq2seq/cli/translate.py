@@ -51,6 +51,7 @@ from seq2seq.cli.common import (
     check_options,
     checkpoint_paths,
     fail,
+    require_checkpoint_files,
     translator_options,
 )
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -154,6 +155,7 @@ def run(cfg: DictConfig) -> int:
     if cfg.input is not None and not Path(cfg.input).is_file():
         fail(f"input file not found: {cfg.input}")
     paths = checkpoint_paths(cfg.checkpoint)
+    require_checkpoint_files(paths)
     # torch loads from here on: a bad option above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError, iter_lines
