@@ -12,6 +12,11 @@ Inference:
     ``copy_sentences``: sentences of the copy task; ``make_checkpoint``: writes a checkpoint
     with everything a real one carries (and its corpus); ``trained_checkpoint``: a copy model
     trained once per test session, shared by all pytest-xdist workers (read it, never write).
+Scripts:
+    ``run_python``: runs ``translate.py``, ``train.py``, ``scripts/*.py`` ... as
+    ``subprocess.run``/``Popen`` would, in processes forked from one that has imported torch
+    (tests/python_runner.py); tests about import order, console scripts and torchrun start a
+    real interpreter.
 
 Every test runs on one torch thread (``one_thread``): the models are tiny and the machine's
 cores are shared between the xdist workers.
