@@ -27,15 +27,19 @@ Where such a process differs from a fresh interpreter:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import io
 import locale
 import multiprocessing
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -79,10 +83,6 @@ def _exit_status(code: object) -> int:
 def _run_as_main(argv: list[str], cwd: str, env: dict[str, str], sys_path: list[str],
                  streams: tuple[str, str, str]) -> None:
     """Forked child: become ``python argv[0] argv[1:]`` run in `cwd` with `env`, then exit."""
-    import gc
-    import runpy
-    import threading
-
     _open_streams(streams, env)  # first, so that anything below fails visibly
     multiprocessing.set_start_method(None, force=True)
     os.chdir(cwd)
@@ -103,8 +103,6 @@ def _run_as_main(argv: list[str], cwd: str, env: dict[str, str], sys_path: list[
     # The interpreter's exit sequence: non-daemon threads (and concurrent.futures' pools),
     # atexit handlers, a last collection, flushed streams.
     threading._shutdown()
-    import atexit
-
     atexit._run_exitfuncs()
     gc.collect()
     for stream in (sys.stdout, sys.stderr):

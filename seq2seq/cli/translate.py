@@ -156,7 +156,7 @@ def run(cfg: DictConfig) -> int:
         fail(f"input file not found: {cfg.input}")
     paths = checkpoint_paths(cfg.checkpoint)
     require_checkpoint_files(paths)
-    # torch loads from here on: a bad option above is refused without it.
+    # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError, iter_lines
     from seq2seq.device import set_num_threads
