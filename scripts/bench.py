@@ -2,7 +2,9 @@
 
 First the machine: the CPU model (``/proc/cpuinfo``), whether it has bf16 matrix instructions,
 and the **matmul ceiling** measured in the same run: the best of a few 4096 x 4096 x 4096
-``torch.mm`` in fp32 and in bf16, on the threads torch uses (2 here), in GFLOP/s. A CPU
+``torch.mm`` in fp32 and in bf16, on the threads torch uses (2 here), in GFLOP/s, and the same
+product through ``quantize=int8``'s dynamic int8 kernel (int8 weights, the float input
+quantized per call), in G int8 operations per second. A CPU
 without bf16 matrix instructions emulates bf16 products (an AVX2 AMD EPYC: 0.2 GFLOP/s
 against 70 in fp32): when a 512^3 bf16 product runs at less than half the fp32 speed, the bf16
 ceiling, training rows and decoding rows are skipped, and the line says so. Every
@@ -25,8 +27,9 @@ Decoding: greedy and beam-5 sentences per second and BLEU over the 1,000 sentenc
 test_2016, in fp32, under bf16 autocast and with ``quantize=int8`` (``--decode-variants``), with a
 trained checkpoint (``--checkpoint``, default: the like-for-like preset's ``best.pt`` from
 ``runs/``), generation only and with start-up (``scripts/bench_decoding.py``), and the
-matrix-product FLOP per sentence as that search actually ran (``--count-flops``), so that each
-row is also a percentage of the ceiling of its precision (int8 rows: not counted).
+matrix-product FLOP per sentence as that search actually ran (``--count-flops``; bf16 and int8
+rows are counted on the fp32 search, see that script), so that each row is also a percentage
+of the ceiling of its precision (int8 rows: of the int8 ceiling).
 
     SEQ2SEQ_MULTI30K_URL=../shared/data/multi30k make bench
     python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
@@ -95,21 +98,48 @@ def cpu_model() -> str:
            f"({', '.join(extensions) or 'no bf16 matrix instructions'})"
 
 
+def best_rate(product, operations: float, repeats: int) -> float:
+    """G operations per second of the fastest of ``repeats`` calls of ``product`` (after one
+    warm-up call)."""
+    product()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        product()
+        best = min(best, time.perf_counter() - started)
+    return operations / best / 1e9
+
+
 def matmul_ceiling(dtype: torch.dtype, size: int = 4096, repeats: int = 3) -> float:
     """GFLOP/s of the best of ``repeats`` size^3 matrix products (after one warm-up)."""
     a = torch.randn(size, size).to(dtype)
     b = torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best / 1e9
+    return best_rate(lambda: torch.mm(a, b), 2 * size**3, repeats)
+
+
+def int8_matmul_ceiling(size: int = 4096, repeats: int = 3) -> float | None:
+    """G int8 operations per second of ``quantize=int8``'s own kernel on a size^3 product, or
+    None where this PyTorch no longer has dynamic int8 quantization.
+
+    A ``size x size`` ``nn.Linear`` goes through the project's ``quantize_for_cpu``, so the
+    product is the one int8 decoding runs: int8 weights, the float32 input quantized per call
+    (part of the cost decoding pays too), a float32 result.
+    """
+    from seq2seq.inference.quantize import quantize_for_cpu
+
+    try:
+        layer = quantize_for_cpu(torch.nn.Sequential(torch.nn.Linear(size, size, bias=False)),
+                                 "int8")
+    except RuntimeError:
+        return None
+    inputs = torch.randn(size, size)
+    with torch.inference_mode():
+        return best_rate(lambda: layer(inputs), 2 * size**3, repeats)
 
 
 def matmul_ceilings() -> tuple[dict[str, float], str]:
-    """The fp32 ceiling, the bf16 one where bf16 is native, and a line saying what was found.
+    """The fp32 ceiling, the bf16 one where bf16 is native, the int8 one where ``quantize=int8``
+    is available, and a line saying what was found.
 
     bf16 is native when a 512^3 bf16 product runs at least ``NATIVE_BF16_SHARE`` of the fp32
     speed (best of three each: under 2 s even where emulated); without that the bf16 ceiling
@@ -122,20 +152,34 @@ def matmul_ceilings() -> tuple[dict[str, float], str]:
         bf16 = f"bf16 {ceilings['bf16']:.0f} GFLOP/s ({ceilings['bf16'] / ceilings['fp32']:.2f}x)"
     else:
         bf16 = f"bf16 emulated ({100 * share:.1f}% of fp32 speed on 512^3): bf16 rows skipped"
-    line = f"matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} GFLOP/s, {bf16}"
+    int8 = int8_matmul_ceiling()
+    if int8 is None:
+        int8 = "int8: this PyTorch has no dynamic quantization, int8 rows skipped"
+    else:
+        ceilings["int8"] = int8
+        int8 = f"int8 (quantize=int8's kernel) {int8:.0f} GOP/s ({int8 / ceilings['fp32']:.2f}x)"
+    line = f"matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} GFLOP/s, {bf16}, {int8}"
     return ceilings, line
 
 
 def runs_for(ceilings: dict[str, float], decode_variants: list[str]) -> dict:
     """What this CPU runs: the training rows, the memory run's precision and the decoding
-    variants, leaving out bf16 where it has no bf16 ceiling (emulated, see above)."""
+    variants, leaving out bf16 where it has no bf16 ceiling (emulated, see above) and int8
+    where this PyTorch cannot quantize."""
     native_bf16 = "bf16" in ceilings
     return {
         "training": [(preset, precision) for preset, precision in TRAINING_RUNS
                      if precision in ceilings],
         "memory_precision": "bf16" if native_bf16 else "fp32",
-        "decoding": [v for v in decode_variants if v != "bf16" or native_bf16],
+        "decoding": [v for v in decode_variants if v not in ("bf16", "int8") or v in ceilings],
     }
+
+
+def skip_reason(variant: str) -> str:
+    """Why ``runs_for`` left a decoding variant out."""
+    if variant == "int8":
+        return "this PyTorch has no dynamic int8 quantization"
+    return f"{variant} products are emulated on this CPU"
 
 
 def flops_per_target_token(preset: str, batch: int = 64, length: int = 14) -> float:
@@ -273,18 +317,19 @@ def main() -> None:
               f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10}")
         for variant in args.decode_variants:
             if variant not in runs["decoding"]:
-                print(f"{'-':<8} {variant:<9} skipped: bf16 products are emulated on this CPU")
+                print(f"{'-':<8} {variant:<9} skipped: {skip_reason(variant)}")
                 continue
             precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
             rows = bench_decoding(args.checkpoint, args.max_sentences, precision, quantize)
             for row in rows["results"]:
                 flops = row.get("flops_per_sentence")
-                # runs_for left out the variants without a ceiling: precision has one here.
-                row["percent_of_ceiling"] = None if flops is None else (
-                    100 * row["sentences_per_second"] * flops / (ceilings[precision] * 1e9))
+                # fp16 has no ceiling measured: its rows are not given a share.
+                row["percent_of_ceiling"] = None if flops is None or variant not in ceilings \
+                    else 100 * row["sentences_per_second"] * flops / (ceilings[variant] * 1e9)
                 results["decoding"].append(row)
-                counted = (f"{flops / 1e6:>10.1f} {row['percent_of_ceiling']:>9.0f}%"
-                           if flops is not None else f"{'-':>10} {'-':>10}")
+                share = row["percent_of_ceiling"]
+                counted = (f"{flops / 1e6:>10.1f} " if flops is not None else f"{'-':>10} ") + (
+                    f"{share:>9.0f}%" if share is not None else f"{'-':>10}")
                 print(f"{row['search']:<8} {variant:<9} {row['sentences_per_second']:>8.1f} "
                       f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} "
                       f"{counted}", flush=True)

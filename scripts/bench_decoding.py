@@ -19,11 +19,11 @@ BLEU is reported too, as a check that the fast settings still translate.
 With ``--count-flops``, each search also translates the sentences once more, untimed, under
 ``torch.utils.flop_counter.FlopCounterMode`` and reports the floating-point matrix-product FLOP
 per sentence (``flops_per_sentence``: the GRU/LSTM cells, attention projections and output
-layer as actually run, finished sentences already gone; for bf16/fp16, on the fp32 search,
-as the counter cannot run under autocast). Speed x FLOP per sentence / the
-matmul ceiling (``scripts/bench.py``) says how close decoding is to what the CPU's matrix
-units allow. int8 products are not counted (the counter does not see quantized kernels), so
-int8 rows report ``None``.
+layer as actually run, finished sentences already gone). bf16/fp16 and int8 rows are counted
+on the fp32 search, as the counter can neither run under autocast nor see quantized kernels:
+the same products, on translations that differ in a few sentences' lengths only. Speed x FLOP
+per sentence / the matmul ceiling of the row's precision (``scripts/bench.py``) says how close
+decoding is to what the CPU's matrix units allow.
 """
 
 from __future__ import annotations
@@ -67,13 +67,15 @@ def bench_one(
     evaluation = evaluate_translations(translator, sources, references)
     generation = evaluation.generation_seconds
     flops_per_sentence = None
-    if count_flops and quantize == "none":
+    if count_flops:
         from torch.utils.flop_counter import FlopCounterMode
 
         # The counter cannot run under autocast (it decomposes the GRU into products of mixed
-        # dtypes), so a bf16/fp16 row is counted on the fp32 search: the same products, and
-        # translations that differ in a few sentences' lengths only.
-        counted = translator if precision == "fp32" else Translator.from_checkpoint(
+        # dtypes) and does not see quantized kernels, so bf16/fp16 and int8 rows are counted on
+        # the fp32 search: the same products, on translations that differ in a few sentences'
+        # lengths only.
+        plain = precision == "fp32" and quantize == "none"
+        counted = translator if plain else Translator.from_checkpoint(
             checkpoint, device, beam_size=beam_size, max_tokens=max_tokens)
         with FlopCounterMode(display=False) as counter:
             counted.translate(sources, return_attention=False)

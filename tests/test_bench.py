@@ -30,6 +30,7 @@ def test_bf16_ceiling_and_rows_only_where_bf16_is_native(bench, monkeypatch, bf1
         return bf16_speed if dtype == torch.bfloat16 else 70.0
 
     monkeypatch.setattr(bench, "matmul_ceiling", fake_ceiling)
+    monkeypatch.setattr(bench, "int8_matmul_ceiling", lambda: 75.0)
     ceilings, line = bench.matmul_ceilings()
     assert ceilings["fp32"] == 70.0
     assert ("bf16" in ceilings) == native
@@ -50,11 +51,28 @@ def test_ratios_use_only_the_rows_that_ran(bench):
 
 def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):
     variants = ["fp32", "bf16", "int8"]
-    native = bench.runs_for({"fp32": 70.0, "bf16": 150.0}, variants)
+    native = bench.runs_for({"fp32": 70.0, "bf16": 150.0, "int8": 75.0}, variants)
     assert native["training"] == list(bench.TRAINING_RUNS)
     assert native["memory_precision"] == "bf16" and native["decoding"] == variants
-    emulated = bench.runs_for({"fp32": 70.0}, variants)
+    emulated = bench.runs_for({"fp32": 70.0, "int8": 75.0}, variants)
     assert emulated["training"] == [run for run in bench.TRAINING_RUNS if run[1] == "fp32"]
     assert len(emulated["training"]) == 2
     assert emulated["memory_precision"] == "fp32"
     assert emulated["decoding"] == ["fp32", "int8"]
+    assert "emulated" in bench.skip_reason("bf16")
+
+
+def test_int8_ceiling_runs_quantize_int8s_kernel_or_leaves_int8_out(bench, monkeypatch):
+    assert bench.int8_matmul_ceiling(size=64, repeats=1) > 0
+    without_int8 = bench.runs_for({"fp32": 70.0, "bf16": 150.0}, ["fp32", "bf16", "int8"])
+    assert without_int8["decoding"] == ["fp32", "bf16"]
+    assert "no dynamic int8" in bench.skip_reason("int8")
+
+    def gone(model, mode):
+        raise RuntimeError("quantize=int8 needs torch.ao.quantization.quantize_dynamic")
+
+    monkeypatch.setattr("seq2seq.inference.quantize.quantize_for_cpu", gone)
+    assert bench.int8_matmul_ceiling(size=64, repeats=1) is None
+    monkeypatch.setattr(bench, "matmul_ceiling", lambda dtype, size=4096, repeats=3: 70.0)
+    ceilings, line = bench.matmul_ceilings()
+    assert "int8" not in ceilings and "int8 rows skipped" in line

@@ -35,4 +35,6 @@ def test_flops_per_sentence_are_counted_and_grow_with_the_beam(tmp_path, trained
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "int8.json").read_text())["results"]
-    assert [row["flops_per_sentence"] for row in rows] == [None, None]  # not visible to the counter
+    # The counter does not see quantized kernels: int8 rows are counted on the fp32 search.
+    assert [row["flops_per_sentence"] for row in rows] == [
+        greedy["flops_per_sentence"], beam["flops_per_sentence"]]
