@@ -16,7 +16,7 @@ Scripts:
     ``run_python``: runs ``translate.py``, ``train.py``, ``scripts/*.py`` ... as
     ``subprocess.run``/``Popen`` would, in processes forked from one that has imported torch
     (tests/python_runner.py); tests about import order, console scripts and torchrun start a
-    real interpreter.
+    real interpreter. ``run_tool``: ``run_python`` as the CLI tests run the tools.
 
 Every test runs on one torch thread (``one_thread``): the models are tiny and the machine's
 cores are shared between the xdist workers.
@@ -28,6 +28,7 @@ import functools
 import gzip
 import os
 import random
+import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -460,6 +461,18 @@ def run_python(preloaded_python: PreloadedPython) -> Iterator[PreloadedPython]:
     left running is killed when it ends."""
     yield preloaded_python
     preloaded_python.stop_all()
+
+
+@pytest.fixture
+def run_tool(run_python: PreloadedPython) -> Callable[..., subprocess.CompletedProcess]:
+    """``run_tool([script, *args], *, cwd, stdin="")``: ``run_python`` with one OpenMP thread,
+    UTF-8 streams and a 120 s limit, as the CLI tests run the tools."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+
+    def run(args: list, *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+        return run_python(args, cwd=cwd, input=stdin, env=env, timeout=120)
+
+    return run
 
 
 # -- every test ------------------------------------------------------------------------------

@@ -35,16 +35,6 @@ def run_interpreter(args: list[str], *, cwd: Path) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def run_tool(run_python):
-    """run([script, *args], *, cwd, stdin=""): the script run as the user runs it (conftest)."""
-
-    def run(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
-        return run_python(args, cwd=cwd, input=stdin, env=ENV, timeout=120)
-
-    return run
-
-
-@pytest.fixture
 def workdir(tmp_path, trained_checkpoint) -> Path:
     """A fresh folder holding a run with the copy model and the corpus it names (relatively)."""
     checkpoint = trained_checkpoint

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
 
 def _quantized_types():
@@ -131,16 +128,6 @@ def test_bad_mode_and_non_cpu_device_are_value_errors(float_model):
 
 
 # -- the command-line tools ------------------------------------------------------------------
-@pytest.fixture
-def run_tool(run_python):
-    """run([script, *args], *, cwd, stdin=""): the script run as the user runs it (conftest)."""
-
-    def run(args: list[str], *, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
-        return run_python(args, cwd=cwd, input=stdin, env=ENV, timeout=120)
-
-    return run
-
-
 @pytest.fixture
 def workdir(tmp_path, trained_checkpoint) -> Path:
     shutil.copytree(trained_checkpoint.parents[1] / "corpus", tmp_path / "corpus")
