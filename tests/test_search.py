@@ -305,8 +305,9 @@ class WantsLength:
 
 
 class RowRecorder:
-    """Wraps a model and records the rows of each decoder step, after checking that every
-    state entry has those rows and the encoded source one row per sentence (of ``beams``)."""
+    """Wraps a model and records the beam slots of each decoder step (sentences x ``beams``),
+    after checking that every state entry has the step's rows and the encoded source one row
+    per sentence: ``beams`` rows a sentence, but one at the first step (only beam 0 is live)."""
 
     def __init__(self, model, beams: int) -> None:
         self.model, self.beams, self.rows = model, beams, []
@@ -319,9 +320,10 @@ class RowRecorder:
 
     def decode_step(self, prev_tokens, state, encoded):
         rows = prev_tokens.numel()
+        beams = self.beams if self.rows else 1  # the first step: one row per sentence
         assert all(value.size(0) == rows for value in state.values())
-        assert all(value.size(0) * self.beams == rows for value in encoded)
-        self.rows.append(rows)
+        assert all(value.size(0) * beams == rows for value in encoded)
+        self.rows.append(rows * self.beams // beams)
         return self.model.decode_step(prev_tokens, state, encoded)
 
 

@@ -281,9 +281,9 @@ def beam_search(
     state = model.init_state(encoded)
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch, whose beams are
     # rows i*K .. i*K+K-1 of the flattened (N*K) decoder batch; N shrinks from B as finished
-    # sentences leave.
-    repeat = torch.arange(batch_size, device=device).repeat_interleave(beams)  # (B*K,)
-    state = select_state(state, repeat)
+    # sentences leave. The first step decodes one row per sentence: only beam 0 is live then,
+    # and its K copies would give K equal rows (1/K of that step's products, about 5% of a
+    # beam-5 search on Multi30k). Its state is repeated into the K beams after it.
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
     first_forced_step = int(max_lengths.min())
@@ -296,7 +296,7 @@ def beam_search(
     # Only beam 0 is live at the start, so the first step does not pick K copies of one token.
     beam_scores = torch.full((batch_size, beams), -math.inf, device=device)  # (N, K)
     beam_scores[:, 0] = 0.0
-    prev_tokens = torch.full((batch_size * beams,), BOS_ID, dtype=torch.long, device=device)
+    prev_tokens = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)  # (N,)
     beam_offsets = (torch.arange(batch_size, device=device) * beams).unsqueeze(1)  # (N, 1)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (N,)
     finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (N,)
@@ -312,13 +312,19 @@ def beam_search(
     finals_parents: list[Tensor] = []  # the slot they extend, (N, K)
 
     for step in range(max_steps):
-        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N*K, V)
+        rows_per_sentence = beams if step > 0 else 1  # R
+        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N*R, V)
         vocab_size = logits.size(-1)
         force_eos = forcing_rows(max_lengths, step, first_forced_step)  # (N,) or None
         if force_eos is not None:
-            force_eos = force_eos.repeat_interleave(beams)  # (N*K,)
+            force_eos = force_eos.repeat_interleave(rows_per_sentence)  # (N*R,)
         log_probs = next_token_log_probs(logits, force_eos=force_eos)
-        candidates = log_probs.view(active, beams, vocab_size).add_(beam_scores.unsqueeze(2))
+        # (N, K, V): at the first step beam 0's row broadcast to the K beams, the dead ones -inf.
+        candidates = log_probs.view(active, rows_per_sentence, vocab_size)
+        if step > 0:
+            candidates = candidates.add_(beam_scores.unsqueeze(2))
+        else:
+            candidates = candidates + beam_scores.unsqueeze(2)
         top_scores, top_index = candidates.view(active, -1).topk(2 * beams, dim=1)  # (N, 2K)
         top_parents = top_index // vocab_size  # (N, 2K)
         top_tokens = top_index % vocab_size  # (N, 2K)
@@ -341,7 +347,8 @@ def beam_search(
         history_tokens.append(tokens)
         history_parents.append(parents)
         if return_attention:
-            history_weights.append(weights.float().reshape(active, beams, source_len))
+            weights = weights.float().reshape(active, rows_per_sentence, source_len)
+            history_weights.append(weights.expand(active, beams, source_len))
         beam_scores = live_scores
 
         # Per-sentence stopping; see the docstring for the bound.
@@ -353,6 +360,8 @@ def beam_search(
         if done_count == active:
             break
         reorder = beam_offsets + parents  # (N, K) the rows each slot continues
+        if step == 0:
+            reorder = reorder // beams  # the sentence's one row
         if _prune_now(done_count, active):
             keep = _kept_rows(done, active - done_count)  # (N',)
             encoded = encoded.index_select(keep)
