@@ -38,6 +38,7 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.inference.folding import fold_for_device
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
@@ -140,7 +141,7 @@ class Translator:
         self.device = select_device(device)
         self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.quantize = quantize
-        self.model = quantize_for_cpu(model, quantize, self.device)
+        self.model = quantize_for_cpu(fold_for_device(model, self.device), quantize, self.device)
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.max_len_a = max_len_a

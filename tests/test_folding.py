@@ -1,0 +1,166 @@
+"""Decoder embeddings folded into the RNN's input gates (seq2seq/inference/folding.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2seq import CONFIG_DIR
+from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.folding import FoldedRNN, can_fold, fold_embeddings, fold_for_device
+from seq2seq.inference.quantize import quantize_for_cpu
+from seq2seq.inference.search import beam_search, greedy_search
+from seq2seq.inference.translator import Translator
+from seq2seq.models.build import build_model
+
+VOCAB = 20
+
+
+def luong_model(rnn_type: str = "gru", *, input_feeding: bool = True, num_layers: int = 1,
+                decoder: str = "luong", seed: int = 0) -> nn.Module:
+    """A random tiny model from the real YAML groups, in eval mode."""
+    torch.manual_seed(seed)
+    cfg = OmegaConf.create({
+        "embed_dim": 12,
+        "dropout": 0.0,
+        "tie_embeddings": False,
+        "encoder": OmegaConf.load(CONFIG_DIR / f"model/encoder/{rnn_type}.yaml"),
+        "decoder": OmegaConf.load(CONFIG_DIR / f"model/decoder/{decoder}.yaml"),
+        "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
+    })
+    cfg.encoder.hidden_size = 8
+    cfg.decoder.hidden_size = 16
+    cfg.decoder.rnn_type = rnn_type
+    cfg.decoder.num_layers = num_layers
+    if decoder == "luong":
+        cfg.decoder.input_feeding = input_feeding
+    model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations
+    model = build_model(model_cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB).eval()
+    with torch.no_grad():  # flatter outputs: many near-competitive continuations
+        model.generator.weight.mul_(3.0)
+        model.generator.bias[EOS_ID] -= 2.0
+    return model
+
+
+def sources(batch_size: int = 9, max_len: int = 8, seed: int = 3):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len, (batch_size,), generator=generator)
+    src = torch.full((batch_size, max_len), PAD_ID)
+    for row, length in enumerate(lengths.tolist()):
+        src[row, :length] = torch.randint(4, VOCAB, (length,), generator=generator)
+        src[row, length] = EOS_ID
+    return src, lengths + 1
+
+
+VARIANTS = {
+    "gru-input-feeding": {"rnn_type": "gru"},
+    "lstm-input-feeding": {"rnn_type": "lstm"},
+    "gru-no-feeding": {"rnn_type": "gru", "input_feeding": False},
+    "lstm-no-feeding": {"rnn_type": "lstm", "input_feeding": False},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_folded_model_computes_what_the_model_computes(variant):
+    model = luong_model(**VARIANTS[variant])
+    folded = fold_embeddings(model)
+    assert isinstance(folded.decoder.rnn, FoldedRNN)
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        torch.testing.assert_close(folded(src, src_lengths, tgt_in), model(src, src_lengths, tgt_in))
+    options = {"max_len_a": 1.0, "max_len_b": 3, "return_attention": True}
+    for search in (greedy_search, beam_search):
+        extra = {"beam_size": 4, "nbest": 2} if search is beam_search else {}
+        expected = search(model, src, src_lengths, **options, **extra)
+        got = search(folded, src, src_lengths, **options, **extra)
+        assert len({len(n_best[0].tokens) for n_best in expected}) > 1  # mixed lengths
+        for want, have in zip(expected, got, strict=True):
+            assert [h.tokens for h in have] == [h.tokens for h in want]
+            for a, b in zip(have, want, strict=True):
+                assert a.score == pytest.approx(b.score, abs=1e-5)
+                torch.testing.assert_close(a.attention, b.attention)
+
+
+def test_folding_copies_and_leaves_the_model_alone():
+    model = luong_model()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    folded = fold_embeddings(model)
+    assert folded is not model
+    assert type(model.decoder.rnn) is nn.GRU
+    assert model.decoder.embedding.weight.shape == (VOCAB, 12)
+    assert folded.decoder.embedding.weight.shape == (VOCAB, 3 * 16)  # the GRU's input gates
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+
+
+def test_a_step_skips_the_embedding_product():
+    model = luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()
+    rows = src.size(0)
+
+    @torch.no_grad()
+    def step_flops(m):
+        encoded = m.encode(src, src_lengths)
+        state = m.init_state(encoded)
+        with FlopCounterMode(display=False) as counter:
+            m.decode_step(torch.full((rows,), 5), state, encoded)
+        return counter.get_total_flops()
+
+    embed_dim, gates = 12, 3 * 16
+    assert step_flops(model) - step_flops(folded) == 2 * rows * embed_dim * gates
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"decoder": "bahdanau"}, {"num_layers": 2}],
+    ids=["bahdanau", "two-layers"],
+)
+def test_other_decoders_are_left_unfolded(options):
+    model = luong_model(**options)
+    assert not can_fold(model)
+    assert fold_embeddings(model) is model
+
+
+def test_translators_fold_on_the_cpu_only():
+    model = luong_model()
+    assert isinstance(fold_for_device(model, "cpu").decoder.rnn, FoldedRNN)
+    assert fold_for_device(model, "meta") is model  # any device but the CPU keeps the model
+    ensemble = fold_for_device(Ensemble([model, luong_model(seed=1)]), "cpu")
+    assert all(isinstance(member.decoder.rnn, FoldedRNN) for member in ensemble.members)
+    translator = Translator(model, tokenizers=None, device="cpu", beam_size=2)
+    assert isinstance(translator.model.decoder.rnn, FoldedRNN)
+    assert type(model.decoder.rnn) is nn.GRU
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_int8_quantizes_the_folded_products(rnn_type):
+    from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
+
+    model = luong_model(rnn_type)
+    quantized = quantize_for_cpu(fold_embeddings(model), "int8")
+    rnn = quantized.decoder.rnn
+    assert type(rnn.rest_proj) is QuantizedLinear and type(rnn.hidden_proj) is QuantizedLinear
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, _ = model(src, src_lengths, tgt_in)
+        have, _ = quantized(src, src_lengths, tgt_in)
+    assert (have - want).abs().max() < 0.05 * want.abs().max()  # int8 rounding only
+
+
+def test_bf16_autocast_decodes_close_to_float32():
+    model = luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, _ = model(src, src_lengths, tgt_in)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            have, _ = folded(src, src_lengths, tgt_in)
+    assert (have.float() - want).abs().max() < 0.05
