@@ -20,7 +20,9 @@ With ``--count-flops``, each search also translates the sentences once more, unt
 ``torch.utils.flop_counter.FlopCounterMode`` and reports the floating-point matrix-product FLOP
 per sentence (``flops_per_sentence``: the GRU/LSTM cells, attention projections and output
 layer as actually run, finished sentences already gone). bf16/fp16 and int8 rows are counted
-on the fp32 search, as the counter can neither run under autocast nor see quantized kernels:
+on the fp32 search (bf16/fp16 on the unfolded model they decode, int8 on the folded one: see
+``seq2seq.inference.folding``), as the counter can neither run under autocast nor see quantized
+kernels:
 the same products, on translations that differ in a few sentences' lengths only. Speed x FLOP
 per sentence / the matmul ceiling of the row's precision (``scripts/bench.py``) says how close
 decoding is to what the CPU's matrix units allow.
@@ -73,10 +75,11 @@ def bench_one(
         # The counter cannot run under autocast (it decomposes the GRU into products of mixed
         # dtypes) and does not see quantized kernels, so bf16/fp16 and int8 rows are counted on
         # the fp32 search: the same products, on translations that differ in a few sentences'
-        # lengths only.
+        # lengths only. bf16/fp16 searches do not fold the embeddings, so neither does theirs.
         plain = precision == "fp32" and quantize == "none"
         counted = translator if plain else Translator.from_checkpoint(
-            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens)
+            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens,
+            fold=precision == "fp32")
         with FlopCounterMode(display=False) as counter:
             counted.translate(sources, return_attention=False)
         flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)

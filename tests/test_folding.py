@@ -10,8 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.inference import folding
 from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.folding import FoldedRNN, can_fold, fold_embeddings, fold_for_device
+from seq2seq.inference.folding import FoldedRNN, can_fold, fold_embeddings, fold_for_decoding
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
@@ -86,16 +87,20 @@ def test_folded_model_computes_what_the_model_computes(variant):
                 torch.testing.assert_close(a.attention, b.attention)
 
 
-def test_folding_copies_and_leaves_the_model_alone():
-    model = luong_model()
+def test_folding_leaves_the_model_alone_and_shares_the_rest():
+    model = luong_model().train()
     before = {name: value.clone() for name, value in model.state_dict().items()}
     folded = fold_embeddings(model)
-    assert folded is not model
+    assert folded is not model and folded.decoder is not model.decoder
     assert type(model.decoder.rnn) is nn.GRU
     assert model.decoder.embedding.weight.shape == (VOCAB, 12)
     assert folded.decoder.embedding.weight.shape == (VOCAB, 3 * 16)  # the GRU's input gates
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+    # Nothing else is copied, and the training flags stay as they were.
+    assert folded.encoder is model.encoder and folded.generator is model.generator
+    assert folded.decoder.attention is model.decoder.attention
+    assert model.training and model.decoder.training and model.encoder.training
 
 
 def test_a_step_skips_the_embedding_product():
@@ -118,24 +123,40 @@ def test_a_step_skips_the_embedding_product():
 
 @pytest.mark.parametrize(
     "options",
-    [{"decoder": "bahdanau"}, {"num_layers": 2}],
-    ids=["bahdanau", "two-layers"],
+    [{"decoder": "bahdanau"}, {"num_layers": 2}, {"dtype": torch.float64}, {"table_bytes": 1000}],
+    ids=["bahdanau", "two-layers", "float64", "table-too-big"],
 )
-def test_other_decoders_are_left_unfolded(options):
+def test_other_decoders_are_left_unfolded(options, monkeypatch):
+    dtype = options.pop("dtype", None)
+    if "table_bytes" in options:  # VOCAB x 3H float32 = 3,840 bytes
+        monkeypatch.setattr(folding, "MAX_TABLE_BYTES", options.pop("table_bytes"))
     model = luong_model(**options)
+    if dtype is not None:
+        model = model.to(dtype)
     assert not can_fold(model)
     assert fold_embeddings(model) is model
 
 
-def test_translators_fold_on_the_cpu_only():
+def test_translators_fold_float32_searches_on_the_cpu_only():
     model = luong_model()
-    assert isinstance(fold_for_device(model, "cpu").decoder.rnn, FoldedRNN)
-    assert fold_for_device(model, "meta") is model  # any device but the CPU keeps the model
-    ensemble = fold_for_device(Ensemble([model, luong_model(seed=1)]), "cpu")
+    fp32 = {"autocast_dtype": None}
+    assert isinstance(fold_for_decoding(model, device="cpu", **fp32).decoder.rnn, FoldedRNN)
+    assert fold_for_decoding(model, device="meta", **fp32) is model  # not the CPU
+    assert fold_for_decoding(model, device="cpu", autocast_dtype=torch.bfloat16) is model
+    ensemble = fold_for_decoding(Ensemble([model, luong_model(seed=1)]), device="cpu", **fp32)
     assert all(isinstance(member.decoder.rnn, FoldedRNN) for member in ensemble.members)
     translator = Translator(model, tokenizers=None, device="cpu", beam_size=2)
     assert isinstance(translator.model.decoder.rnn, FoldedRNN)
     assert type(model.decoder.rnn) is nn.GRU
+    assert translator.parameter_count == sum(p.numel() for p in model.parameters())
+    bf16 = Translator(model, tokenizers=None, device="cpu", beam_size=2, precision="bf16")
+    assert bf16.model is model
+    assert Translator(model, tokenizers=None, device="cpu", fold=False).model is model
+
+
+def test_an_unknown_quantize_mode_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="quantize must be one of none, int8, got 'int4'"):
+        Translator(luong_model(), tokenizers=None, device="cpu", quantize="int4")
 
 
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])

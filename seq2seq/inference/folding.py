@@ -4,8 +4,8 @@ A Luong decoder's RNN reads ``x_t = [e(y_{t-1}); a_{t-1}]`` (or ``e(y_{t-1})`` a
 input feeding), so the first product of every step is
 ``W_ih x_t + b_ih = (W_e e(y_{t-1}) + b_ih) + W_a a_{t-1}``. The bracket depends on the previous
 token only: it is one row of the table ``T = E W_e^T + b_ih`` (V, G), G = 3H for a GRU and 4H
-for an LSTM, computed once per model. :func:`fold_embeddings` returns a copy of the model in
-which
+for an LSTM, computed once per model. :func:`fold_embeddings` returns a shallow copy of the
+model in which
 
 - the decoder's embedding is that table (``nn.Embedding(V, G)``), so a step looks its gates up
   instead of multiplying ``W_e`` by an embedding: a quarter of the GRU's products in
@@ -14,11 +14,14 @@ which
   recurrent product, then the GRU / LSTM cell, in float32.
 
 Translations are the same up to float rounding (tested against the unfolded model); the model
-passed in is left as it is. Only single-layer GRU/LSTM Luong decoders are folded: Bahdanau's
-decoder also feeds the embedding itself to its output layer, and a deeper RNN would need the
-other layers unfolded beside it. :class:`~seq2seq.inference.translator.Translator` folds on
-the CPU, before ``quantize=int8`` (which then quantizes the two products of :class:`FoldedRNN`;
-the table stays float like every embedding). On a GPU the fused cuDNN step is kept.
+passed in is left as it is, and the copy shares all its other parameters. Only single-layer
+float32 GRU/LSTM Luong decoders are folded, with a table of at most :data:`MAX_TABLE_BYTES`:
+Bahdanau's decoder also feeds the embedding itself to its output layer, and a deeper RNN would
+need the other layers unfolded beside it. :class:`~seq2seq.inference.translator.Translator`
+folds for float32 searches on the CPU, before ``quantize=int8`` (which then quantizes the two
+products of :class:`FoldedRNN`; the table stays float like every embedding). On a GPU the
+cuDNN step is kept, and bf16/fp16 searches keep the model as it is: the folded cell runs in
+float32, and that path was not timed on a CPU with bf16 instructions.
 """
 
 from __future__ import annotations
@@ -94,35 +97,55 @@ def _lstm_cell(gates: Tensor, recurrent: Tensor, c: Tensor) -> tuple[Tensor, Ten
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
+# Folding stops here: the table is V x G floats, G / E times the embedding it replaces (26 MB
+# for multi30k_best's 4,273 x 1,536; an LSTM of 1,024 over 32k pieces would need 512 MB).
+MAX_TABLE_BYTES = 128 * 2**20
+
+
 def can_fold(model: nn.Module) -> bool:
     """Whether :func:`fold_embeddings` changes ``model``: a Seq2Seq whose decoder is a
-    single-layer GRU/LSTM :class:`~seq2seq.models.decoders.LuongDecoder`."""
+    single-layer float32 GRU/LSTM :class:`~seq2seq.models.decoders.LuongDecoder`, with a table
+    of at most :data:`MAX_TABLE_BYTES`."""
     decoder = getattr(model, "decoder", None)
     rnn = getattr(decoder, "rnn", None)
+    if not (isinstance(decoder, LuongDecoder) and type(rnn) in (nn.GRU, nn.LSTM)):
+        return False
+    table_bytes = decoder.embedding.num_embeddings * rnn.weight_ih_l0.size(0) * 4
     return (
-        isinstance(decoder, LuongDecoder)
-        and type(rnn) in (nn.GRU, nn.LSTM)
-        and rnn.num_layers == 1
+        rnn.num_layers == 1
         and not rnn.bidirectional
         and rnn.batch_first
         and rnn.bias
+        and rnn.weight_ih_l0.dtype == torch.float32  # the cell runs in float32
+        and table_bytes <= MAX_TABLE_BYTES
     )
+
+
+def _with_modules(module: nn.Module, **replaced: nn.Module) -> nn.Module:
+    """A shallow copy of ``module``: the same parameters and submodules, except ``replaced``.
+    The module itself is left as it is."""
+    clone = copy.copy(module)
+    clone._modules = {**module._modules, **replaced}
+    return clone
 
 
 @torch.no_grad()
 def fold_embeddings(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in eval mode with the decoder's embeddings folded into its RNN's
-    input gates (see the module docstring), or ``model`` itself when :func:`can_fold` is
-    False."""
+    """``model`` with the decoder's embeddings folded into its RNN's input gates (see the
+    module docstring), or ``model`` itself when :func:`can_fold` is False.
+
+    The result shares every other parameter and submodule with ``model`` (nothing is copied
+    but the two replaced decoder parts), so it holds a snapshot: fold again after training
+    changes the weights.
+    """
     if not can_fold(model):
         return model
-    folded = copy.deepcopy(model).eval()
-    decoder = folded.decoder
+    decoder = model.decoder
     rnn = decoder.rnn
     embed_dim = decoder.embed_dim
-    w_ih = rnn.weight_ih_l0.float()  # (G, E + R)
-    table = decoder.embedding.weight.float() @ w_ih[:, :embed_dim].T + rnn.bias_ih_l0.float()
-    gates = nn.Embedding.from_pretrained(table, freeze=True)  # (V, G)
+    w_ih = rnn.weight_ih_l0  # (G, E + R)
+    table = decoder.embedding.weight @ w_ih[:, :embed_dim].T + rnn.bias_ih_l0  # (V, G)
+    gates = nn.Embedding.from_pretrained(table, freeze=True)
     rest_proj = None
     if w_ih.size(1) > embed_dim:
         rest_proj = nn.Linear(w_ih.size(1) - embed_dim, w_ih.size(0), bias=False)
@@ -131,16 +154,20 @@ def fold_embeddings(model: nn.Module) -> nn.Module:
     hidden_proj.weight.copy_(rnn.weight_hh_l0)
     hidden_proj.bias.copy_(rnn.bias_hh_l0)
     rnn_type = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
-    decoder.embedding = gates
-    decoder.rnn = FoldedRNN(rnn_type=rnn_type, rest_proj=rest_proj, hidden_proj=hidden_proj)
-    return folded.to(rnn.weight_hh_l0.device)
+    folded_rnn = FoldedRNN(rnn_type=rnn_type, rest_proj=rest_proj, hidden_proj=hidden_proj)
+    folded_rnn = folded_rnn.to(w_ih.device).train(decoder.training)
+    gates.train(decoder.training)
+    return _with_modules(model, decoder=_with_modules(decoder, embedding=gates, rnn=folded_rnn))
 
 
-def fold_for_device(model: nn.Module, device: str | torch.device) -> nn.Module:
-    """The model to decode with on ``device``: on the CPU, ``model`` (or each member of an
-    :class:`~seq2seq.inference.ensemble.Ensemble`) with its embeddings folded where
-    :func:`can_fold`; elsewhere ``model`` itself."""
-    if torch.device(device).type != "cpu":
+def fold_for_decoding(
+    model: nn.Module, *, device: str | torch.device, autocast_dtype: torch.dtype | None
+) -> nn.Module:
+    """The model a float32 search on ``device`` decodes with: on the CPU, ``model`` (or each
+    member of an :class:`~seq2seq.inference.ensemble.Ensemble`) folded where :func:`can_fold`;
+    elsewhere, and under autocast (bf16/fp16, whose speed with the float32 cell is not
+    measured), ``model`` itself."""
+    if torch.device(device).type != "cpu" or autocast_dtype is not None:
         return model
     if isinstance(model, Ensemble):
         if not any(can_fold(member) for member in model.members):

@@ -4,7 +4,9 @@
 is left as it is) in which
 
 - every ``nn.GRU`` / ``nn.LSTM`` (the encoder's, packed sequences included, and the decoder's
-  step) becomes ``DynamicQuantizedGRU`` / ``DynamicQuantizedLSTM``;
+  step) becomes ``DynamicQuantizedGRU`` / ``DynamicQuantizedLSTM``; a decoder RNN already
+  folded by :mod:`seq2seq.inference.folding` (as the ``Translator`` does on the CPU) has
+  its two products as ``nn.Linear`` layers instead, quantized as below;
 - every ``nn.Linear`` (attention projections, the decoder's bridge / combine / pre-output
   layers, the output layer ``generator``) becomes ``DynamicQuantizedLinear``.
 
@@ -48,6 +50,13 @@ def _quantize_dynamic():
     return quantize_dynamic
 
 
+def check_quantize_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`QUANTIZE_MODES`, else a one-line ValueError."""
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
+    return mode
+
+
 def quantize_for_cpu(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
     """The model to decode with: ``model`` itself (``none``) or an int8 copy (``int8``).
 
@@ -63,9 +72,7 @@ def quantize_for_cpu(model: nn.Module, mode: str, device: str | torch.device = "
         ValueError: on an unknown mode, or ``int8`` on a device other than the CPU.
         RuntimeError: when this PyTorch no longer has ``quantize_dynamic``.
     """
-    if mode not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
-    if mode == "none":
+    if check_quantize_mode(mode) == "none":
         return model
     device = torch.device(device)
     if device.type != "cpu":

@@ -19,6 +19,9 @@ Decisions worth knowing:
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
+- float32 searches on the CPU decode a copy with the decoder's embeddings folded into its RNN's
+  input gates where it can be (:mod:`seq2seq.inference.folding`: the same translations, fewer
+  products); the model passed in is left as it is, so a trainer can lend its model.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
@@ -38,8 +41,8 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.folding import fold_for_device
-from seq2seq.inference.quantize import quantize_for_cpu
+from seq2seq.inference.folding import fold_for_decoding
+from seq2seq.inference.quantize import check_quantize_mode, quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
@@ -101,10 +104,14 @@ class Translator:
             else fp32; ``self.precision`` is the one chosen).
         quantize: ``none``, or ``int8`` to decode on the CPU with a dynamically quantized copy
             of ``model`` (int8 GRU/LSTM and ``nn.Linear`` weights, see
-            :mod:`seq2seq.inference.quantize`); ``self.model`` is then that copy, and the
-            model passed in is left as it is.
+            :mod:`seq2seq.inference.quantize`). ``self.model`` is the model decoded: on the
+            CPU a folded and/or quantized copy; the model passed in is left as it is.
         shortlist: restrict each batch's output layer to its
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
+        fold: fold the decoder's embeddings into its RNN's input gates where
+            :func:`~seq2seq.inference.folding.fold_for_decoding` applies (float32 searches
+            on the CPU; the same translations, fewer products); False decodes the model as
+            given.
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
@@ -128,6 +135,7 @@ class Translator:
         precision: str = "fp32",
         quantize: str = "none",
         shortlist: Shortlist | None = None,
+        fold: bool = True,
     ) -> None:
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -140,14 +148,24 @@ class Translator:
         self.tokenizers = tokenizers
         self.device = select_device(device)
         self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
-        self.quantize = quantize
-        self.model = quantize_for_cpu(fold_for_device(model, self.device), quantize, self.device)
+        self.quantize = check_quantize_mode(quantize)
+        self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
+        # What the model was trained with, whatever copy decodes (folded, int8).
+        self.parameter_count = (
+            sum(p.numel() for p in model.parameters())
+            if isinstance(model, torch.nn.Module) else None
+        )
+        if fold:
+            model_decoded = fold_for_decoding(
+                model, device=self.device, autocast_dtype=self.autocast_dtype)
+        else:
+            model_decoded = model
+        self.model = quantize_for_cpu(model_decoded, quantize, self.device)
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
         self.nbest = nbest
-        self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
         if shortlist is not None:

@@ -31,7 +31,9 @@ class ServedModel:
     def wrap(cls, translator) -> ServedModel:
         """A model described from its Translator alone (no checkpoint at hand)."""
         model = getattr(translator, "model", None)
-        parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        parameters = getattr(translator, "parameter_count", None)  # of the model as trained
+        if parameters is None:
+            parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
         return cls(translator, scorer=_scorer_of_module(model), parameters=parameters)
 
     def defaults(self) -> dict[str, Any]:
