@@ -246,6 +246,20 @@ def fake_validation_bleu(monkeypatch) -> Callable[[Sequence[float]], list[float]
 TINY_VOCAB = 20  # ids 0-3 are special, 4-19 are "words"
 
 
+def padded_random_sources(batch_size: int, *, vocab: int, max_len: int = 7, seed: int = 1):
+    """Padded random sources ending in EOS, as the translator builds them: ids 4..vocab-1,
+    lengths 1..max_len-1 plus EOS. Returns ``(src (B, max_len), src_lengths (B,))``."""
+    from seq2seq.data.vocab import EOS_ID, PAD_ID
+
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len, (batch_size,), generator=generator)
+    src = torch.full((batch_size, max_len), PAD_ID)
+    for row, length in enumerate(lengths.tolist()):
+        src[row, :length] = torch.randint(4, vocab, (length,), generator=generator)
+        src[row, length] = EOS_ID
+    return src, lengths + 1
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> Callable[..., torch.nn.Module]:
     """Returns build(seed=0): a small deterministic model (dropout 0) over ``TINY_VOCAB`` ids."""

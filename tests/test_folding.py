@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import padded_random_sources
 from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq import CONFIG_DIR
-from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference import folding
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.folding import FoldedRNN, can_fold, fold_embeddings, fold_for_decoding
@@ -47,14 +48,8 @@ def luong_model(rnn_type: str = "gru", *, input_feeding: bool = True, num_layers
     return model
 
 
-def sources(batch_size: int = 9, max_len: int = 8, seed: int = 3):
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, max_len, (batch_size,), generator=generator)
-    src = torch.full((batch_size, max_len), PAD_ID)
-    for row, length in enumerate(lengths.tolist()):
-        src[row, :length] = torch.randint(4, VOCAB, (length,), generator=generator)
-        src[row, length] = EOS_ID
-    return src, lengths + 1
+def sources():
+    return padded_random_sources(9, vocab=VOCAB, max_len=8, seed=3)
 
 
 VARIANTS = {

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import padded_random_sources
 from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
@@ -90,14 +91,8 @@ def tiny_model(
 
 
 def random_sources(batch_size: int, *, max_len: int = 7, seed: int = 1):
-    """Padded random sources ending in EOS, as the translator builds them."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, max_len, (batch_size,), generator=generator)
-    src = torch.full((batch_size, max_len), PAD_ID)
-    for row, length in enumerate(lengths.tolist()):
-        src[row, :length] = torch.randint(4, VOCAB, (length,), generator=generator)
-        src[row, length] = EOS_ID
-    return src, lengths + 1
+    """Padded random sources ending in EOS over this module's vocabulary."""
+    return padded_random_sources(batch_size, vocab=VOCAB, max_len=max_len, seed=seed)
 
 
 def unpadded(src: torch.Tensor, src_lengths: torch.Tensor, rows: list[int]):
