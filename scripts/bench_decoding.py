@@ -22,10 +22,9 @@ per sentence (``flops_per_sentence``: the GRU/LSTM cells, attention projections 
 layer as actually run, finished sentences already gone). bf16/fp16 and int8 rows are counted
 on the fp32 search (bf16/fp16 on the unfolded model they decode, int8 on the folded one: see
 ``seq2seq.inference.folding``), as the counter can neither run under autocast nor see quantized
-kernels:
-the same products, on translations that differ in a few sentences' lengths only. Speed x FLOP
-per sentence / the matmul ceiling of the row's precision (``scripts/bench.py``) says how close
-decoding is to what the CPU's matrix units allow.
+kernels: the same products, on translations that differ in a few sentences' lengths only.
+Speed x FLOP per sentence / the matmul ceiling of the row's precision (``scripts/bench.py``)
+says how close decoding is to what the CPU's matrix units allow.
 """
 
 from __future__ import annotations
