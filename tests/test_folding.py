@@ -1,4 +1,5 @@
-"""Decoder embeddings folded into the RNN's input gates (seq2seq/inference/folding.py)."""
+"""Encoder and decoder embeddings folded into their RNNs' input gates
+(seq2seq/inference/folding.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference import folding
 from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.folding import FoldedRNN, can_fold, fold_embeddings, fold_for_decoding
+from seq2seq.inference.folding import (
+    FoldedEncoder,
+    FoldedRNN,
+    GateTable,
+    can_fold,
+    can_fold_decoder,
+    can_fold_encoder,
+    fold_embeddings,
+    fold_for_decoding,
+)
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
@@ -23,7 +33,8 @@ VOCAB = 20
 
 
 def luong_model(rnn_type: str = "gru", *, input_feeding: bool = True, num_layers: int = 1,
-                decoder: str = "luong", seed: int = 0) -> nn.Module:
+                decoder: str = "luong", encoder_layers: int = 1, bidirectional: bool = True,
+                seed: int = 0) -> nn.Module:
     """A random tiny model from the real YAML groups, in eval mode."""
     torch.manual_seed(seed)
     cfg = OmegaConf.create({
@@ -35,6 +46,8 @@ def luong_model(rnn_type: str = "gru", *, input_feeding: bool = True, num_layers
         "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
     })
     cfg.encoder.hidden_size = 8
+    cfg.encoder.num_layers = encoder_layers
+    cfg.encoder.bidirectional = bidirectional
     cfg.decoder.hidden_size = 16
     cfg.decoder.rnn_type = rnn_type
     cfg.decoder.num_layers = num_layers
@@ -57,6 +70,7 @@ VARIANTS = {
     "lstm-input-feeding": {"rnn_type": "lstm"},
     "gru-no-feeding": {"rnn_type": "gru", "input_feeding": False},
     "lstm-no-feeding": {"rnn_type": "lstm", "input_feeding": False},
+    "gru-one-way-encoder": {"rnn_type": "gru", "bidirectional": False},
 }
 
 
@@ -64,8 +78,12 @@ VARIANTS = {
 def test_folded_model_computes_what_the_model_computes(variant):
     model = luong_model(**VARIANTS[variant])
     folded = fold_embeddings(model)
-    assert isinstance(folded.decoder.rnn, FoldedRNN)
+    assert isinstance(folded.decoder.rnn, FoldedRNN) and isinstance(folded.encoder, FoldedEncoder)
     src, src_lengths = sources()
+    with torch.no_grad():
+        want, have = model.encoder(src, src_lengths), folded.encoder(src, src_lengths)
+    for name in ("memory", "mask", "final"):
+        torch.testing.assert_close(getattr(have, name), getattr(want, name))
     tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         torch.testing.assert_close(folded(src, src_lengths, tgt_in), model(src, src_lengths, tgt_in))
@@ -87,15 +105,17 @@ def test_folding_leaves_the_model_alone_and_shares_the_rest():
     before = {name: value.clone() for name, value in model.state_dict().items()}
     folded = fold_embeddings(model)
     assert folded is not model and folded.decoder is not model.decoder
-    assert type(model.decoder.rnn) is nn.GRU
+    assert type(model.decoder.rnn) is nn.GRU and type(model.encoder.rnn) is nn.GRU
     assert model.decoder.embedding.weight.shape == (VOCAB, 12)
-    assert folded.decoder.embedding.weight.shape == (VOCAB, 3 * 16)  # the GRU's input gates
+    assert folded.decoder.embedding.rows.shape == (VOCAB, 3 * 16)  # the GRU's input gates
+    assert [table.rows.shape for table in folded.encoder.gates] == [(VOCAB, 3 * 8)] * 2
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
     # Nothing else is copied, and the training flags stay as they were.
-    assert folded.encoder is model.encoder and folded.generator is model.generator
+    assert folded.generator is model.generator
     assert folded.decoder.attention is model.decoder.attention
     assert model.training and model.decoder.training and model.encoder.training
+    assert folded.decoder.training and folded.encoder.training
 
 
 def test_a_step_skips_the_embedding_product():
@@ -108,6 +128,7 @@ def test_a_step_skips_the_embedding_product():
     def step_flops(m):
         encoded = m.encode(src, src_lengths)
         state = m.init_state(encoded)
+        m.decode_step(torch.full((rows,), 5), state, encoded)  # fills the table's row 5
         with FlopCounterMode(display=False) as counter:
             m.decode_step(torch.full((rows,), 5), state, encoded)
         return counter.get_total_flops()
@@ -116,20 +137,69 @@ def test_a_step_skips_the_embedding_product():
     assert step_flops(model) - step_flops(folded) == 2 * rows * embed_dim * gates
 
 
+def test_gate_tables_compute_the_rows_looked_up_once():
+    torch.manual_seed(0)
+    embedding, weight, bias = torch.randn(10, 4), torch.randn(6, 4), torch.randn(6)
+    with torch.inference_mode():  # rows filled inside and outside it
+        table = GateTable(embedding=embedding, weight=weight, bias=bias)
+    ids = torch.tensor([[3, 7, 3], [0, 3, 9]])
+    with FlopCounterMode(display=False) as counter:
+        gates = table(ids)
+    assert counter.get_total_flops() == 2 * 4 * 4 * 6  # ids 0, 3, 7, 9: one row each
+    torch.testing.assert_close(gates, embedding[ids] @ weight.T + bias)
+    assert table.known.nonzero().flatten().tolist() == [0, 3, 7, 9]
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        gates = table(torch.tensor([9, 1]))
+    assert counter.get_total_flops() == 2 * 4 * 6  # row 1 only
+    torch.testing.assert_close(gates, embedding[[9, 1]] @ weight.T + bias)
+
+
+def test_encoding_skips_the_embedding_product():
+    model = luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()
+
+    @torch.no_grad()
+    def encode_flops(m):
+        m.encode(src, src_lengths)  # fills the tables' rows
+        with FlopCounterMode(display=False) as counter:
+            m.encode(src, src_lengths)
+        return counter.get_total_flops()
+
+    embed_dim, gates, directions = 12, 3 * 8, 2
+    assert encode_flops(model) - encode_flops(folded) == 2 * src.numel() * embed_dim * gates * directions
+
+
 @pytest.mark.parametrize(
     "options",
-    [{"decoder": "bahdanau"}, {"num_layers": 2}, {"dtype": torch.float64}, {"table_bytes": 1000}],
-    ids=["bahdanau", "two-layers", "float64", "table-too-big"],
+    [{"dtype": torch.float64}, {"table_bytes": 1000}],
+    ids=["float64", "tables-too-big"],
 )
-def test_other_decoders_are_left_unfolded(options, monkeypatch):
+def test_models_that_cannot_fold_are_left_as_they_are(options, monkeypatch):
     dtype = options.pop("dtype", None)
-    if "table_bytes" in options:  # VOCAB x 3H float32 = 3,840 bytes
+    if "table_bytes" in options:  # VOCAB x 3H float32: 3,840 bytes (decoder), 2 x 1,920 (encoder)
         monkeypatch.setattr(folding, "MAX_TABLE_BYTES", options.pop("table_bytes"))
     model = luong_model(**options)
     if dtype is not None:
         model = model.to(dtype)
     assert not can_fold(model)
     assert fold_embeddings(model) is model
+
+
+@pytest.mark.parametrize("options", [{"decoder": "bahdanau"}, {"num_layers": 2}],
+                         ids=["bahdanau", "two-layers"])
+def test_other_decoders_are_left_unfolded_beside_a_folded_encoder(options):
+    model = luong_model(**options)
+    assert not can_fold_decoder(model.decoder) and can_fold(model)
+    folded = fold_embeddings(model)
+    assert folded.decoder is model.decoder and isinstance(folded.encoder, FoldedEncoder)
+
+
+def test_deeper_encoders_are_left_unfolded_beside_a_folded_decoder():
+    model = luong_model(encoder_layers=2)
+    assert not can_fold_encoder(model.encoder)
+    folded = fold_embeddings(model)
+    assert folded.encoder is model.encoder and isinstance(folded.decoder.rnn, FoldedRNN)
 
 
 def test_translators_fold_float32_searches_on_the_cpu_only():
@@ -142,6 +212,7 @@ def test_translators_fold_float32_searches_on_the_cpu_only():
     assert all(isinstance(member.decoder.rnn, FoldedRNN) for member in ensemble.members)
     translator = Translator(model, tokenizers=None, device="cpu", beam_size=2)
     assert isinstance(translator.model.decoder.rnn, FoldedRNN)
+    assert isinstance(translator.model.encoder, FoldedEncoder)
     assert type(model.decoder.rnn) is nn.GRU
     assert translator.parameter_count == sum(p.numel() for p in model.parameters())
     bf16 = Translator(model, tokenizers=None, device="cpu", beam_size=2, precision="bf16")
@@ -162,6 +233,7 @@ def test_int8_quantizes_the_folded_products(rnn_type):
     quantized = quantize_for_cpu(fold_embeddings(model), "int8")
     rnn = quantized.decoder.rnn
     assert type(rnn.rest_proj) is QuantizedLinear and type(rnn.hidden_proj) is QuantizedLinear
+    assert all(type(rnn.hidden_proj) is QuantizedLinear for rnn in quantized.encoder.rnns)
     src, src_lengths = sources()
     tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():

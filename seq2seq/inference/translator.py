@@ -19,8 +19,8 @@ Decisions worth knowing:
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
-- float32 searches on the CPU decode a copy with the decoder's embeddings folded into its RNN's
-  input gates where it can be (:mod:`seq2seq.inference.folding`: the same translations, fewer
+- float32 searches on the CPU decode a copy with the encoder's and the decoder's embeddings
+  folded into their RNNs' input gates where they can be (:mod:`seq2seq.inference.folding`: the same translations, fewer
   products); the model passed in is left as it is, so a trainer can lend its model.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
@@ -108,7 +108,7 @@ class Translator:
             CPU a folded and/or quantized copy; the model passed in is left as it is.
         shortlist: restrict each batch's output layer to its
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
-        fold: fold the decoder's embeddings into its RNN's input gates where
+        fold: fold the encoder's and decoder's embeddings into their RNNs' input gates where
             :func:`~seq2seq.inference.folding.fold_for_decoding` applies (float32 searches
             on the CPU; the same translations, fewer products); False decodes the model as
             given.

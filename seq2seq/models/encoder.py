@@ -59,9 +59,27 @@ def reversal_index(lengths: Tensor, total_length: int) -> Tensor:
     return torch.where(positions <= last, last - positions, positions)
 
 
-def _gather_rows(values: Tensor, index: Tensor) -> Tensor:
+def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     """``values`` (B, S, D) reordered along S by ``index`` (B, S)."""
     return values.gather(1, index.unsqueeze(-1).expand(-1, -1, values.size(-1)))
+
+
+def final_states(output: Tensor, lengths: Tensor, num_directions: int) -> Tensor:
+    """The final state of each direction of a run over the padded batch (see
+    :meth:`RNNEncoder._run_padded`): the forward direction's is its output at the last real
+    position, the backward direction's its output at position 0, where it ended.
+
+    Shape:
+        - output: (B, S, num_directions * H); lengths: (B,), on the device of ``output``
+        - result: (B, num_directions * H)
+    """
+    batch_size = output.size(0)
+    hidden = output.size(-1) // num_directions
+    last = (lengths - 1).view(batch_size, 1, 1).expand(-1, 1, hidden)
+    finals = [output[..., :hidden].gather(1, last).squeeze(1)]  # (B, H)
+    if num_directions == 2:
+        finals.append(output[:, 0, hidden:])
+    return torch.cat(finals, dim=-1)
 
 
 class RNNEncoder(nn.Module):
@@ -152,7 +170,7 @@ class RNNEncoder(nn.Module):
                 if rnn.bias:
                     names += [f"bias_ih_l{layer}{suffix}", f"bias_hh_l{layer}{suffix}"]
                 weights = [getattr(rnn, name) for name in names]
-                inputs = _gather_rows(layer_input, reverse) if direction else layer_input
+                inputs = gather_rows(layer_input, reverse) if direction else layer_input
                 zeros = inputs.new_zeros(1, batch_size, rnn.hidden_size)
                 # One layer, one direction of nn.GRU / nn.LSTM: the call their forward makes.
                 if isinstance(rnn, nn.LSTM):
@@ -161,16 +179,9 @@ class RNNEncoder(nn.Module):
                 else:
                     output = torch._VF.gru(inputs, zeros, weights, rnn.bias, 1, 0.0,
                                            self.training, False, True)[0]
-                outputs.append(_gather_rows(output, reverse) if direction else output)  # (B, S, H)
+                outputs.append(gather_rows(output, reverse) if direction else output)  # (B, S, H)
             layer_input = torch.cat(outputs, dim=-1)  # (B, S, D)
             if layer < rnn.num_layers - 1:
                 layer_input = functional_dropout(layer_input, rnn.dropout, self.training)
         memory = layer_input * mask.unsqueeze(-1)  # zeros at padding, like pad_packed_sequence
-        hidden = rnn.hidden_size
-        # The forward direction's final state is its output at the last real position; the
-        # backward direction's is its output at position 0, where it ended.
-        last = (lengths - 1).view(batch_size, 1, 1).expand(-1, 1, hidden)
-        finals = [layer_input[..., :hidden].gather(1, last).squeeze(1)]  # (B, H)
-        if self.num_directions == 2:
-            finals.append(layer_input[:, 0, hidden:])
-        return memory, torch.cat(finals, dim=-1)
+        return memory, final_states(layer_input, lengths, self.num_directions)
