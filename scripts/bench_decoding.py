@@ -75,7 +75,8 @@ def bench_one(
         # dtypes) and does not see quantized kernels, so bf16/fp16 and int8 rows are counted on
         # the fp32 search: the same products, on translations that differ in a few sentences'
         # lengths only. bf16/fp16 searches do not fold the embeddings, so neither does theirs.
-        # A fresh model each time: its folded tables fill their rows as the timed search did.
+        # A fresh model each time, so that int8 rows count what fp32 rows count: its folded
+        # tables fill their rows during the count (the timed search had filled its warm-up's).
         counted = Translator.from_checkpoint(
             checkpoint, device, beam_size=beam_size, max_tokens=max_tokens,
             fold=precision == "fp32")

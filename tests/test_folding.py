@@ -65,6 +65,13 @@ def sources():
     return padded_random_sources(9, vocab=VOCAB, max_len=8, seed=3)
 
 
+@pytest.fixture(autouse=True)
+def fold_every_batch(monkeypatch):
+    """The folded encoder for the 9 sentences of :func:`sources` too (its real threshold is
+    tested on its own)."""
+    monkeypatch.setattr(folding, "MIN_FOLDED_BATCH", 1)
+
+
 VARIANTS = {
     "gru-input-feeding": {"rnn_type": "gru"},
     "lstm-input-feeding": {"rnn_type": "lstm"},
@@ -107,8 +114,9 @@ def test_folding_leaves_the_model_alone_and_shares_the_rest():
     assert folded is not model and folded.decoder is not model.decoder
     assert type(model.decoder.rnn) is nn.GRU and type(model.encoder.rnn) is nn.GRU
     assert model.decoder.embedding.weight.shape == (VOCAB, 12)
-    assert folded.decoder.embedding.rows.shape == (VOCAB, 3 * 16)  # the GRU's input gates
-    assert [table.rows.shape for table in folded.encoder.gates] == [(VOCAB, 3 * 8)] * 2
+    ids = torch.tensor([1, 2])
+    assert folded.decoder.embedding(ids).shape == (2, 3 * 16)  # the GRU's input gates
+    assert [table(ids).shape for table in folded.encoder.gates] == [(2, 3 * 8)] * 2
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
     # Nothing else is copied, and the training flags stay as they were.
@@ -154,6 +162,57 @@ def test_gate_tables_compute_the_rows_looked_up_once():
     torch.testing.assert_close(gates, embedding[[9, 1]] @ weight.T + bias)
 
 
+def test_the_folded_copy_keeps_the_weights_it_was_folded_with():
+    model = luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, _ = model(src, src_lengths, tgt_in)
+        for parameter in model.parameters():  # training goes on after folding
+            parameter.add_(0.5)
+        have, _ = folded(src, src_lengths, tgt_in)  # the tables' rows are computed now
+    assert (have - want).abs().max() > 0  # not all of it is a snapshot (shared output layer)...
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.sub_(0.5)
+        torch.testing.assert_close(folded(src, src_lengths, tgt_in)[0], want)  # ...the tables are
+
+
+def test_gate_tables_follow_the_weights_dtype_not_the_default(monkeypatch):
+    model = luong_model()
+    src, src_lengths = sources()
+    with torch.no_grad():
+        want = model.encoder(src, src_lengths).memory
+        torch.set_default_dtype(torch.float64)
+        try:
+            folded = fold_embeddings(model)
+            have = folded.encoder(src, src_lengths).memory
+        finally:
+            torch.set_default_dtype(torch.float32)
+    assert have.dtype == torch.float32
+    torch.testing.assert_close(have, want)
+
+
+def test_small_batches_are_encoded_unfolded(monkeypatch):
+    monkeypatch.setattr(folding, "MIN_FOLDED_BATCH", 10)
+    model = luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()  # 9 sentences
+
+    @torch.no_grad()
+    def encode_flops(m, rows):
+        with FlopCounterMode(display=False) as counter:
+            m.encoder(src[:rows], src_lengths[:rows])
+        return counter.get_total_flops()
+
+    assert encode_flops(folded, 9) == encode_flops(model, 9)
+    monkeypatch.setattr(folding, "MIN_FOLDED_BATCH", 9)
+    with torch.no_grad():
+        folded.encoder(src, src_lengths)  # fills the tables' rows
+    assert encode_flops(folded, 9) < encode_flops(model, 9)
+
+
 def test_encoding_skips_the_embedding_product():
     model = luong_model()
     folded = fold_embeddings(model)
@@ -167,7 +226,8 @@ def test_encoding_skips_the_embedding_product():
         return counter.get_total_flops()
 
     embed_dim, gates, directions = 12, 3 * 8, 2
-    assert encode_flops(model) - encode_flops(folded) == 2 * src.numel() * embed_dim * gates * directions
+    saved = 2 * src.numel() * embed_dim * gates * directions
+    assert encode_flops(model) - encode_flops(folded) == saved
 
 
 @pytest.mark.parametrize(
@@ -193,6 +253,14 @@ def test_other_decoders_are_left_unfolded_beside_a_folded_encoder(options):
     assert not can_fold_decoder(model.decoder) and can_fold(model)
     folded = fold_embeddings(model)
     assert folded.decoder is model.decoder and isinstance(folded.encoder, FoldedEncoder)
+
+
+def test_the_table_limit_applies_to_the_encoder_and_the_decoder_apart(monkeypatch):
+    # A one-way encoder's table: VOCAB x 3 x 8 float32 = 1,920 bytes; the decoder's 3,840.
+    monkeypatch.setattr(folding, "MAX_TABLE_BYTES", 2000)
+    model = luong_model(bidirectional=False)
+    folded = fold_embeddings(model)
+    assert isinstance(folded.encoder, FoldedEncoder) and folded.decoder is model.decoder
 
 
 def test_deeper_encoders_are_left_unfolded_beside_a_folded_decoder():
@@ -234,6 +302,7 @@ def test_int8_quantizes_the_folded_products(rnn_type):
     rnn = quantized.decoder.rnn
     assert type(rnn.rest_proj) is QuantizedLinear and type(rnn.hidden_proj) is QuantizedLinear
     assert all(type(rnn.hidden_proj) is QuantizedLinear for rnn in quantized.encoder.rnns)
+    assert all(table.rows is None for table in quantized.encoder.gates)  # the copy copied none
     src, src_lengths = sources()
     tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():

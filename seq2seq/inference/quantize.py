@@ -4,9 +4,10 @@
 is left as it is) in which
 
 - every ``nn.GRU`` / ``nn.LSTM`` (the encoder's, packed sequences included, and the decoder's
-  step) becomes ``DynamicQuantizedGRU`` / ``DynamicQuantizedLSTM``; a decoder RNN already
-  folded by :mod:`seq2seq.inference.folding` (as the ``Translator`` does on the CPU) has
-  its two products as ``nn.Linear`` layers instead, quantized as below;
+  step) becomes ``DynamicQuantizedGRU`` / ``DynamicQuantizedLSTM``; RNNs already folded by
+  :mod:`seq2seq.inference.folding` (as the ``Translator`` does on the CPU) have their
+  remaining products as ``nn.Linear`` layers instead, quantized as below, and their gate
+  tables stay float (a folded encoder keeps its unfolded one, quantized, for small batches);
 - every ``nn.Linear`` (attention projections, the decoder's bridge / combine / pre-output
   layers, the output layer ``generator``) becomes ``DynamicQuantizedLinear``.
 

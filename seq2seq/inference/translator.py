@@ -20,8 +20,9 @@ Decisions worth knowing:
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
 - float32 searches on the CPU decode a copy with the encoder's and the decoder's embeddings
-  folded into their RNNs' input gates where they can be (:mod:`seq2seq.inference.folding`: the same translations, fewer
-  products); the model passed in is left as it is, so a trainer can lend its model.
+  folded into their RNNs' input gates where they can be (:mod:`seq2seq.inference.folding`:
+  the same translations, fewer products); the model passed in is left as it is, so a trainer
+  can lend its model.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
