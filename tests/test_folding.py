@@ -65,6 +65,13 @@ def sources():
     return padded_random_sources(9, vocab=VOCAB, max_len=8, seed=3)
 
 
+def batch():
+    """:func:`sources` with random target inputs of 6 steps."""
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    return src, src_lengths, tgt_in
+
+
 @pytest.fixture(autouse=True)
 def fold_every_batch(monkeypatch):
     """The folded encoder for the 9 sentences of :func:`sources` too (its real threshold is
@@ -86,12 +93,11 @@ def test_folded_model_computes_what_the_model_computes(variant):
     model = luong_model(**VARIANTS[variant])
     folded = fold_embeddings(model)
     assert isinstance(folded.decoder.rnn, FoldedRNN) and isinstance(folded.encoder, FoldedEncoder)
-    src, src_lengths = sources()
+    src, src_lengths, tgt_in = batch()
     with torch.no_grad():
         want, have = model.encoder(src, src_lengths), folded.encoder(src, src_lengths)
     for name in ("memory", "mask", "final"):
         torch.testing.assert_close(getattr(have, name), getattr(want, name))
-    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         torch.testing.assert_close(folded(src, src_lengths, tgt_in), model(src, src_lengths, tgt_in))
     options = {"max_len_a": 1.0, "max_len_b": 3, "return_attention": True}
@@ -165,8 +171,7 @@ def test_gate_tables_compute_the_rows_looked_up_once():
 def test_the_folded_copy_keeps_the_weights_it_was_folded_with():
     model = luong_model()
     folded = fold_embeddings(model)
-    src, src_lengths = sources()
-    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    src, src_lengths, tgt_in = batch()
     with torch.no_grad():
         want, _ = model(src, src_lengths, tgt_in)
         for parameter in model.parameters():  # training goes on after folding
@@ -303,8 +308,7 @@ def test_int8_quantizes_the_folded_products(rnn_type):
     assert type(rnn.rest_proj) is QuantizedLinear and type(rnn.hidden_proj) is QuantizedLinear
     assert all(type(rnn.hidden_proj) is QuantizedLinear for rnn in quantized.encoder.rnns)
     assert all(table.rows is None for table in quantized.encoder.gates)  # the copy copied none
-    src, src_lengths = sources()
-    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    src, src_lengths, tgt_in = batch()
     with torch.no_grad():
         want, _ = model(src, src_lengths, tgt_in)
         have, _ = quantized(src, src_lengths, tgt_in)
@@ -314,8 +318,7 @@ def test_int8_quantizes_the_folded_products(rnn_type):
 def test_bf16_autocast_decodes_close_to_float32():
     model = luong_model()
     folded = fold_embeddings(model)
-    src, src_lengths = sources()
-    tgt_in = torch.randint(4, VOCAB, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    src, src_lengths, tgt_in = batch()
     with torch.no_grad():
         want, _ = model(src, src_lengths, tgt_in)
         with torch.autocast("cpu", dtype=torch.bfloat16):
