@@ -7,7 +7,8 @@ dropout 0.2; ``--hidden-size`` sets both widths) over Multi30k-like batches (sou
 10-21 with up to 4 pieces less in the rest of the batch, about 1,200 padded tokens): packed
 sequences (``RNNEncoder._run_packed``, what CUDA runs) and one RNN call per direction over the
 padded batch (``_run_padded``, what the CPU runs). The two run alternately on every batch, in
-alternating order, so a noisy machine slows both alike; the first 10 batches are warm-up. Prints the mean and median milliseconds of each.
+alternating order, so a noisy machine slows both alike; the first 10 batches are warm-up.
+Prints the mean and median milliseconds of each.
 The oneDNN kernel cache is bounded as ``train.py`` bounds it.
 """
 

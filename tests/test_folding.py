@@ -184,7 +184,7 @@ def test_the_folded_copy_keeps_the_weights_it_was_folded_with():
         torch.testing.assert_close(folded(src, src_lengths, tgt_in)[0], want)  # ...the tables are
 
 
-def test_gate_tables_follow_the_weights_dtype_not_the_default(monkeypatch):
+def test_gate_tables_follow_the_weights_dtype_not_the_default():
     model = luong_model()
     src, src_lengths = sources()
     with torch.no_grad():

@@ -49,6 +49,7 @@ from seq2seq.models.encoder import (
     final_states,
     gather_rows,
     reversal_index,
+    source_mask,
 )
 
 
@@ -199,7 +200,7 @@ class FoldedEncoder(nn.Module):
         if batch_size < MIN_FOLDED_BATCH:
             return self.unfolded(src, src_lengths)
         lengths = src_lengths.to(src.device)
-        mask = torch.arange(src_len, device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
+        mask = source_mask(lengths, src_len)  # (B, S)
         reverse = reversal_index(lengths, src_len)  # (B, S)
         outputs = []
         for direction, (gates, rnn) in enumerate(zip(self.gates, self.rnns, strict=True)):

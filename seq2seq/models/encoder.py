@@ -44,6 +44,12 @@ class EncoderOutput(NamedTuple):
     final: Tensor
 
 
+def source_mask(lengths: Tensor, total_length: int) -> Tensor:
+    """True at the real positions of each row: (B,) lengths -> (B, S), S = ``total_length``."""
+    positions = torch.arange(total_length, device=lengths.device)
+    return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
 def reversal_index(lengths: Tensor, total_length: int) -> Tensor:
     """Where each position comes from when every row is reversed within its length.
 
@@ -132,8 +138,7 @@ class RNNEncoder(nn.Module):
         src_len = src.size(1)
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
         lengths = src_lengths.to(src.device)
-        positions = torch.arange(src_len, device=src.device)
-        mask = positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
+        mask = source_mask(lengths, src_len)  # (B, S)
         # type() rather than isinstance: quantized GRU/LSTM modules are not nn.GRU/nn.LSTM.
         if src.device.type == "cpu" and type(self.rnn) in RNN_TYPES.values():
             memory, final = self._run_padded(embedded, lengths, mask)
