@@ -283,6 +283,40 @@ def tiny_model() -> Callable[..., torch.nn.Module]:
     return build
 
 
+def random_luong_model(rnn_type: str = "gru", *, vocab: int = 20, input_feeding: bool = True,
+                       num_layers: int = 1, decoder: str = "luong", encoder_layers: int = 1,
+                       bidirectional: bool = True, attention: str = "additive",
+                       seed: int = 0) -> torch.nn.Module:
+    """A random tiny model (encoder 8 a direction, decoder 16) from the real YAML groups
+    (``attention`` names a file of ``model/attention``), in eval mode, with flat outputs."""
+    from seq2seq.data.vocab import EOS_ID
+    from seq2seq.models.build import build_model
+
+    torch.manual_seed(seed)
+    cfg = OmegaConf.create({
+        "embed_dim": 12,
+        "dropout": 0.0,
+        "tie_embeddings": False,
+        "encoder": OmegaConf.load(CONFIG_DIR / f"model/encoder/{rnn_type}.yaml"),
+        "decoder": OmegaConf.load(CONFIG_DIR / f"model/decoder/{decoder}.yaml"),
+        "attention": OmegaConf.load(CONFIG_DIR / f"model/attention/{attention}.yaml"),
+    })
+    cfg.encoder.hidden_size = 8
+    cfg.encoder.num_layers = encoder_layers
+    cfg.encoder.bidirectional = bidirectional
+    cfg.decoder.hidden_size = 16
+    cfg.decoder.rnn_type = rnn_type
+    cfg.decoder.num_layers = num_layers
+    if decoder == "luong":
+        cfg.decoder.input_feeding = input_feeding
+    model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations
+    model = build_model(model_cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).eval()
+    with torch.no_grad():  # flatter outputs: many near-competitive continuations
+        model.generator.weight.mul_(3.0)
+        model.generator.bias[EOS_ID] -= 2.0
+    return model
+
+
 # -- inference: the copy task ----------------------------------------------------------------
 COPY_WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "big", "small",
               "one", "two", "bird", "fish", "sun", "moon"]

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from conftest import padded_random_sources
-from omegaconf import OmegaConf
+from conftest import padded_random_sources, random_luong_model
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq import CONFIG_DIR
-from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference import folding
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.folding import (
@@ -27,38 +26,9 @@ from seq2seq.inference.folding import (
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
-from seq2seq.models.build import build_model
 
 VOCAB = 20
-
-
-def luong_model(rnn_type: str = "gru", *, input_feeding: bool = True, num_layers: int = 1,
-                decoder: str = "luong", encoder_layers: int = 1, bidirectional: bool = True,
-                seed: int = 0) -> nn.Module:
-    """A random tiny model from the real YAML groups, in eval mode."""
-    torch.manual_seed(seed)
-    cfg = OmegaConf.create({
-        "embed_dim": 12,
-        "dropout": 0.0,
-        "tie_embeddings": False,
-        "encoder": OmegaConf.load(CONFIG_DIR / f"model/encoder/{rnn_type}.yaml"),
-        "decoder": OmegaConf.load(CONFIG_DIR / f"model/decoder/{decoder}.yaml"),
-        "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
-    })
-    cfg.encoder.hidden_size = 8
-    cfg.encoder.num_layers = encoder_layers
-    cfg.encoder.bidirectional = bidirectional
-    cfg.decoder.hidden_size = 16
-    cfg.decoder.rnn_type = rnn_type
-    cfg.decoder.num_layers = num_layers
-    if decoder == "luong":
-        cfg.decoder.input_feeding = input_feeding
-    model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations
-    model = build_model(model_cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB).eval()
-    with torch.no_grad():  # flatter outputs: many near-competitive continuations
-        model.generator.weight.mul_(3.0)
-        model.generator.bias[EOS_ID] -= 2.0
-    return model
+luong_model = functools.partial(random_luong_model, vocab=VOCAB)
 
 
 def sources():
@@ -127,7 +97,7 @@ def test_folding_leaves_the_model_alone_and_shares_the_rest():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
     # Nothing else is copied, and the training flags stay as they were.
     assert folded.generator is model.generator
-    assert folded.decoder.attention is model.decoder.attention
+    assert folded.decoder.attention.attention is model.decoder.attention  # wrapped, not copied
     assert model.training and model.decoder.training and model.encoder.training
     assert folded.decoder.training and folded.encoder.training
 
@@ -147,8 +117,10 @@ def test_a_step_skips_the_embedding_product():
             m.decode_step(torch.full((rows,), 5), state, encoded)
         return counter.get_total_flops()
 
-    embed_dim, gates = 12, 3 * 16
-    assert step_flops(model) - step_flops(folded) == 2 * rows * embed_dim * gates
+    embed_dim, gates, context, output = 12, 3 * 16, 16, 16
+    # The embedding's product, and combine's context half (done on the memory, at encoding).
+    saved = 2 * rows * embed_dim * gates + 2 * rows * context * output
+    assert step_flops(model) - step_flops(folded) == saved
 
 
 def test_gate_tables_compute_the_rows_looked_up_once():
@@ -230,9 +202,10 @@ def test_encoding_skips_the_embedding_product():
             m.encode(src, src_lengths)
         return counter.get_total_flops()
 
-    embed_dim, gates, directions = 12, 3 * 8, 2
+    embed_dim, gates, directions, context, output = 12, 3 * 8, 2, 16, 16
     saved = 2 * src.numel() * embed_dim * gates * directions
-    assert encode_flops(model) - encode_flops(folded) == saved
+    added = 2 * src.numel() * context * output  # combine's context half of the memory
+    assert encode_flops(model) - encode_flops(folded) == saved - added
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.folding import fold_for_decoding
+from seq2seq.inference.folding import fold_for_decoding, without_projected_context
 from seq2seq.inference.quantize import check_quantize_mode, quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
@@ -111,8 +111,9 @@ class Translator:
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
         fold: fold the encoder's and decoder's embeddings into their RNNs' input gates where
             :func:`~seq2seq.inference.folding.fold_for_decoding` applies (float32 searches
-            on the CPU; the same translations, fewer products); False decodes the model as
-            given.
+            on the CPU; the same translations, fewer products), and for beam search project
+            the memory by combine's context half once per sentence
+            (:mod:`~seq2seq.inference.projected_context`); False decodes the model as given.
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
@@ -329,10 +330,13 @@ class Translator:
             "length_penalty": self.length_penalty,
             "return_attention": return_attention,
         }
-        model, ids = self.model, None
+        # Greedy search decodes about one step per source position: projecting the memory
+        # for combine's context half would cost what it saves (folding.py).
+        model = self.model if self.beam_size > 1 else without_projected_context(self.model)
+        ids = None
         if self.shortlist is not None:
             ids = self.shortlist.for_sources(sources).to(self.device)  # (K,) target ids
-            model = restrict(self.model, ids)
+            model = restrict(model, ids)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype is not None):
             if self.beam_size == 1:

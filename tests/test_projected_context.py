@@ -1,0 +1,146 @@
+"""Combine's context half projected onto the memory for beam search
+(seq2seq/inference/projected_context.py, wired in by seq2seq/inference/folding.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import padded_random_sources, random_luong_model
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2seq.inference import folding
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.folding import fold_embeddings, without_projected_context
+from seq2seq.inference.projected_context import (
+    ProjectedContextAttention,
+    StateCombine,
+    can_project_context,
+)
+from seq2seq.inference.quantize import quantize_for_cpu
+from seq2seq.inference.search import beam_search, greedy_search
+from seq2seq.inference.translator import Translator
+
+SINGLE_HEAD = ["additive", "dot", "general", "scaled_dot", "gaussian", "location"]
+
+
+def sources():
+    return padded_random_sources(9, vocab=20, max_len=8, seed=3)
+
+
+@pytest.fixture(autouse=True)
+def fold_every_batch(monkeypatch):
+    monkeypatch.setattr(folding, "MIN_FOLDED_BATCH", 1)
+
+
+@pytest.mark.parametrize("attention", SINGLE_HEAD)
+@pytest.mark.parametrize("input_feeding", [True, False])
+def test_projected_context_computes_what_the_model_computes(attention, input_feeding):
+    model = random_luong_model(attention=attention, input_feeding=input_feeding)
+    folded = fold_embeddings(model)
+    assert isinstance(folded.decoder.attention, ProjectedContextAttention)
+    assert isinstance(folded.decoder.combine, StateCombine)
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, 20, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want_features, want_weights = model(src, src_lengths, tgt_in)
+        have_features, have_weights = folded(src, src_lengths, tgt_in)
+    torch.testing.assert_close(have_features, want_features)
+    torch.testing.assert_close(have_weights, want_weights)
+    # Beam search reorders and prunes the encoded source: the projection goes with the keys.
+    options = {"max_len_a": 1.0, "max_len_b": 3, "return_attention": True}
+    expected = beam_search(model, src, src_lengths, beam_size=4, nbest=2, **options)
+    got = beam_search(folded, src, src_lengths, beam_size=4, nbest=2, **options)
+    assert len({len(n_best[0].tokens) for n_best in expected}) > 1  # mixed lengths
+    for want, have in zip(expected, got, strict=True):
+        assert [h.tokens for h in have] == [h.tokens for h in want]
+        for a, b in zip(have, want, strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+            torch.testing.assert_close(a.attention, b.attention)
+
+
+def test_the_encoded_source_holds_the_keys_then_the_projected_memory():
+    model = random_luong_model()
+    folded = fold_embeddings(model)
+    src, src_lengths = sources()
+    with torch.no_grad():
+        want = model.encode(src, src_lengths)
+        have = folded.encode(src, src_lengths)
+    scorer_width = want.keys.size(-1)
+    torch.testing.assert_close(have.keys[..., :scorer_width], want.keys)
+    torch.testing.assert_close(
+        have.keys[..., scorer_width:], want.memory @ model.decoder.combine.weight[:, :16].T)
+
+
+def test_a_beam_step_skips_the_context_product():
+    model = random_luong_model()
+    folded = fold_embeddings(model)
+    unprojected = without_projected_context(folded)
+    src, src_lengths = sources()
+    rows = 4 * src.size(0)  # four beams per sentence
+
+    @torch.no_grad()
+    def step_flops(m):
+        encoded = m.encode(src, src_lengths)
+        state = m.init_state(encoded.index_select(torch.arange(src.size(0)).repeat_interleave(4)))
+        m.decode_step(torch.full((rows,), 5), state, encoded)  # fills the table's row 5
+        with FlopCounterMode(display=False) as counter:
+            m.decode_step(torch.full((rows,), 5), state, encoded)
+        return counter.get_total_flops()
+
+    context, output = 16, 16
+    assert step_flops(unprojected) - step_flops(folded) == 2 * rows * context * output
+
+
+def test_multi_head_scorers_keep_their_context():
+    model = random_luong_model(attention="multihead")
+    assert not can_project_context(model.decoder)
+    folded = fold_embeddings(model)
+    assert folded.decoder.attention is model.decoder.attention
+    assert folded.decoder.combine is model.decoder.combine
+
+
+def test_without_projected_context_gives_back_the_decoders_own_modules():
+    model = random_luong_model()
+    folded = fold_embeddings(model)
+    plain = without_projected_context(folded)
+    assert plain.decoder.attention is model.decoder.attention
+    assert plain.decoder.combine is model.decoder.combine
+    assert plain.decoder.embedding is folded.decoder.embedding  # still folded otherwise
+    assert plain.encoder is folded.encoder
+    assert type(folded.decoder.attention) is ProjectedContextAttention  # left as it was
+    assert without_projected_context(model) is model
+    ensemble = Ensemble([folded, random_luong_model(attention="multihead")])
+    members = without_projected_context(ensemble).members
+    assert members[0].decoder.attention is model.decoder.attention
+    assert members[1] is ensemble.members[1]
+
+
+def test_translators_project_for_beam_search_only(monkeypatch):
+    seen = []
+    for search in (greedy_search, beam_search):
+
+        def spy(model, *args, _search=search, **kwargs):
+            seen.append(type(model.decoder.attention).__name__)
+            return _search(model, *args, **kwargs)
+
+        monkeypatch.setattr(f"seq2seq.inference.translator.{search.__name__}", spy)
+    translator = Translator(random_luong_model(), tokenizers=None, device="cpu", beam_size=1)
+    translator.translate_ids([[5, 6, 7]])
+    translator.beam_size = 3  # as tune_decoding.py changes it
+    translator.translate_ids([[5, 6, 7]])
+    assert seen == ["Attention", "ProjectedContextAttention"]
+
+
+def test_int8_quantizes_both_halves():
+    from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
+
+    model = random_luong_model()
+    quantized = quantize_for_cpu(fold_embeddings(model), "int8")
+    assert type(quantized.decoder.attention.context_proj) is QuantizedLinear
+    assert type(quantized.decoder.combine.state_proj) is QuantizedLinear
+    src, src_lengths = sources()
+    tgt_in = torch.randint(4, 20, (src.size(0), 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, _ = model(src, src_lengths, tgt_in)
+        have, _ = quantized(src, src_lengths, tgt_in)
+    assert (have - want).abs().max() < 0.05 * want.abs().max()  # int8 rounding only
