@@ -286,9 +286,11 @@ def tiny_model() -> Callable[..., torch.nn.Module]:
 def random_luong_model(rnn_type: str = "gru", *, vocab: int = 20, input_feeding: bool = True,
                        num_layers: int = 1, decoder: str = "luong", encoder_layers: int = 1,
                        bidirectional: bool = True, attention: str = "additive",
+                       attention_options: dict | None = None, output_dim: int | None = None,
                        seed: int = 0) -> torch.nn.Module:
     """A random tiny model (encoder 8 a direction, decoder 16) from the real YAML groups
-    (``attention`` names a file of ``model/attention``), in eval mode, with flat outputs."""
+    (``attention`` names a file of ``model/attention``, ``attention_options`` overrides its
+    keys), in eval mode, with flat outputs."""
     from seq2seq.data.vocab import EOS_ID
     from seq2seq.models.build import build_model
 
@@ -309,6 +311,9 @@ def random_luong_model(rnn_type: str = "gru", *, vocab: int = 20, input_feeding:
     cfg.decoder.num_layers = num_layers
     if decoder == "luong":
         cfg.decoder.input_feeding = input_feeding
+        cfg.decoder.output_dim = output_dim
+    for key, value in (attention_options or {}).items():
+        cfg.attention[key] = value
     model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations
     model = build_model(model_cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).eval()
     with torch.no_grad():  # flatter outputs: many near-competitive continuations

@@ -23,6 +23,7 @@ from seq2seq.inference.folding import (
     fold_embeddings,
     fold_for_decoding,
 )
+from seq2seq.inference.projected_context import ProjectedContextAttention
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
@@ -210,8 +211,8 @@ def test_encoding_skips_the_embedding_product():
 
 @pytest.mark.parametrize(
     "options",
-    [{"dtype": torch.float64}, {"table_bytes": 1000}],
-    ids=["float64", "tables-too-big"],
+    [{"dtype": torch.float64}, {"table_bytes": 1000, "attention": "multihead"}],
+    ids=["float64", "tables-too-big"],  # multi-head: no projected context either
 )
 def test_models_that_cannot_fold_are_left_as_they_are(options, monkeypatch):
     dtype = options.pop("dtype", None)
@@ -224,13 +225,20 @@ def test_models_that_cannot_fold_are_left_as_they_are(options, monkeypatch):
     assert fold_embeddings(model) is model
 
 
-@pytest.mark.parametrize("options", [{"decoder": "bahdanau"}, {"num_layers": 2}],
-                         ids=["bahdanau", "two-layers"])
-def test_other_decoders_are_left_unfolded_beside_a_folded_encoder(options):
-    model = luong_model(**options)
+def test_bahdanau_decoders_are_left_as_they_are_beside_a_folded_encoder():
+    model = luong_model(decoder="bahdanau")
     assert not can_fold_decoder(model.decoder) and can_fold(model)
     folded = fold_embeddings(model)
     assert folded.decoder is model.decoder and isinstance(folded.encoder, FoldedEncoder)
+
+
+def test_deeper_luong_decoders_keep_their_rnn_and_get_the_projected_context():
+    model = luong_model(num_layers=2)
+    assert not can_fold_decoder(model.decoder)
+    folded = fold_embeddings(model)
+    assert folded.decoder.rnn is model.decoder.rnn and isinstance(folded.encoder, FoldedEncoder)
+    assert folded.decoder.embedding is model.decoder.embedding
+    assert isinstance(folded.decoder.attention, ProjectedContextAttention)
 
 
 def test_the_table_limit_applies_to_the_encoder_and_the_decoder_apart(monkeypatch):
@@ -238,7 +246,7 @@ def test_the_table_limit_applies_to_the_encoder_and_the_decoder_apart(monkeypatc
     monkeypatch.setattr(folding, "MAX_TABLE_BYTES", 2000)
     model = luong_model(bidirectional=False)
     folded = fold_embeddings(model)
-    assert isinstance(folded.encoder, FoldedEncoder) and folded.decoder is model.decoder
+    assert isinstance(folded.encoder, FoldedEncoder) and folded.decoder.rnn is model.decoder.rnn
 
 
 def test_deeper_encoders_are_left_unfolded_beside_a_folded_decoder():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import padded_random_sources, random_luong_model
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq.inference import folding
@@ -18,9 +19,14 @@ from seq2seq.inference.projected_context import (
 )
 from seq2seq.inference.quantize import quantize_for_cpu
 from seq2seq.inference.search import beam_search, greedy_search
+from seq2seq.inference.shortlist import restrict
 from seq2seq.inference.translator import Translator
+from seq2seq.models.attention import Scorer
 
 SINGLE_HEAD = ["additive", "dot", "general", "scaled_dot", "gaussian", "location"]
+# Encoder output (Dv) 8, decoder state (H) 16, attentional vector (D) 12: a mix-up of the
+# three sizes in the split of combine's columns cannot pass.
+UNEQUAL_SIZES = {"bidirectional": False, "output_dim": 12}
 
 
 def sources():
@@ -32,10 +38,20 @@ def fold_every_batch(monkeypatch):
     monkeypatch.setattr(folding, "MIN_FOLDED_BATCH", 1)
 
 
-@pytest.mark.parametrize("attention", SINGLE_HEAD)
-@pytest.mark.parametrize("input_feeding", [True, False])
-def test_projected_context_computes_what_the_model_computes(attention, input_feeding):
-    model = random_luong_model(attention=attention, input_feeding=input_feeding)
+CASES = {
+    **{f"{name}-{feeding}": {"attention": name, "input_feeding": feeding == "feeding"}
+       for name in SINGLE_HEAD for feeding in ("feeding", "no-feeding")},
+    **{f"{name}-unequal-sizes": {"attention": name, **UNEQUAL_SIZES}
+       for name in ("additive", "general", "gaussian", "location")},
+    "dot-projected-keys-unequal-sizes": {
+        "attention": "dot", "attention_options": {"project_keys": True}, **UNEQUAL_SIZES},
+    "lstm": {"rnn_type": "lstm"},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_projected_context_computes_what_the_model_computes(case):
+    model = random_luong_model(**CASES[case])
     folded = fold_embeddings(model)
     assert isinstance(folded.decoder.attention, ProjectedContextAttention)
     assert isinstance(folded.decoder.combine, StateCombine)
@@ -59,16 +75,17 @@ def test_projected_context_computes_what_the_model_computes(attention, input_fee
 
 
 def test_the_encoded_source_holds_the_keys_then_the_projected_memory():
-    model = random_luong_model()
+    model = random_luong_model(**UNEQUAL_SIZES)
     folded = fold_embeddings(model)
     src, src_lengths = sources()
     with torch.no_grad():
         want = model.encode(src, src_lengths)
         have = folded.encode(src, src_lengths)
-    scorer_width = want.keys.size(-1)
+    scorer_width, memory_width = want.keys.size(-1), want.memory.size(-1)  # 16, 8
+    assert have.keys.shape == (*want.keys.shape[:2], scorer_width + 12)
     torch.testing.assert_close(have.keys[..., :scorer_width], want.keys)
-    torch.testing.assert_close(
-        have.keys[..., scorer_width:], want.memory @ model.decoder.combine.weight[:, :16].T)
+    context_half = model.decoder.combine.weight[:, :memory_width]  # (D, Dv)
+    torch.testing.assert_close(have.keys[..., scorer_width:], want.memory @ context_half.T)
 
 
 def test_a_beam_step_skips_the_context_product():
@@ -97,6 +114,67 @@ def test_multi_head_scorers_keep_their_context():
     folded = fold_embeddings(model)
     assert folded.decoder.attention is model.decoder.attention
     assert folded.decoder.combine is model.decoder.combine
+
+
+class PositionBiasScorer(Scorer):
+    """A user-defined scorer whose precomputed keys are (B, S), not (B, S, *)."""
+
+    def __init__(self, *, query_dim: int, key_dim: int):
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
+        self.key_bias = nn.Linear(key_dim, 1)
+
+    def precompute_keys(self, keys):
+        return torch.cat([keys, self.key_bias(keys)], dim=-1).transpose(1, 2)  # (B, Dk + 1, S)
+
+    def score(self, query, keys):
+        return self.query_proj(query) @ keys[:, :-1] + keys[:, -1:]  # (B, T, S)
+
+
+def test_user_defined_scorers_keep_their_context():
+    model = random_luong_model()
+    model.decoder.attention.scorer = PositionBiasScorer(query_dim=16, key_dim=16)
+    assert not can_project_context(model.decoder)
+    folded = fold_embeddings(model)
+    assert folded.decoder.attention is model.decoder.attention
+    src, src_lengths = sources()
+    options = {"beam_size": 3, "max_len_a": 1.0, "max_len_b": 3}
+    expected = beam_search(model, src, src_lengths, **options)
+    got = beam_search(folded, src, src_lengths, **options)
+    assert [n[0].tokens for n in got] == [n[0].tokens for n in expected]
+
+
+def test_ensembles_and_shortlists_decode_as_the_unfolded_model():
+    members = [random_luong_model(), random_luong_model(attention="multihead", seed=1),
+               random_luong_model(attention="dot", seed=2)]
+    ensemble = Ensemble(members)
+    folded = fold_embeddings(members[0]), fold_embeddings(members[1]), fold_embeddings(members[2])
+    assert [type(m.decoder.attention).__name__ for m in folded] == [
+        "ProjectedContextAttention", "Attention", "ProjectedContextAttention"]
+    ids = torch.tensor([0, 1, 2, 3, *range(5, 20, 2)])  # a shortlist: special ids, then some
+    src, src_lengths = sources()
+    options = {"beam_size": 3, "nbest": 2, "max_len_a": 1.0, "max_len_b": 3}
+    for model, decoded in ((ensemble, Ensemble(list(folded))),
+                           (restrict(ensemble, ids), restrict(Ensemble(list(folded)), ids))):
+        expected = beam_search(model, src, src_lengths, **options)
+        got = beam_search(decoded, src, src_lengths, **options)
+        for want, have in zip(expected, got, strict=True):
+            assert [h.tokens for h in have] == [h.tokens for h in want]
+            for a, b in zip(have, want, strict=True):
+                assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_projecting_leaves_the_model_alone():
+    model = random_luong_model().train()
+    model.decoder.attention.eval()  # a flag the fold must not touch
+    folded = fold_embeddings(model)
+    assert model.training and not model.decoder.attention.training
+    assert folded.decoder.attention.training and folded.decoder.combine.state_proj.training
+    eval_folded = fold_embeddings(model.eval())
+    assert not eval_folded.decoder.combine.training
+    assert not eval_folded.decoder.combine.state_proj.training
+    assert not eval_folded.decoder.attention.context_proj.training
+    assert folded.decoder.attention.normalizer == model.decoder.attention.normalizer
 
 
 def test_without_projected_context_gives_back_the_decoders_own_modules():

@@ -14,10 +14,11 @@ shallow copy of the model in which
   ``multi30k_best`` (E = 256 of the 768 inputs; 8% of a search's FLOP);
 - the decoder's RNN is a :class:`FoldedRNN`: the folded gates plus ``W_a a_{t-1}`` and the
   recurrent product, then the GRU / LSTM cell, in float32;
-- for a single-head scorer, the decoder's attention and ``combine`` are those of
+- for the library's single-head scorers, the decoder's attention and ``combine`` are those of
   :mod:`seq2seq.inference.projected_context`: the memory is projected by combine's context
   half once per sentence, which beam search's steps then skip (greedy search gets the
-  decoder's own back, :func:`without_projected_context`);
+  decoder's own back, :func:`without_projected_context`). That applies to any float32 Luong
+  decoder, folded or not (deeper ones too);
 - the encoder is a :class:`FoldedEncoder`: per direction, a table and a :class:`FoldedRNN` with
   the recurrent product only, for batches of :data:`MIN_FOLDED_BATCH` sentences or more. Half
   the encoder's products (the input ones) are gone: 7% of a greedy search's FLOP on
@@ -267,10 +268,11 @@ def can_fold_encoder(encoder: nn.Module | None) -> bool:
 
 def can_fold(model: nn.Module) -> bool:
     """Whether :func:`fold_embeddings` changes ``model``: a Seq2Seq whose encoder or decoder
-    can be folded (:func:`can_fold_encoder`, :func:`can_fold_decoder`)."""
-    return can_fold_encoder(getattr(model, "encoder", None)) or can_fold_decoder(
-        getattr(model, "decoder", None)
-    )
+    can be folded (:func:`can_fold_encoder`, :func:`can_fold_decoder`) or whose decoder's
+    context can be projected (:func:`~seq2seq.inference.projected_context.can_project_context`)."""
+    decoder = getattr(model, "decoder", None)
+    return (can_fold_encoder(getattr(model, "encoder", None)) or can_fold_decoder(decoder)
+            or can_project_context(decoder))
 
 
 def _with_modules(module: nn.Module, **replaced: nn.Module) -> nn.Module:
@@ -292,21 +294,28 @@ def _linear(weight: Tensor, bias: Tensor | None = None) -> nn.Linear:
 
 
 def _fold_decoder(decoder: LuongDecoder) -> nn.Module:
-    rnn = decoder.rnn
-    embed_dim = decoder.embed_dim
-    w_ih = rnn.weight_ih_l0  # (G, E + R)
-    gates = GateTable(
-        embedding=decoder.embedding.weight, weight=w_ih[:, :embed_dim], bias=rnn.bias_ih_l0)
-    rest_proj = _linear(w_ih[:, embed_dim:]) if w_ih.size(1) > embed_dim else None
-    folded_rnn = FoldedRNN(
-        rnn_type="lstm" if isinstance(rnn, nn.LSTM) else "gru",
-        rest_proj=rest_proj,
-        hidden_proj=_linear(rnn.weight_hh_l0, rnn.bias_hh_l0),
-    )
-    gates.train(decoder.training)
-    folded_rnn.train(decoder.training)
-    replaced = project_context(decoder, _linear) if can_project_context(decoder) else {}
-    return _with_modules(decoder, embedding=gates, rnn=folded_rnn, **replaced)
+    """A shallow copy of ``decoder`` with its embedding folded into its RNN where
+    :func:`can_fold_decoder`, and combine's context half projected onto the memory where
+    :func:`~seq2seq.inference.projected_context.can_project_context`."""
+    replaced = {}
+    if can_fold_decoder(decoder):
+        rnn = decoder.rnn
+        embed_dim = decoder.embed_dim
+        w_ih = rnn.weight_ih_l0  # (G, E + R)
+        gates = GateTable(
+            embedding=decoder.embedding.weight, weight=w_ih[:, :embed_dim], bias=rnn.bias_ih_l0)
+        rest_proj = _linear(w_ih[:, embed_dim:]) if w_ih.size(1) > embed_dim else None
+        folded_rnn = FoldedRNN(
+            rnn_type="lstm" if isinstance(rnn, nn.LSTM) else "gru",
+            rest_proj=rest_proj,
+            hidden_proj=_linear(rnn.weight_hh_l0, rnn.bias_hh_l0),
+        )
+        gates.train(decoder.training)
+        folded_rnn.train(decoder.training)
+        replaced.update(embedding=gates, rnn=folded_rnn)
+    if can_project_context(decoder):
+        replaced.update(project_context(decoder, linear=_linear))
+    return _with_modules(decoder, **replaced)
 
 
 def _fold_encoder(encoder: RNNEncoder) -> FoldedEncoder:
@@ -340,8 +349,9 @@ def fold_embeddings(model: nn.Module) -> nn.Module:
     replaced = {}
     if can_fold_encoder(getattr(model, "encoder", None)):
         replaced["encoder"] = _fold_encoder(model.encoder)
-    if can_fold_decoder(getattr(model, "decoder", None)):
-        replaced["decoder"] = _fold_decoder(model.decoder)
+    decoder = getattr(model, "decoder", None)
+    if can_fold_decoder(decoder) or can_project_context(decoder):
+        replaced["decoder"] = _fold_decoder(decoder)
     return _with_modules(model, **replaced) if replaced else model
 
 

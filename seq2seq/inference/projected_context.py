@@ -22,17 +22,36 @@ greedy searches with the decoder's own modules
 - :class:`StateCombine` takes ``[W_c c_t; h_t]`` (what the decoder's ``combine`` is then
   given) and returns ``W_c c_t + W_h h_t``.
 
-Only single-head scorers: a multi-head scorer weights each head's slice of ``m_s`` on its own,
-so the projection would be needed once per head. The attention weights are unchanged; the
-features equal the unprojected ones up to float rounding.
+Only the library's single-head scorers (:data:`PROJECTABLE_SCORERS`): a multi-head scorer
+weights each head's slice of ``m_s`` on its own, so the projection would be needed once per head,
+and a user-defined scorer may precompute keys of any shape (``(B, S, *)``), which the
+projection cannot be joined to. Only float32 models, as the rest of the fold: a search under
+bf16/fp16 autocast keeps the decoder as it is. The attention weights are unchanged; the features
+equal the unprojected ones up to float rounding.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
+from seq2seq.models.decoders import LuongDecoder
+from seq2seq.models.scorers import (
+    AdditiveScorer,
+    DotScorer,
+    GaussianScorer,
+    GeneralScorer,
+    LocationScorer,
+    ScaledDotScorer,
+)
+
+# Scorers whose precomputed keys are one (B, S, Dk) tensor that ``score`` reads in place (a
+# column slice of a wider tensor is fine): the projection is joined to them.
+PROJECTABLE_SCORERS = (
+    AdditiveScorer, DotScorer, ScaledDotScorer, GeneralScorer, GaussianScorer, LocationScorer)
 
 
 class ProjectedContextAttention(nn.Module):
@@ -58,11 +77,16 @@ class ProjectedContextAttention(nn.Module):
     def scorer(self) -> nn.Module:
         return self.attention.scorer
 
+    @property
+    def normalizer(self) -> str:
+        return self.attention.normalizer
+
     def precompute_keys(self, keys: Tensor) -> Tensor:
         scorer_keys = self.attention.precompute_keys(keys)  # (B, S, Dk)
         return torch.cat([scorer_keys, self.context_proj(keys)], dim=-1)  # (B, S, Dk + D)
 
-    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None):
+    def forward(self, query: Tensor, keys: Tensor, values: Tensor,
+                mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         split = keys.size(-1) - self.context_proj.out_features  # Dk
         # Views, no copies: the scorer reads its columns, the weighted sum the projected ones.
         return self.attention(query, keys[..., :split], keys[..., split:], mask)
@@ -92,28 +116,37 @@ class StateCombine(nn.Module):
         return self.state_proj(state).add_(projected_context)
 
 
-def can_project_context(decoder: nn.Module) -> bool:
-    """Whether a Luong ``decoder``'s attention and ``combine`` have the parts this needs: a plain
-    :class:`~seq2seq.models.attention.Attention` with a single-head scorer and a bias-free
-    ``nn.Linear`` combine reading ``[c; h]``."""
-    attention, combine = getattr(decoder, "attention", None), getattr(decoder, "combine", None)
+def can_project_context(decoder: nn.Module | None) -> bool:
+    """Whether ``decoder`` is a float32 :class:`~seq2seq.models.decoders.LuongDecoder` whose
+    attention is a plain :class:`~seq2seq.models.attention.Attention` around one of
+    :data:`PROJECTABLE_SCORERS` and whose ``combine`` is a bias-free ``nn.Linear`` of ``[c; h]``."""
     # type(), not isinstance(): a subclass may compute something else with the same parts.
+    if type(decoder) is not LuongDecoder:
+        return False
+    attention, combine = decoder.attention, decoder.combine
     return (
         type(attention) is Attention
-        and getattr(attention.scorer, "num_heads", 1) == 1
+        and type(attention.scorer) in PROJECTABLE_SCORERS
         and type(combine) is nn.Linear
         and combine.bias is None
+        and combine.weight.dtype == torch.float32
         and combine.in_features > decoder.hidden_size
     )
 
 
-def project_context(decoder: nn.Module, linear) -> dict[str, nn.Module]:
+@torch.no_grad()
+def project_context(
+    decoder: LuongDecoder, *, linear: Callable[[Tensor], nn.Module]
+) -> dict[str, nn.Module]:
     """The ``attention`` and ``combine`` replacements of a Luong ``decoder`` (see the module
     docstring), each holding copies of its columns of ``combine``; ``linear(weight)`` makes an
-    ``nn.Linear`` of a weight."""
+    ``nn.Linear`` of a weight. The decoder's own modules are shared, not changed."""
     weight = decoder.combine.weight  # (D, Dv + H)
     context_size = weight.size(1) - decoder.hidden_size  # Dv
-    attention = ProjectedContextAttention(
-        attention=decoder.attention, context_proj=linear(weight[:, :context_size]))
-    combine = StateCombine(state_proj=linear(weight[:, context_size:]), combine=decoder.combine)
-    return {"attention": attention.train(decoder.training), "combine": combine}
+    context_proj = linear(weight[:, :context_size]).train(decoder.training)
+    state_proj = linear(weight[:, context_size:]).train(decoder.training)
+    attention = ProjectedContextAttention(attention=decoder.attention, context_proj=context_proj)
+    combine = StateCombine(state_proj=state_proj, combine=decoder.combine)
+    # Only the new modules' own flags: .train() would recurse into the shared ones.
+    attention.training = combine.training = decoder.training
+    return {"attention": attention, "combine": combine}
