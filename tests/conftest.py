@@ -322,6 +322,18 @@ def random_luong_model(rnn_type: str = "gru", *, vocab: int = 20, input_feeding:
     return model
 
 
+def assert_same_hypotheses(got, expected, *, score_tolerance: float = 1e-5) -> None:
+    """Two searches' n-best lists: the same tokens, scores within ``score_tolerance`` and, where
+    both have them, the same attention weights."""
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got, strict=True):
+        assert [h.tokens for h in have] == [h.tokens for h in want]
+        for a, b in zip(have, want, strict=True):
+            assert a.score == pytest.approx(b.score, abs=score_tolerance)
+            if a.attention is not None or b.attention is not None:
+                torch.testing.assert_close(a.attention, b.attention)
+
+
 # -- inference: the copy task ----------------------------------------------------------------
 COPY_WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "big", "small",
               "one", "two", "bird", "fish", "sun", "moon"]

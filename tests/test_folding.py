@@ -7,7 +7,7 @@ import functools
 
 import pytest
 import torch
-from conftest import padded_random_sources, random_luong_model
+from conftest import assert_same_hypotheses, padded_random_sources, random_luong_model
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -77,11 +77,7 @@ def test_folded_model_computes_what_the_model_computes(variant):
         expected = search(model, src, src_lengths, **options, **extra)
         got = search(folded, src, src_lengths, **options, **extra)
         assert len({len(n_best[0].tokens) for n_best in expected}) > 1  # mixed lengths
-        for want, have in zip(expected, got, strict=True):
-            assert [h.tokens for h in have] == [h.tokens for h in want]
-            for a, b in zip(have, want, strict=True):
-                assert a.score == pytest.approx(b.score, abs=1e-5)
-                torch.testing.assert_close(a.attention, b.attention)
+        assert_same_hypotheses(got, expected)
 
 
 def test_folding_leaves_the_model_alone_and_shares_the_rest():

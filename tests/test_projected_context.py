@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import padded_random_sources, random_luong_model
+from conftest import assert_same_hypotheses, padded_random_sources, random_luong_model
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -67,11 +67,7 @@ def test_projected_context_computes_what_the_model_computes(case):
     expected = beam_search(model, src, src_lengths, beam_size=4, nbest=2, **options)
     got = beam_search(folded, src, src_lengths, beam_size=4, nbest=2, **options)
     assert len({len(n_best[0].tokens) for n_best in expected}) > 1  # mixed lengths
-    for want, have in zip(expected, got, strict=True):
-        assert [h.tokens for h in have] == [h.tokens for h in want]
-        for a, b in zip(have, want, strict=True):
-            assert a.score == pytest.approx(b.score, abs=1e-5)
-            torch.testing.assert_close(a.attention, b.attention)
+    assert_same_hypotheses(got, expected)
 
 
 def test_the_encoded_source_holds_the_keys_then_the_projected_memory():
@@ -158,10 +154,7 @@ def test_ensembles_and_shortlists_decode_as_the_unfolded_model():
                            (restrict(ensemble, ids), restrict(Ensemble(list(folded)), ids))):
         expected = beam_search(model, src, src_lengths, **options)
         got = beam_search(decoded, src, src_lengths, **options)
-        for want, have in zip(expected, got, strict=True):
-            assert [h.tokens for h in have] == [h.tokens for h in want]
-            for a, b in zip(have, want, strict=True):
-                assert a.score == pytest.approx(b.score, abs=1e-5)
+        assert_same_hypotheses(got, expected)
 
 
 def test_projecting_leaves_the_model_alone():
