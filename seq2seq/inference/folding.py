@@ -339,8 +339,8 @@ def _fold_encoder(encoder: RNNEncoder) -> FoldedEncoder:
 @torch.no_grad()
 def fold_embeddings(model: nn.Module) -> nn.Module:
     """``model`` with the encoder's and the decoder's embeddings folded into their RNNs' input
-    gates where each can be (see the module docstring), or ``model`` itself when
-    :func:`can_fold` is False.
+    gates where each can be, and the decoder's context projected for beam search where it can
+    be (see the module docstring), or ``model`` itself when :func:`can_fold` is False.
 
     The result shares every other parameter and submodule with ``model`` (nothing is copied
     but the replaced parts and the tables' sources): fold again after training changes the

@@ -21,8 +21,9 @@ Decisions worth knowing:
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
 - float32 searches on the CPU decode a copy with the encoder's and the decoder's embeddings
   folded into their RNNs' input gates where they can be (:mod:`seq2seq.inference.folding`:
-  the same translations, fewer products); the model passed in is left as it is, so a trainer
-  can lend its model.
+  the same translations, fewer products), and beam searches with the decoder's memory
+  projected by combine's context half (:mod:`seq2seq.inference.projected_context`); the model
+  passed in is left as it is, so a trainer can lend its model.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
