@@ -1,9 +1,12 @@
 """Where beam search's time goes, by operator (torch.profiler), for a checkpoint.
 
     python scripts/profile_decoding.py --checkpoint runs/x/checkpoints/best.pt [--beam-size 5]
+        [--products]
 
 Translates the first ``--sentences`` source lines of the checkpoint's test split and prints
-the operators with the most self CPU time.
+the operators with the most self CPU time. With ``--products``, also the matrix products by
+shape against the matmul ceiling of ``--precision`` measured in the same run
+(``scripts/product_table.py``; with ``--quantize int8`` the int8 products are not among them).
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from product_table import parameter_dims, product_report  # noqa: E402
+
+from bench import matmul_ceilings  # noqa: E402
 from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
@@ -30,6 +37,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--quantize", default="none", choices=["none", "int8"])
+    parser.add_argument("--products", action="store_true",
+                        help="also the matrix products by shape against the matmul ceiling")
     args = parser.parse_args()
     bound_onednn_caches(kernels=None)  # as translate.py does
     translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
@@ -40,11 +49,17 @@ def main() -> None:
     sources, _ = read_parallel(*split_files(config, "test"))
     sources = sources[: args.sentences]
     translator.translate(sources[:8], return_attention=False)  # warm-up
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=args.products) as profiler:
         translator.translate(sources, return_attention=False)
     print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
           f"precision {args.precision}, quantize {args.quantize}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    if args.products:
+        ceilings, line = matmul_ceilings()
+        print(line)
+        print(product_report(profiler.key_averages(group_by_input_shape=True),
+                             fixed_dims=parameter_dims(translator.model),
+                             ceiling=ceilings.get(args.precision)))
 
 
 if __name__ == "__main__":

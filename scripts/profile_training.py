@@ -1,12 +1,16 @@
 """Where a training step's time goes, by operator, for an experiment preset (torch.profiler).
 
     python scripts/profile_training.py experiment=multi30k_gru_additive [--steps 5] [--by-shape]
+        [--products]
 
 Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
 de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
 preset's ``batch.max_tokens`` (under autocast when the preset's ``trainer.precision`` says so),
 and prints the operators with the most self CPU time (with ``--by-shape``, one row per operator
-and input shapes, e.g. to tell the output layer's products from the GRU's).
+and input shapes, e.g. to tell the output layer's products from the GRU's). With
+``--products``, also the matrix products by shape against the matmul ceiling of the preset's
+precision measured in the same run (``scripts/product_table.py``): whether the products run
+slowly or the time goes elsewhere.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
+from product_table import parameter_dims, product_report  # noqa: E402
 
+from bench import matmul_ceilings  # noqa: E402
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, resolve_precision  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
@@ -68,6 +74,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
+    parser.add_argument("--products", action="store_true",
+                        help="also the matrix products by shape against the matmul ceiling")
     args = parser.parse_args()
     bound_onednn_caches()  # as train.py does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
@@ -76,7 +84,8 @@ def main() -> None:
 
     for batch in batches[:2]:  # warm-up
         train_step(objective, optimizer, batch, dtype)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=args.by_shape) as profiler:
+    shapes = args.by_shape or args.products
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as profiler:
         for batch in batches[2:]:
             train_step(objective, optimizer, batch, dtype)
     print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
@@ -86,6 +95,12 @@ def main() -> None:
         max_shapes_column_width=60,
     )
     print(table)
+    if args.products:
+        ceilings, line = matmul_ceilings()
+        print(line)
+        print(product_report(profiler.key_averages(group_by_input_shape=True),
+                             fixed_dims=parameter_dims(objective.model),
+                             ceiling=ceilings.get(precision)))
 
 
 if __name__ == "__main__":

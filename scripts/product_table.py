@@ -1,0 +1,119 @@
+"""How fast a profile's matrix products ran, by shape, against the matmul ceiling.
+
+Shared by ``scripts/profile_training.py`` and ``scripts/profile_decoding.py`` (``--products``).
+A profile grouped by input shape (``key_averages(group_by_input_shape=True)``) has one row per
+product shape, hundreds of them because the batch size changes from batch to batch and step to
+step. The dimensions that are not a parameter's (the rows of a batch, a source length) are
+written ``n``, so the rows of one product merge whatever the batch: ``(n, 512) x (512, 4273)``
+is the output layer's forward product, ``(4273, n) x (n, 512)`` its weight gradient.
+
+The table answers the first question of a slow run (do the products run slowly, or does the
+time go elsewhere?): each class's share of the profiled time, its GFLOP/s and the percentage of
+the ceiling measured in the same run; its last line, the products' total against everything
+else. Only ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` are counted: ``quantize=int8``'s
+products are ``quantized::`` operators and stay in "everything else".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+@dataclass
+class ProductClass:
+    """The products of one shape class: ``label`` as ``(M, K) x (K, N)``, the batch rows ``n``."""
+
+    label: str
+    calls: int = 0
+    seconds: float = 0.0
+    flop: float = 0.0
+    n_total: int = 0  # the summed sizes of the n dimensions, over calls
+    n_count: int = 0  # how many sizes n_total sums
+
+    @property
+    def mean_n(self) -> float:
+        return self.n_total / self.n_count if self.n_count else 0.0
+
+
+def product_dims(name: str, input_shapes: list) -> tuple[int, int, int, int] | None:
+    """``(batch, M, K, N)`` of one product operator's inputs, None for any other operator.
+
+    ``addmm`` / ``baddbmm`` take the added tensor first; ``batch`` is 1 for 2-D products.
+    """
+    if name not in PRODUCT_OPS:
+        return None
+    shapes = input_shapes[1:3] if name in ("aten::addmm", "aten::baddbmm") else input_shapes[:2]
+    if len(shapes) < 2 or not shapes[0] or not shapes[1]:
+        return None
+    left, right = shapes
+    batch = left[0] if len(left) == 3 else 1
+    return batch, left[-2], left[-1], right[-1]
+
+
+def product_classes(events, fixed_dims: set[int]) -> tuple[list[ProductClass], float]:
+    """The product classes of ``events`` (profiler averages grouped by input shape), slowest
+    first, and the profile's whole self time in seconds.
+
+    ``fixed_dims`` are the sizes of the model's parameters: any other dimension is ``n``.
+    """
+    classes: dict[str, ProductClass] = {}
+    total = 0.0
+    for event in events:
+        seconds = event.self_cpu_time_total / 1e6
+        total += seconds
+        dims = product_dims(event.key, event.input_shapes)
+        if dims is None:
+            continue
+        batch, m, k, n = dims
+
+        def name(size: int) -> str:
+            return str(size) if size in fixed_dims else "n"
+
+        label = f"({name(m)}, {name(k)}) x ({name(k)}, {name(n)})"
+        if event.key in ("aten::bmm", "aten::baddbmm"):
+            label = f"bmm {name(batch)} x {label}"
+        found = classes.setdefault(label, ProductClass(label))
+        found.calls += event.count
+        found.seconds += seconds
+        found.flop += 2.0 * batch * m * k * n * event.count
+        batched = (batch,) if event.key in ("aten::bmm", "aten::baddbmm") else ()
+        varying = [size for size in (*batched, m, k, n) if size not in fixed_dims]
+        found.n_total += sum(varying) * event.count
+        found.n_count += len(varying) * event.count
+    return sorted(classes.values(), key=lambda c: -c.seconds), total
+
+
+def product_report(events, *, fixed_dims: set[int], ceiling: float | None, rows: int = 15) -> str:
+    """A table of the ``rows`` slowest product classes and a summary line (see the module).
+
+    ``ceiling`` is the matmul ceiling of the products' precision in GFLOP/s, None where it was
+    not measured (emulated bf16): the percentage columns are then left out.
+    """
+    classes, total = product_classes(events, fixed_dims)
+    lines = [f"{'product (n: batch rows or positions)':<42} {'calls':>6} {'mean n':>7} "
+             f"{'s':>7} {'% time':>7} {'GFLOP':>8} {'GFLOP/s':>8} {'% ceiling':>9}"]
+
+    def percent(rate: float) -> str:
+        return f"{100 * rate / ceiling:8.0f}%" if ceiling else f"{'-':>9}"
+
+    for found in classes[:rows]:
+        rate = found.flop / found.seconds / 1e9 if found.seconds else 0.0
+        mean_n = f"{found.mean_n:>7.0f}" if found.n_count else f"{'-':>7}"
+        lines.append(f"{found.label:<42} {found.calls:>6} {mean_n} {found.seconds:>7.2f} "
+                     f"{100 * found.seconds / total:>6.1f}% {found.flop / 1e9:>8.1f} "
+                     f"{rate:>8.1f} {percent(rate)}")
+    seconds = sum(found.seconds for found in classes)
+    flop = sum(found.flop for found in classes)
+    rate = flop / seconds / 1e9 if seconds else 0.0
+    share = f" = {100 * rate / ceiling:.0f}% of the ceiling ({ceiling:.0f})" if ceiling else ""
+    lines.append(f"all products: {seconds:.2f} s of {total:.2f} s ({100 * seconds / total:.0f}%) "
+                 f"at {rate:.1f} GFLOP/s{share}; everything else {total - seconds:.2f} s "
+                 f"({100 * (total - seconds) / total:.0f}%)")
+    return "\n".join(lines)
+
+
+def parameter_dims(model) -> set[int]:
+    """Every size of every parameter of ``model``: the dimensions that are not ``n``."""
+    return {size for parameter in model.parameters() for size in parameter.shape}

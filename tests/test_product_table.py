@@ -1,0 +1,80 @@
+"""scripts/product_table.py: matrix products by shape class against the matmul ceiling."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture(scope="module")
+def table():
+    spec = importlib.util.spec_from_file_location("product_table", SCRIPTS / "product_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["product_table"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def event(key: str, shapes: list, microseconds: float, count: int = 1):
+    return SimpleNamespace(key=key, input_shapes=shapes, self_cpu_time_total=microseconds,
+                           count=count)
+
+
+def test_batch_dimensions_merge_into_one_class_with_their_flop(table):
+    """Two batch sizes of the output layer's forward are one class; its weight gradient and a
+    non-product operator are not in it."""
+    events = [
+        event("aten::addmm", [[40], [100, 8], [8, 40], [], []], 2e6, count=2),
+        event("aten::addmm", [[40], [50, 8], [8, 40], [], []], 1e6),
+        event("aten::mm", [[40, 100], [100, 8]], 1e6),
+        event("aten::sigmoid_", [[100, 40]], 4e6),
+    ]
+    classes, total = table.product_classes(events, fixed_dims={8, 40})
+    assert total == pytest.approx(8.0)
+    by_label = {found.label: found for found in classes}
+    assert set(by_label) == {"(n, 8) x (8, 40)", "(40, n) x (n, 8)"}
+    forward = by_label["(n, 8) x (8, 40)"]
+    assert forward.calls == 3
+    assert forward.seconds == pytest.approx(3.0)
+    assert forward.flop == 2 * 8 * 40 * (2 * 100 + 50)
+    assert forward.mean_n == pytest.approx((2 * 100 + 50) / 3)
+    assert classes[0] is forward  # slowest first
+
+
+def test_bmm_counts_its_batch(table):
+    dims = table.product_dims("aten::bmm", [[4, 3, 5], [4, 5, 7]])
+    assert dims == (4, 3, 5, 7)
+    classes, _ = table.product_classes([event("aten::bmm", [[4, 3, 5], [4, 5, 7]], 1.0)], {5})
+    assert classes[0].label == "bmm n x (n, 5) x (5, n)"
+    assert classes[0].flop == 2 * 4 * 3 * 5 * 7
+
+
+def test_report_shares_and_ceiling(table):
+    events = [event("aten::mm", [[1000, 500], [500, 400]], 4e6), event("aten::add", [[1]], 1e6)]
+    report = table.product_report(events, fixed_dims={500, 400}, ceiling=0.5)
+    rate = 2 * 1000 * 500 * 400 / 4.0 / 1e9  # 0.1 GFLOP/s
+    assert f"{rate:.1f}" in report
+    assert "20%" in report.splitlines()[1]  # 0.1 of a 0.5 ceiling
+    assert report.splitlines()[-1].startswith("all products: 4.00 s of 5.00 s (80%)")
+    assert "everything else 1.00 s (20%)" in report
+    unmeasured = table.product_report(events, fixed_dims=set(), ceiling=None)
+    assert "of the ceiling" not in unmeasured.splitlines()[-1]
+
+
+def test_a_real_profile_names_the_layer_by_its_parameter_sizes(table):
+    layer = torch.nn.Linear(8, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        layer(torch.randn(3, 8))
+        layer(torch.randn(5, 8))
+    report = table.product_report(profiler.key_averages(group_by_input_shape=True),
+                                  fixed_dims=table.parameter_dims(layer), ceiling=None)
+    row = next(line for line in report.splitlines() if line.startswith("(n, 8) x (8, 16)"))
+    assert row.split()[5] == "2"  # both batch sizes in one class: 2 calls
