@@ -34,13 +34,19 @@ of the ceiling of its precision (int8 rows: of the int8 ceiling).
     SEQ2SEQ_MULTI30K_URL=../shared/data/multi30k make bench
     python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
 
+Where the time goes: each training row is profiled for ``--profile-steps`` steps
+(``scripts/profile_training.py --products``) and each float decoding variant over 300 sentences,
+greedy and beam 5 (``scripts/profile_decoding.py --products``), and a line gives the share of the
+profiled time spent in matrix products and their speed against the ceiling above: on a new CPU,
+whether the products run slowly or the time goes elsewhere (``--profile-steps 0`` skips it).
+
 Memory: each training row's peak resident memory is over its ``--train-steps`` steps; one more
 run of ``--memory-steps`` (default 1,000) steps of ``multi30k_luong_fast`` (bf16, the
 preset that peaked highest; fp32 where bf16 is skipped) reports the peak of a longer run, with
 many batch shapes seen.
 
-Runs in about 10 minutes on 2 CPU cores. The machine may be shared and noisy: compare numbers
-of one run.
+Runs in about 20 minutes on 2 CPU cores (an AVX2 AMD EPYC). The machine may be shared and
+noisy: compare numbers of one run.
 """
 
 from __future__ import annotations
@@ -261,6 +267,54 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
         return json.loads(output.read_text())
 
 
+def profile_products(script: str, script_args: list[str], ceiling: float) -> dict:
+    """Run ``scripts/<script> ... --json`` (``profile_training.py`` or ``profile_decoding.py``)
+    against ``ceiling`` and return its products' summary (``scripts/product_table.py``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "products.json"
+        command = [sys.executable, str(ROOT / "scripts" / script), *script_args, "--rows", "1",
+                   "--ceiling", str(ceiling), "--json", str(output)]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"{script} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        return json.loads(output.read_text())
+
+
+def products_line(name: str, summary: dict) -> str:
+    """One row of the "where the time goes" section."""
+    share = summary["product_percent_of_ceiling"]
+    speed = f"{share:.0f}% of the ceiling" if share is not None else "-"
+    return (f"{name:<52} {100 * summary['product_share']:>9.0f}% {speed:>20} "
+            f"{100 * (1 - summary['product_share']):>14.0f}%")
+
+
+def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) -> None:
+    """The "where the time goes" section: each training row and each float decoding variant
+    profiled briefly, the share of the time in matrix products and their speed."""
+    print(f"\nwhere the time goes (torch.profiler, scripts/profile_training.py and "
+          f"profile_decoding.py --products: {args.profile_steps} steps / 300 sentences)")
+    print(f"{'run':<52} {'products':>10} {'their speed':>20} {'everything else':>15}")
+    results["profiles"] = []
+    for preset, precision in runs["training"]:
+        summary = profile_products(
+            "profile_training.py", [f"experiment={preset}", f"trainer.precision={precision}",
+                                    "--steps", str(args.profile_steps)], ceilings[precision])
+        results["profiles"].append({"training": preset, "precision": precision, **summary})
+        print(products_line(f"training {preset} {precision}", summary), flush=True)
+    if not args.checkpoint.is_file():
+        return
+    for variant in runs["decoding"]:
+        if variant not in ceilings or variant == "int8":  # int8's products are not aten::mm
+            continue
+        for beam in (1, 5):
+            summary = profile_products(
+                "profile_decoding.py", ["--checkpoint", str(args.checkpoint), "--beam-size",
+                                        str(beam), "--sentences", "300", "--precision", variant],
+                ceilings[variant])
+            results["profiles"].append({"search": f"beam{beam}", "precision": variant, **summary})
+            print(products_line(f"decoding beam {beam} {variant}", summary), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-steps", type=int, default=150)
@@ -271,6 +325,8 @@ def main() -> None:
     parser.add_argument("--max-sentences", type=int, default=None)
     parser.add_argument("--decode-variants", nargs="+", default=["fp32", "bf16", "int8"],
                         help="fp32 | bf16 | fp16 (autocast) | int8 (quantize=int8, fp32 activations)")
+    parser.add_argument("--profile-steps", type=int, default=5,
+                        help="training steps of each profile in 'where the time goes' (0: skip)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -337,6 +393,8 @@ def main() -> None:
         print(f"\nno checkpoint at {args.checkpoint}: decoding skipped "
               "(train one with `python train.py experiment=multi30k_gru_additive "
               "hydra.run.dir=runs/multi30k_gru_additive`)")
+    if args.profile_steps:
+        print_profiles(runs, ceilings, args, results)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2))
     print(f"\nwritten to {args.json}")

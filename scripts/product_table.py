@@ -16,7 +16,9 @@ products are ``quantized::`` operators and stay in "everything else".
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
@@ -104,16 +106,58 @@ def product_report(events, *, fixed_dims: set[int], ceiling: float | None, rows:
         lines.append(f"{found.label:<42} {found.calls:>6} {mean_n} {found.seconds:>7.2f} "
                      f"{100 * found.seconds / total:>6.1f}% {found.flop / 1e9:>8.1f} "
                      f"{rate:>8.1f} {percent(rate)}")
-    seconds = sum(found.seconds for found in classes)
-    flop = sum(found.flop for found in classes)
-    rate = flop / seconds / 1e9 if seconds else 0.0
-    share = f" = {100 * rate / ceiling:.0f}% of the ceiling ({ceiling:.0f})" if ceiling else ""
-    lines.append(f"all products: {seconds:.2f} s of {total:.2f} s ({100 * seconds / total:.0f}%) "
-                 f"at {rate:.1f} GFLOP/s{share}; everything else {total - seconds:.2f} s "
-                 f"({100 * (total - seconds) / total:.0f}%)")
+    lines.append(summary_line(product_summary(classes, total, ceiling)))
     return "\n".join(lines)
+
+
+def product_summary(classes: list[ProductClass], total: float, ceiling: float | None) -> dict:
+    """All products together: their seconds and share of the profile's ``total`` seconds, their
+    GFLOP/s and (with a ``ceiling``) its percentage, as ``make bench`` records them."""
+    seconds = sum(found.seconds for found in classes)
+    rate = sum(found.flop for found in classes) / seconds / 1e9 if seconds else 0.0
+    return {
+        "product_seconds": seconds,
+        "total_seconds": total,
+        "product_share": seconds / total if total else 0.0,
+        "product_gflops": rate,
+        "ceiling_gflops": ceiling,
+        "product_percent_of_ceiling": 100 * rate / ceiling if ceiling else None,
+    }
+
+
+def summary_line(summary: dict) -> str:
+    """One line for :func:`product_summary`'s numbers."""
+    seconds, total = summary["product_seconds"], summary["total_seconds"]
+    ceiling = summary["ceiling_gflops"]
+    share = (f" = {summary['product_percent_of_ceiling']:.0f}% of the ceiling ({ceiling:.0f})"
+             if ceiling else "")
+    return (f"all products: {seconds:.2f} s of {total:.2f} s ({100 * seconds / total:.0f}%) "
+            f"at {summary['product_gflops']:.1f} GFLOP/s{share}; everything else "
+            f"{total - seconds:.2f} s ({100 * (total - seconds) / total:.0f}%)")
 
 
 def parameter_dims(model) -> set[int]:
     """Every size of every parameter of ``model``: the dimensions that are not ``n``."""
     return {size for parameter in model.parameters() for size in parameter.shape}
+
+
+def print_products(events, model, precision: str, *, ceiling: float | None = None,
+                   json_path: Path | None = None) -> dict:
+    """Print :func:`product_report` for a profile of ``model`` in ``precision``, measuring the
+    matmul ceiling first unless ``ceiling`` (GFLOP/s) is given, and write
+    :func:`product_summary` to ``json_path`` when given. Returns that summary.
+
+    ``events``: ``profiler.key_averages(group_by_input_shape=True)``.
+    """
+    if ceiling is None:
+        from bench import matmul_ceilings
+
+        ceilings, line = matmul_ceilings()
+        print(line)
+        ceiling = ceilings.get(precision)
+    fixed_dims = parameter_dims(model)
+    print(product_report(events, fixed_dims=fixed_dims, ceiling=ceiling))
+    summary = product_summary(*product_classes(events, fixed_dims), ceiling)
+    if json_path is not None:
+        json_path.write_text(json.dumps(summary, indent=2))
+    return summary

@@ -21,9 +21,8 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from product_table import parameter_dims, product_report  # noqa: E402
+from product_table import print_products  # noqa: E402
 
-from bench import matmul_ceilings  # noqa: E402
 from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
@@ -39,6 +38,10 @@ def main() -> None:
     parser.add_argument("--quantize", default="none", choices=["none", "int8"])
     parser.add_argument("--products", action="store_true",
                         help="also the matrix products by shape against the matmul ceiling")
+    parser.add_argument("--ceiling", type=float, default=None,
+                        help="the matmul ceiling in GFLOP/s, measured first if not given")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the products' summary there (implies --products)")
     args = parser.parse_args()
     bound_onednn_caches(kernels=None)  # as translate.py does
     translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
@@ -49,17 +52,15 @@ def main() -> None:
     sources, _ = read_parallel(*split_files(config, "test"))
     sources = sources[: args.sentences]
     translator.translate(sources[:8], return_attention=False)  # warm-up
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=args.products) as profiler:
+    shapes = args.products or args.json is not None
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as profiler:
         translator.translate(sources, return_attention=False)
     print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
           f"precision {args.precision}, quantize {args.quantize}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
-    if args.products:
-        ceilings, line = matmul_ceilings()
-        print(line)
-        print(product_report(profiler.key_averages(group_by_input_shape=True),
-                             fixed_dims=parameter_dims(translator.model),
-                             ceiling=ceilings.get(args.precision)))
+    if args.products or args.json:
+        print_products(profiler.key_averages(group_by_input_shape=True), translator.model,
+                       args.precision, ceiling=args.ceiling, json_path=args.json)
 
 
 if __name__ == "__main__":

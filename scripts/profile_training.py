@@ -29,9 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
-from product_table import parameter_dims, product_report  # noqa: E402
+from product_table import print_products  # noqa: E402
 
-from bench import matmul_ceilings  # noqa: E402
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, resolve_precision  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
@@ -76,6 +75,10 @@ def main() -> None:
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
     parser.add_argument("--products", action="store_true",
                         help="also the matrix products by shape against the matmul ceiling")
+    parser.add_argument("--ceiling", type=float, default=None,
+                        help="the matmul ceiling in GFLOP/s, measured first if not given")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the products' summary there (implies --products)")
     args = parser.parse_args()
     bound_onednn_caches()  # as train.py does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
@@ -84,7 +87,7 @@ def main() -> None:
 
     for batch in batches[:2]:  # warm-up
         train_step(objective, optimizer, batch, dtype)
-    shapes = args.by_shape or args.products
+    shapes = args.by_shape or args.products or args.json is not None
     with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as profiler:
         for batch in batches[2:]:
             train_step(objective, optimizer, batch, dtype)
@@ -95,12 +98,9 @@ def main() -> None:
         max_shapes_column_width=60,
     )
     print(table)
-    if args.products:
-        ceilings, line = matmul_ceilings()
-        print(line)
-        print(product_report(profiler.key_averages(group_by_input_shape=True),
-                             fixed_dims=parameter_dims(objective.model),
-                             ceiling=ceilings.get(precision)))
+    if args.products or args.json:
+        print_products(profiler.key_averages(group_by_input_shape=True), objective.model,
+                       precision, ceiling=args.ceiling, json_path=args.json)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -76,3 +77,33 @@ def test_int8_ceiling_runs_quantize_int8s_kernel_or_leaves_int8_out(bench, monke
     monkeypatch.setattr(bench, "matmul_ceiling", lambda dtype, size=4096, repeats=3: 70.0)
     ceilings, line = bench.matmul_ceilings()
     assert "int8" not in ceilings and "int8 rows skipped" in line
+
+
+def test_profiles_cover_every_training_row_and_float_decoding_variant(bench, monkeypatch,
+                                                                      tmp_path, capsys):
+    """"Where the time goes": each training row against its precision's ceiling, greedy and
+    beam 5 for each float decoding variant; int8 (its products are not aten::mm) left out."""
+    calls = []
+
+    def fake_profile(script, script_args, ceiling):
+        calls.append((script, script_args, ceiling))
+        return {"product_share": 0.75, "product_percent_of_ceiling": 90.0}
+
+    monkeypatch.setattr(bench, "profile_products", fake_profile)
+    checkpoint = tmp_path / "best.pt"
+    checkpoint.write_bytes(b"")
+    args = argparse.Namespace(profile_steps=3, checkpoint=checkpoint)
+    runs = {"training": [("multi30k_gru_additive", "fp32"), ("multi30k_gru_additive", "bf16")],
+            "decoding": ["fp32", "bf16", "int8"]}
+    results = {}
+    bench.print_profiles(runs, {"fp32": 70.0, "bf16": 150.0, "int8": 75.0}, args, results)
+    training = [c for c in calls if c[0] == "profile_training.py"]
+    assert [(c[1][1], c[2]) for c in training] == [("trainer.precision=fp32", 70.0),
+                                                   ("trainer.precision=bf16", 150.0)]
+    assert "--steps" in training[0][1] and "3" in training[0][1]
+    decoding = [(c[1][3], c[1][-1], c[2]) for c in calls if c[0] == "profile_decoding.py"]
+    assert decoding == [("1", "fp32", 70.0), ("5", "fp32", 70.0), ("1", "bf16", 150.0),
+                        ("5", "bf16", 150.0)]
+    assert len(results["profiles"]) == 6
+    out = capsys.readouterr().out
+    assert "75%" in out and "90% of the ceiling" in out and "25%" in out

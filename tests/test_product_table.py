@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -78,3 +79,36 @@ def test_a_real_profile_names_the_layer_by_its_parameter_sizes(table):
                                   fixed_dims=table.parameter_dims(layer), ceiling=None)
     row = next(line for line in report.splitlines() if line.startswith("(n, 8) x (8, 16)"))
     assert row.split()[5] == "2"  # both batch sizes in one class: 2 calls
+
+
+def test_print_products_writes_the_summary_against_a_given_ceiling(table, tmp_path, capsys):
+    """A given ceiling is not measured again (``make bench`` passes its own)."""
+    layer = torch.nn.Linear(64, 32)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        layer(torch.randn(128, 64))
+    summary = table.print_products(profiler.key_averages(group_by_input_shape=True), layer,
+                                   "fp32", ceiling=1000.0, json_path=tmp_path / "p.json")
+    assert "matmul ceiling" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "p.json").read_text()) == summary
+    assert 0 < summary["product_share"] <= 1
+    assert summary["product_percent_of_ceiling"] == pytest.approx(
+        summary["product_gflops"] / 10)
+
+
+def test_profile_training_reports_products_of_a_preset(tmp_path, monkeypatch, capsys):
+    """scripts/profile_training.py --json on a shrunken like-for-like preset, in process."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location("profile_training_script",
+                                                  SCRIPTS / "profile_training.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    output = tmp_path / "products.json"
+    monkeypatch.setattr(sys, "argv", [
+        "profile_training.py", "experiment=multi30k_gru_additive", "model.embed_dim=8",
+        "model.encoder.hidden_size=8", "model.decoder.hidden_size=16", "batch.max_tokens=60",
+        "--steps", "1", "--rows", "1", "--ceiling", "50", "--json", str(output)])
+    script.main()
+    summary = json.loads(output.read_text())
+    assert summary["ceiling_gflops"] == 50.0
+    assert 0 < summary["product_seconds"] < summary["total_seconds"]
+    assert "x (16, 4273)" in capsys.readouterr().out  # the output layer
