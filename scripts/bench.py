@@ -35,10 +35,11 @@ of the ceiling of its precision (int8 rows: of the int8 ceiling).
     python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
 
 Where the time goes: each training row is profiled for ``--profile-steps`` steps
-(``scripts/profile_training.py --products``) and each float decoding variant over 300 sentences,
-greedy and beam 5 (``scripts/profile_decoding.py --products``), and a line gives the share of the
-profiled time spent in matrix products and their speed against the ceiling above: on a new CPU,
-whether the products run slowly or the time goes elsewhere (``--profile-steps 0`` skips it).
+(``scripts/profile_training.py --products``) and each decoding variant with a ceiling but int8
+(fp32, bf16 where native) over 300 sentences, greedy and beam 5 (``scripts/profile_decoding.py
+--products``), and a line gives the share of the operators' time spent in matrix products and
+their speed against the ceiling above: on a new CPU, whether the products run slowly or the
+time goes elsewhere (``--profile-steps 0`` skips it).
 
 Memory: each training row's peak resident memory is over its ``--train-steps`` steps; one more
 run of ``--memory-steps`` (default 1,000) steps of ``multi30k_luong_fast`` (bf16, the
@@ -267,6 +268,10 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
         return json.loads(output.read_text())
 
 
+# Sentences of test_2016 each decoding profile of "where the time goes" translates.
+PROFILE_SENTENCES = 300
+
+
 def profile_products(script: str, script_args: list[str], ceiling: float) -> dict:
     """Run ``scripts/<script> ... --json`` (``profile_training.py`` or ``profile_decoding.py``)
     against ``ceiling`` and return its products' summary (``scripts/product_table.py``)."""
@@ -289,10 +294,12 @@ def products_line(name: str, summary: dict) -> str:
 
 
 def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) -> None:
-    """The "where the time goes" section: each training row and each float decoding variant
-    profiled briefly, the share of the time in matrix products and their speed."""
+    """The "where the time goes" section: each training row and each decoding variant with a
+    ceiling but int8 (fp32, bf16 where native) profiled briefly, the share of the operators'
+    time in matrix products and their speed."""
     print(f"\nwhere the time goes (torch.profiler, scripts/profile_training.py and "
-          f"profile_decoding.py --products: {args.profile_steps} steps / 300 sentences)")
+          f"profile_decoding.py --products: {args.profile_steps} steps / {PROFILE_SENTENCES} "
+          f"sentences; share of the operators' time)")
     print(f"{'run':<52} {'products':>10} {'their speed':>20} {'everything else':>15}")
     results["profiles"] = []
     for preset, precision in runs["training"]:
@@ -309,7 +316,8 @@ def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) 
         for beam in (1, 5):
             summary = profile_products(
                 "profile_decoding.py", ["--checkpoint", str(args.checkpoint), "--beam-size",
-                                        str(beam), "--sentences", "300", "--precision", variant],
+                                        str(beam), "--sentences", str(PROFILE_SENTENCES),
+                                        "--precision", variant],
                 ceilings[variant])
             results["profiles"].append({"search": f"beam{beam}", "precision": variant, **summary})
             print(products_line(f"decoding beam {beam} {variant}", summary), flush=True)

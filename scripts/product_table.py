@@ -1,18 +1,23 @@
 """How fast a profile's matrix products ran, by shape, against the matmul ceiling.
 
-Shared by ``scripts/profile_training.py`` and ``scripts/profile_decoding.py`` (``--products``).
-A profile grouped by input shape (``key_averages(group_by_input_shape=True)``) has one row per
-product shape, hundreds of them because the batch size changes from batch to batch and step to
-step. The dimensions that are not a parameter's (the rows of a batch, a source length) are
-written ``n``, so the rows of one product merge whatever the batch: ``(n, 512) x (512, 4273)``
-is the output layer's forward product, ``(4273, n) x (n, 512)`` its weight gradient.
+Shared by ``scripts/profile_training.py`` and ``scripts/profile_decoding.py`` (``--products``)
+and ``make bench``'s "where the time goes". A profile grouped by input shape
+(``key_averages(group_by_input_shape=True)``) has one row per product shape, hundreds of them
+because the batch size changes from batch to batch and step to step. The dimensions that are
+not the size of one of the model's parameters or buffers (the rows of a batch, a source length)
+are written ``n``, so the rows of one product merge whatever the batch: ``(n, 512) x (512,
+4273)`` is the output layer's forward product, ``(4273, n) x (n, 512)`` its weight gradient.
+That is a heuristic: a batch that happens to have a parameter's size gets a class of its own.
 
 The table answers the first question of a slow run (do the products run slowly, or does the
-time go elsewhere?): each class's share of the profiled time, its GFLOP/s and the percentage of
-the ceiling measured in the same run; its last line, the products' total against everything
-else. Only ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` are counted: ``quantize=int8``'s
-products are ``quantized::`` operators and stay in "everything else". The ceiling is the run's
-precision's: under bf16 autocast a product autocast leaves in float32 shows well below it.
+time go elsewhere?): each class's share of the operators' time (torch.profiler's self CPU
+time, summed over every operator; Python between operators is not in it), its GFLOP/s and the
+percentage of the ceiling measured in the same run; its last line, the products' total against
+everything else. Counted: ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` and the
+matrix-vector ``mv`` / ``addmv`` (the fp32 additive energies' product with v; memory-bound,
+so far below the ceiling). Not counted: ``quantize=int8``'s products (``quantized::``
+operators) and oneDNN's fused LSTM layers, which stay in "everything else". The ceiling is the
+run's precision's: under bf16 autocast a product autocast leaves in float32 shows well below it.
 """
 
 from __future__ import annotations
@@ -21,46 +26,56 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv")
+# The operators that take the added tensor first.
+ADDING_OPS = ("aten::addmm", "aten::baddbmm", "aten::addmv")
+BATCHED_OPS = ("aten::bmm", "aten::baddbmm")
 
 
 @dataclass
 class ProductClass:
-    """The products of one shape class: ``label`` as ``(M, K) x (K, N)``, the batch rows ``n``."""
+    """The products of one shape class: ``label`` as ``(M, K) x (K, N)``; ``mean_n`` is the
+    mean size of its first ``n`` dimension (the rows of a batch for a layer's products and
+    their weight gradients), None where every dimension is a parameter's."""
 
     label: str
     calls: int = 0
     seconds: float = 0.0
     flop: float = 0.0
-    n_total: int = 0  # the summed sizes of the n dimensions, over calls
-    n_count: int = 0  # how many sizes n_total sums
+    n_total: int = 0  # the summed sizes of the first n dimension, over calls
+    n_count: int = 0  # the calls n_total sums
 
     @property
-    def mean_n(self) -> float:
-        return self.n_total / self.n_count if self.n_count else 0.0
+    def mean_n(self) -> float | None:
+        return self.n_total / self.n_count if self.n_count else None
 
 
 def product_dims(name: str, input_shapes: list) -> tuple[int, int, int, int] | None:
     """``(batch, M, K, N)`` of one product operator's inputs, None for any other operator.
 
-    ``addmm`` / ``baddbmm`` take the added tensor first; ``batch`` is 1 for 2-D products.
+    ``batch`` is 1 for 2-D products; a matrix-vector product has ``N = 1``.
     """
     if name not in PRODUCT_OPS:
         return None
-    shapes = input_shapes[1:3] if name in ("aten::addmm", "aten::baddbmm") else input_shapes[:2]
-    if len(shapes) < 2 or not shapes[0] or not shapes[1]:
+    shapes = input_shapes[1:3] if name in ADDING_OPS else input_shapes[:2]
+    if len(shapes) < 2 or len(shapes[0]) < 2 or not shapes[1]:
         return None
     left, right = shapes
-    batch = left[0] if len(left) == 3 else 1
-    return batch, left[-2], left[-1], right[-1]
+    batch = left[0] if name in BATCHED_OPS else 1
+    return batch, left[-2], left[-1], right[-1] if len(right) > 1 else 1
 
 
 def product_classes(events, fixed_dims: set[int]) -> tuple[list[ProductClass], float]:
     """The product classes of ``events`` (profiler averages grouped by input shape), slowest
-    first, and the profile's whole self time in seconds.
+    first, and the operators' whole self time in seconds.
 
-    ``fixed_dims`` are the sizes of the model's parameters: any other dimension is ``n``.
+    ``fixed_dims`` are the sizes of the model's parameters and buffers: any other dimension is
+    ``n``.
     """
+
+    def name(size: int) -> str:
+        return str(size) if size in fixed_dims else "n"
+
     classes: dict[str, ProductClass] = {}
     total = 0.0
     for event in events:
@@ -70,21 +85,20 @@ def product_classes(events, fixed_dims: set[int]) -> tuple[list[ProductClass], f
         if dims is None:
             continue
         batch, m, k, n = dims
-
-        def name(size: int) -> str:
-            return str(size) if size in fixed_dims else "n"
-
-        label = f"({name(m)}, {name(k)}) x ({name(k)}, {name(n)})"
-        if event.key in ("aten::bmm", "aten::baddbmm"):
+        if event.key in ("aten::mv", "aten::addmv"):
+            label = f"({name(m)}, {name(k)}) x ({name(k)})"
+        else:
+            label = f"({name(m)}, {name(k)}) x ({name(k)}, {name(n)})"
+        if event.key in BATCHED_OPS:
             label = f"bmm {name(batch)} x {label}"
         found = classes.setdefault(label, ProductClass(label))
         found.calls += event.count
         found.seconds += seconds
         found.flop += 2.0 * batch * m * k * n * event.count
-        batched = (batch,) if event.key in ("aten::bmm", "aten::baddbmm") else ()
-        varying = [size for size in (*batched, m, k, n) if size not in fixed_dims]
-        found.n_total += sum(varying) * event.count
-        found.n_count += len(varying) * event.count
+        varying = [size for size in (m, k, n) if size not in fixed_dims]
+        if varying:
+            found.n_total += varying[0] * event.count
+            found.n_count += event.count
     return sorted(classes.values(), key=lambda c: -c.seconds), total
 
 
@@ -97,13 +111,15 @@ def product_report(events, *, fixed_dims: set[int], ceiling: float | None, rows:
     classes, total = product_classes(events, fixed_dims)
     lines = [f"{'product (n: batch rows or positions)':<42} {'calls':>6} {'mean n':>7} "
              f"{'s':>7} {'% time':>7} {'GFLOP':>8} {'GFLOP/s':>8} {'% ceiling':>9}"]
+    if total <= 0:
+        return "no operator time in this profile: nothing to report"
 
     def percent(rate: float) -> str:
         return f"{100 * rate / ceiling:8.0f}%" if ceiling else f"{'-':>9}"
 
     for found in classes[:rows]:
         rate = found.flop / found.seconds / 1e9 if found.seconds else 0.0
-        mean_n = f"{found.mean_n:>7.0f}" if found.n_count else f"{'-':>7}"
+        mean_n = f"{found.mean_n:>7.0f}" if found.mean_n is not None else f"{'-':>7}"
         lines.append(f"{found.label:<42} {found.calls:>6} {mean_n} {found.seconds:>7.2f} "
                      f"{100 * found.seconds / total:>6.1f}% {found.flop / 1e9:>8.1f} "
                      f"{rate:>8.1f} {percent(rate)}")
@@ -122,24 +138,30 @@ def product_summary(classes: list[ProductClass], total: float, ceiling: float | 
         "product_share": seconds / total if total else 0.0,
         "product_gflops": rate,
         "ceiling_gflops": ceiling,
-        "product_percent_of_ceiling": 100 * rate / ceiling if ceiling else None,
+        "product_percent_of_ceiling": 100 * rate / ceiling if ceiling and seconds else None,
     }
 
 
 def summary_line(summary: dict) -> str:
     """One line for :func:`product_summary`'s numbers."""
     seconds, total = summary["product_seconds"], summary["total_seconds"]
-    ceiling = summary["ceiling_gflops"]
-    share = (f" = {summary['product_percent_of_ceiling']:.0f}% of the ceiling ({ceiling:.0f})"
-             if ceiling else "")
-    return (f"all products: {seconds:.2f} s of {total:.2f} s ({100 * seconds / total:.0f}%) "
-            f"at {summary['product_gflops']:.1f} GFLOP/s{share}; everything else "
-            f"{total - seconds:.2f} s ({100 * (total - seconds) / total:.0f}%)")
+    if not seconds:
+        return f"no matrix products among {total:.2f} s of operator time"
+    percent = summary["product_percent_of_ceiling"]
+    share = (f" = {percent:.0f}% of the ceiling ({summary['ceiling_gflops']:.0f})"
+             if percent is not None else "")
+    return (f"all products: {seconds:.2f} s of {total:.2f} s of operator time "
+            f"({100 * summary['product_share']:.0f}%) at {summary['product_gflops']:.1f} "
+            f"GFLOP/s{share}; everything else {total - seconds:.2f} s "
+            f"({100 * (1 - summary['product_share']):.0f}%)")
 
 
 def parameter_dims(model) -> set[int]:
-    """Every size of every parameter of ``model``: the dimensions that are not ``n``."""
-    return {size for parameter in model.parameters() for size in parameter.shape}
+    """Every size of every parameter and buffer of ``model`` (a folded model's gate tables are
+    buffers): the dimensions that are not ``n``. ``quantize=int8``'s packed weights are
+    neither, but their products are not counted either."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return {size for tensor in tensors for size in tensor.shape}
 
 
 def print_products(events, model, precision: str, *, ceiling: float | None = None,

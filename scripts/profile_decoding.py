@@ -28,7 +28,7 @@ from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--beam-size", type=int, default=5)
@@ -42,7 +42,11 @@ def main() -> None:
                         help="the matmul ceiling in GFLOP/s, measured first if not given")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the products' summary there (implies --products)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     bound_onednn_caches(kernels=None)  # as translate.py does
     translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
                                             precision=args.precision, quantize=args.quantize)
@@ -58,7 +62,7 @@ def main() -> None:
     print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
           f"precision {args.precision}, quantize {args.quantize}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
-    if args.products or args.json:
+    if args.products or args.json is not None:
         print_products(profiler.key_averages(group_by_input_shape=True), translator.model,
                        args.precision, ceiling=args.ceiling, json_path=args.json)
 

@@ -67,7 +67,7 @@ def train_step(objective, optimizer, batch, dtype: torch.dtype | None) -> None:
     optimizer.step()
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
     parser.add_argument("--steps", type=int, default=5)
@@ -79,7 +79,11 @@ def main() -> None:
                         help="the matmul ceiling in GFLOP/s, measured first if not given")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the products' summary there (implies --products)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     bound_onednn_caches()  # as train.py does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
 
@@ -98,7 +102,7 @@ def main() -> None:
         max_shapes_column_width=60,
     )
     print(table)
-    if args.products or args.json:
+    if args.products or args.json is not None:
         print_products(profiler.key_averages(group_by_input_shape=True), objective.model,
                        precision, ceiling=args.ceiling, json_path=args.json)
 

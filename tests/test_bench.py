@@ -107,3 +107,45 @@ def test_profiles_cover_every_training_row_and_float_decoding_variant(bench, mon
     assert len(results["profiles"]) == 6
     out = capsys.readouterr().out
     assert "75%" in out and "90% of the ceiling" in out and "25%" in out
+
+
+def test_profile_commands_parse_with_the_profile_scripts_own_options(bench, monkeypatch, tmp_path):
+    """What make bench passes each profile script is what that script accepts, and no
+    checkpoint means no decoding profiles."""
+    scripts = SCRIPT.parent
+    monkeypatch.syspath_prepend(str(scripts))
+    parsers = {}
+    for name in ("profile_training.py", "profile_decoding.py"):
+        spec = importlib.util.spec_from_file_location(name[:-3] + "_script", scripts / name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        parsers[name] = module.build_parser()
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        output = Path(command[command.index("--json") + 1])
+        output.write_text('{"product_share": 0.5, "product_percent_of_ceiling": null}')
+        return argparse.Namespace(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    checkpoint = tmp_path / "best.pt"
+    checkpoint.write_bytes(b"")
+    runs = {"training": [("multi30k_luong_fast", "fp32")], "decoding": ["fp32"]}
+    args = argparse.Namespace(profile_steps=2, checkpoint=checkpoint)
+    bench.print_profiles(runs, {"fp32": 70.0}, args, {})
+    assert len(commands) == 3
+    for command in commands:
+        parsed = parsers[Path(command[1]).name].parse_args(command[2:])
+        assert parsed.ceiling == 70.0 and parsed.json is not None and parsed.rows == 1
+    training = parsers["profile_training.py"].parse_args(commands[0][2:])
+    assert training.steps == 2 and "trainer.precision=fp32" in training.overrides
+    decoding = [parsers["profile_decoding.py"].parse_args(c[2:]) for c in commands[1:]]
+    assert [(d.beam_size, d.precision, d.sentences) for d in decoding] == [
+        (1, "fp32", bench.PROFILE_SENTENCES), (5, "fp32", bench.PROFILE_SENTENCES)]
+    assert Path(decoding[0].checkpoint) == checkpoint
+
+    commands.clear()
+    args.checkpoint = tmp_path / "missing.pt"
+    bench.print_profiles(runs, {"fp32": 70.0}, args, {})
+    assert [Path(c[1]).name for c in commands] == ["profile_training.py"]

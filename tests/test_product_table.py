@@ -50,24 +50,45 @@ def test_batch_dimensions_merge_into_one_class_with_their_flop(table):
     assert classes[0] is forward  # slowest first
 
 
-def test_bmm_counts_its_batch(table):
-    dims = table.product_dims("aten::bmm", [[4, 3, 5], [4, 5, 7]])
-    assert dims == (4, 3, 5, 7)
-    classes, _ = table.product_classes([event("aten::bmm", [[4, 3, 5], [4, 5, 7]], 1.0)], {5})
-    assert classes[0].label == "bmm n x (n, 5) x (5, n)"
-    assert classes[0].flop == 2 * 4 * 3 * 5 * 7
+def test_batched_and_matrix_vector_products(table):
+    """bmm and baddbmm (the added tensor first) count their batch; mv and addmv have N = 1."""
+    assert table.product_dims("aten::bmm", [[4, 3, 5], [4, 5, 7]]) == (4, 3, 5, 7)
+    assert table.product_dims("aten::baddbmm", [[4, 3, 7], [4, 3, 5], [4, 5, 7], [], []]) == (
+        4, 3, 5, 7)
+    assert table.product_dims("aten::addmv", [[3], [3, 5], [5], [], []]) == (1, 3, 5, 1)
+    assert table.product_dims("aten::mv", [[3, 5], [5]]) == (1, 3, 5, 1)
+    assert table.product_dims("aten::add", [[3, 5], [3, 5]]) is None
+    events = [event("aten::baddbmm", [[4, 3, 7], [4, 3, 5], [4, 5, 7], [], []], 1.0),
+              event("aten::addmv", [[3], [3, 5], [5], [], []], 1.0)]
+    classes, _ = table.product_classes(events, {5})
+    by_label = {found.label: found for found in classes}
+    assert by_label["bmm n x (n, 5) x (5, n)"].flop == 2 * 4 * 3 * 5 * 7
+    assert by_label["(n, 5) x (5)"].flop == 2 * 3 * 5
+    assert by_label["(n, 5) x (5)"].mean_n == 3
 
 
 def test_report_shares_and_ceiling(table):
-    events = [event("aten::mm", [[1000, 500], [500, 400]], 4e6), event("aten::add", [[1]], 1e6)]
-    report = table.product_report(events, fixed_dims={500, 400}, ceiling=0.5)
-    rate = 2 * 1000 * 500 * 400 / 4.0 / 1e9  # 0.1 GFLOP/s
-    assert f"{rate:.1f}" in report
-    assert "20%" in report.splitlines()[1]  # 0.1 of a 0.5 ceiling
-    assert report.splitlines()[-1].startswith("all products: 4.00 s of 5.00 s (80%)")
-    assert "everything else 1.00 s (20%)" in report
+    events = [event("aten::mm", [[10**6, 500], [500, 400]], 4e6),
+              event("aten::add", [[1]], 1e6)]
+    report = table.product_report(events, fixed_dims={500, 400}, ceiling=200.0)
+    row = report.splitlines()[1].split()  # (n, 500) x (500, 400): 400 GFLOP in 4 s
+    assert row[-2:] == ["100.0", "50%"]  # GFLOP/s, % of the 200 GFLOP/s ceiling
+    assert report.splitlines()[-1] == (
+        "all products: 4.00 s of 5.00 s of operator time (80%) at 100.0 GFLOP/s = 50% of the "
+        "ceiling (200); everything else 1.00 s (20%)")
     unmeasured = table.product_report(events, fixed_dims=set(), ceiling=None)
     assert "of the ceiling" not in unmeasured.splitlines()[-1]
+
+
+def test_profiles_without_products_or_time(table):
+    """A profile with no products, or no operator time at all, reports so instead of failing."""
+    no_products = table.product_report([event("aten::add", [[1]], 1e6)], fixed_dims=set(),
+                                       ceiling=60.0)
+    assert no_products.splitlines()[-1] == "no matrix products among 1.00 s of operator time"
+    summary = table.product_summary([], 1.0, 60.0)
+    assert summary["product_share"] == 0 and summary["product_percent_of_ceiling"] is None
+    assert "nothing to report" in table.product_report([], fixed_dims=set(), ceiling=60.0)
+    assert table.product_summary([], 0.0, 60.0)["product_share"] == 0.0
 
 
 def test_a_real_profile_names_the_layer_by_its_parameter_sizes(table):
