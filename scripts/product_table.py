@@ -164,6 +164,16 @@ def parameter_dims(model) -> set[int]:
     return {size for tensor in tensors for size in tensor.shape}
 
 
+def add_product_options(parser) -> None:
+    """The profile scripts' ``--products``, ``--ceiling`` and ``--json`` options."""
+    parser.add_argument("--products", action="store_true",
+                        help="also the matrix products by shape against the matmul ceiling")
+    parser.add_argument("--ceiling", type=float, default=None,
+                        help="the matmul ceiling in GFLOP/s, measured first if not given")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the products' summary there (implies --products)")
+
+
 def print_products(events, model, precision: str, *, ceiling: float | None = None,
                    json_path: Path | None = None) -> dict:
     """Print :func:`product_report` for a profile of ``model`` in ``precision``, measuring the

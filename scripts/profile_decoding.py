@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from product_table import print_products  # noqa: E402
+from product_table import add_product_options, print_products  # noqa: E402
 
 from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
@@ -36,12 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--quantize", default="none", choices=["none", "int8"])
-    parser.add_argument("--products", action="store_true",
-                        help="also the matrix products by shape against the matmul ceiling")
-    parser.add_argument("--ceiling", type=float, default=None,
-                        help="the matmul ceiling in GFLOP/s, measured first if not given")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="write the products' summary there (implies --products)")
+    add_product_options(parser)
     return parser
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
-from product_table import print_products  # noqa: E402
+from product_table import add_product_options, print_products  # noqa: E402
 
 from seq2seq import CONFIG_DIR  # noqa: E402
 from seq2seq.device import AUTOCAST_DTYPES, resolve_precision  # noqa: E402
@@ -73,12 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
-    parser.add_argument("--products", action="store_true",
-                        help="also the matrix products by shape against the matmul ceiling")
-    parser.add_argument("--ceiling", type=float, default=None,
-                        help="the matmul ceiling in GFLOP/s, measured first if not given")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="write the products' summary there (implies --products)")
+    add_product_options(parser)
     return parser
 
 
