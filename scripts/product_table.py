@@ -103,16 +103,22 @@ def product_classes(events, fixed_dims: set[int]) -> tuple[list[ProductClass], f
 
 
 def product_report(events, *, fixed_dims: set[int], ceiling: float | None, rows: int = 15) -> str:
-    """A table of the ``rows`` slowest product classes and a summary line (see the module).
+    """A table of the ``rows`` slowest product classes of ``events`` and a summary line (see
+    the module).
 
     ``ceiling`` is the matmul ceiling of the products' precision in GFLOP/s, None where it was
     not measured (emulated bf16): the percentage columns are then left out.
     """
-    classes, total = product_classes(events, fixed_dims)
-    lines = [f"{'product (n: batch rows or positions)':<42} {'calls':>6} {'mean n':>7} "
-             f"{'s':>7} {'% time':>7} {'GFLOP':>8} {'GFLOP/s':>8} {'% ceiling':>9}"]
+    return format_report(*product_classes(events, fixed_dims), ceiling=ceiling, rows=rows)
+
+
+def format_report(classes: list[ProductClass], total: float, *, ceiling: float | None,
+                  rows: int = 15) -> str:
+    """:func:`product_report` from :func:`product_classes`' result."""
     if total <= 0:
         return "no operator time in this profile: nothing to report"
+    lines = [f"{'product (n: batch rows or positions)':<42} {'calls':>6} {'mean n':>7} "
+             f"{'s':>7} {'% time':>7} {'GFLOP':>8} {'GFLOP/s':>8} {'% ceiling':>9}"]
 
     def percent(rate: float) -> str:
         return f"{100 * rate / ceiling:8.0f}%" if ceiling else f"{'-':>9}"
@@ -188,9 +194,9 @@ def print_products(events, model, precision: str, *, ceiling: float | None = Non
         ceilings, line = matmul_ceilings()
         print(line)
         ceiling = ceilings.get(precision)
-    fixed_dims = parameter_dims(model)
-    print(product_report(events, fixed_dims=fixed_dims, ceiling=ceiling))
-    summary = product_summary(*product_classes(events, fixed_dims), ceiling)
+    classes, total = product_classes(events, parameter_dims(model))
+    print(format_report(classes, total, ceiling=ceiling))
+    summary = product_summary(classes, total, ceiling)
     if json_path is not None:
         json_path.write_text(json.dumps(summary, indent=2))
     return summary
