@@ -1,0 +1,76 @@
+"""The experiment presets (``seq2seq/configs/experiment``): each composes, builds a model that
+trains a step, and says what its comments say it is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from seq2seq import CONFIG_DIR
+from seq2seq.models.build import build_model
+from seq2seq.training.loss import SequenceLoss
+
+PRESETS = sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+def preset(name: str, *overrides: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"experiment={name}", *overrides])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
+    """Dotted keys whose values differ between two nested dicts, with both values."""
+    found = {}
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found.update(differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            found[f"{prefix}{key}"] = (a, b)
+    return found
+
+
+def test_the_presets_are_the_ones_documented():
+    assert PRESETS == ["multi30k_best", "multi30k_gru_additive", "multi30k_luong_fast"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_each_preset_builds_a_model_that_trains_a_step(name):
+    config = preset(name, "model.embed_dim=8", "model.encoder.hidden_size=4",
+                    "model.decoder.hidden_size=8")
+    torch.manual_seed(0)
+    model = build_model(config["model"], src_vocab_size=20, tgt_vocab_size=30)
+    objective = SequenceLoss(model, label_smoothing=config["trainer"]["label_smoothing"])
+    src = torch.randint(4, 20, (3, 5))
+    tgt = torch.randint(4, 30, (3, 6))
+    loss, _ = objective(src, torch.full((3,), 5), tgt, tgt)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_the_fast_preset_is_like_for_like_without_input_feeding_with_scaled_dot():
+    # The preset's comment: multi30k_gru_additive without input feeding, with the scaled
+    # dot-product scorer (the study's fastest of its best two), precision auto.
+    like, fast = preset("multi30k_gru_additive"), preset("multi30k_luong_fast")
+    found = differences(like, fast)
+    attention = {key: value for key, value in found.items() if key.startswith("model.attention.")}
+    assert attention["model.attention._target_"][1].endswith("ScaledDotScorer")
+    rest = {key: value for key, value in found.items() if key not in attention}
+    assert rest == {
+        "model.decoder.input_feeding": (True, False),
+        "trainer.precision": (like["trainer"]["precision"], "auto"),
+    }
+
+
+def test_an_attention_override_still_wins_over_the_fast_presets_scorer():
+    # The study's sweeps (README) run the fast preset with every scorer, in either order.
+    config = preset("multi30k_luong_fast", "model/attention=additive")
+    assert config["model"]["attention"]["_target_"].endswith("AdditiveScorer")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train",
+                      overrides=["model/attention=gaussian", "experiment=multi30k_luong_fast"])
+    assert cfg.model.attention._target_.endswith("GaussianScorer")
