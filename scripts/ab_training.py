@@ -2,6 +2,7 @@
 
     python scripts/ab_training.py dropout experiment=multi30k_luong_fast [--batches 30] [--rounds 4]
     python scripts/ab_training.py additive experiment=multi30k_gru_additive trainer.precision=bf16
+    python scripts/ab_training.py additive experiment=multi30k_luong_fast model/attention=additive
     python scripts/ab_training.py dropout,additive,embedded experiment=multi30k_gru_additive
 
 What each comparison runs (A against B); several, separated by commas, run one after the
@@ -113,6 +114,11 @@ def main() -> None:
         parser.error("--batches and --rounds must be positive")
     bound_onednn_caches()
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.batches)
+    if "additive" in args.comparisons and not any(
+            isinstance(module, scorers.AdditiveScorer) for module in objective.model.modules()):
+        # Both sides would run the same code (multi30k_luong_fast scores with scaled dot).
+        parser.error("the additive comparison needs a model with the additive scorer: add "
+                     "model/attention=additive")
     precision, dtype = preset_dtype(cfg)
 
     def tokens_per_second(select) -> float:

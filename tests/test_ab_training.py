@@ -81,6 +81,14 @@ def test_runs_both_sides_of_each_comparison_in_one_process(run_python):
         assert lines[first + 2].strip().startswith(names[1])
 
 
+def test_refuses_the_additive_comparison_without_an_additive_scorer(run_python):
+    refused = run_python([SCRIPT, "additive", "experiment=multi30k_luong_fast", "model.embed_dim=8",
+                          "model.encoder.hidden_size=4", "model.decoder.hidden_size=8",
+                          "--batches", "1", "--rounds", "1"], timeout=60)
+    assert refused.returncode == 2
+    assert "needs a model with the additive scorer" in refused.stderr.splitlines()[-1]
+
+
 def test_refuses_counts_below_one_and_unknown_comparisons(script, run_python):
     refused = run_python([SCRIPT, "dropout", "--batches", "1", "--rounds", "0"], timeout=60)
     assert refused.returncode == 2 and "must be positive" in refused.stderr
