@@ -15,10 +15,15 @@ from seq2seq.training.loss import SequenceLoss
 PRESETS = sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 
-def preset(name: str, *overrides: str) -> dict:
+def composed(*overrides: str) -> dict:
+    """The train config with ``overrides`` in the order given, resolved to plain containers."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"experiment={name}", *overrides])
+        cfg = compose(config_name="train", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def preset(name: str, *overrides: str) -> dict:
+    return composed(f"experiment={name}", *overrides)
 
 
 def differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
@@ -70,7 +75,5 @@ def test_an_attention_override_still_wins_over_the_fast_presets_scorer():
     # The study's sweeps (README) run the fast preset with every scorer, in either order.
     config = preset("multi30k_luong_fast", "model/attention=additive")
     assert config["model"]["attention"]["_target_"].endswith("AdditiveScorer")
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train",
-                      overrides=["model/attention=gaussian", "experiment=multi30k_luong_fast"])
-    assert cfg.model.attention._target_.endswith("GaussianScorer")
+    config = composed("model/attention=gaussian", "experiment=multi30k_luong_fast")
+    assert config["model"]["attention"]["_target_"].endswith("GaussianScorer")
