@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_train_config
 from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
@@ -17,9 +17,7 @@ PRESETS = sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"
 
 def composed(*overrides: str) -> dict:
     """The train config with ``overrides`` in the order given, resolved to plain containers."""
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(compose_train_config(overrides), resolve=True)
 
 
 def preset(name: str, *overrides: str) -> dict:
