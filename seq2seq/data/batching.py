@@ -204,7 +204,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         """
         super().__init__()
         # The lengths' own integer type (int32 from a TokenArray): an int64 copy of every
-        # length would cost 8 bytes a pair, 80 MB on a 10-million-pair corpus.
+        # length would add 8 bytes a pair.
         src = _integer_array(src_lengths)
         tgt = src if tgt_lengths is None else _integer_array(tgt_lengths)
         if src.ndim != 1 or src.shape != tgt.shape:

@@ -87,9 +87,8 @@ class TokenArray:
 
         Sentences and their offsets are then read from the files with ``pread``, not through
         the maps: training reads them in random order, and at each page it touches through a
-        map the kernel maps the neighbouring cached pages too (fault-around). On a
-        10-million-pair corpus that made the two tokens maps 500 MiB resident after 100 steps
-        of 70 pairs, and the offsets (read whole for the lengths) stayed resident too.
+        map the kernel maps the neighbouring cached pages too (fault-around), so on a large
+        corpus the maps would grow resident with every step.
 
         Args:
             prefix: Path without the suffixes, e.g. `cache/ab12/train.src`.
