@@ -13,10 +13,11 @@ Inference:
     with everything a real one carries (and its corpus); ``trained_checkpoint``: a copy model
     trained once per test session, shared by all pytest-xdist workers (read it, never write).
 Scripts:
-    ``run_python``: runs ``translate.py``, ``train.py``, ``scripts/*.py`` ... as
-    ``subprocess.run``/``Popen`` would, in processes forked from one that has imported torch
-    (tests/python_runner.py); tests about import order, console scripts and torchrun start a
-    real interpreter. ``run_tool``: ``run_python`` as the CLI tests run the tools.
+    ``run_python``: runs ``translate.py``, ``train.py``, ``-m seq2seq.cli.average``,
+    ``-m benchmarks.bench`` ... as ``subprocess.run``/``Popen`` would, in processes forked
+    from one that has imported torch (tests/python_runner.py); tests about import order,
+    console scripts and torchrun start a real interpreter. ``run_tool``: ``run_python`` as
+    the CLI tests run the tools.
 
 Every test runs on one torch thread (``one_thread``): the models are tiny and the machine's
 cores are shared between the xdist workers.
@@ -520,10 +521,11 @@ def preloaded_python(tmp_path_factory: pytest.TempPathFactory) -> PreloadedPytho
 def run_python(preloaded_python: PreloadedPython) -> Iterator[PreloadedPython]:
     """``run_python([script, *args], *, cwd=None, env=None, input="", timeout=None,
     check=False)``: ``subprocess.run([sys.executable, script, *args], capture_output=True,
-    text=True)`` in a process forked with torch already imported; ``run_python.start(...)``:
-    the same, running, like ``subprocess.Popen``. tests/python_runner.py says where such a
-    process differs from a fresh interpreter; those tests start a real one. A script the test
-    left running is killed when it ends."""
+    text=True)`` in a process forked with torch already imported (``["-m", module, *args]``:
+    ``python -m module``); ``run_python.start(...)``: the same, running, like
+    ``subprocess.Popen``. tests/python_runner.py says where such a process differs from a
+    fresh interpreter; those tests start a real one. A script the test left running is killed
+    when it ends."""
     yield preloaded_python
     preloaded_python.stop_all()
 

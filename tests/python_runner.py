@@ -7,15 +7,15 @@ CPU time on the 2-core AVX2 EPYC. A ``multiprocessing`` forkserver imports those
 per pytest worker and forks a fresh process for each run. The run gets its own argv, working
 folder, environment, stdin/stdout/stderr, exit status (a signal's too) and exit sequence
 (non-daemon threads joined, atexit handlers run), and the script runs as ``__main__``
-(``runpy``), so it takes the path it takes for a user. tests/test_python_runner.py runs the
-same scripts both ways and compares.
+(``runpy``; ``["-m", module, ...]`` as ``python -m`` runs it), so it takes the path it takes
+for a user. tests/test_python_runner.py runs the same scripts both ways and compares.
 
 Where such a process differs from a fresh interpreter:
 
 - modules are already imported: which modules a script imports and when is shown with real
   interpreters (the tests that no tool loads torch before refusing a bad option, and that the
-  oneDNN cache bounds are set before torch loads), as are console scripts, the installed wheel,
-  ``python -m`` and ``torchrun``;
+  oneDNN cache bounds are set before torch loads), as are console scripts, the installed wheel
+  and ``torchrun``;
 - what is read once at interpreter or library start keeps the forkserver's value: the hash seed
   and numpy's global random state (the same in every run; the scripts seed their own
   generators), ``OMP_NUM_THREADS`` (the forkserver starts with 1, so a run whose environment
@@ -88,13 +88,21 @@ def _run_as_main(argv: list[str], cwd: str, env: dict[str, str], sys_path: list[
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = list(argv)
     extra_path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[:] = [str(Path(argv[0]).resolve().parent), *extra_path, *sys_path]
+    module = argv[1] if argv[0] == "-m" else None
+    if module is None:
+        sys.argv = list(argv)
+        sys.path[:] = [str(Path(argv[0]).resolve().parent), *extra_path, *sys_path]
+    else:  # ``python -m module``: the working folder first; run_module sets argv[0]
+        sys.argv = [module, *argv[2:]]
+        sys.path[:] = [cwd, *extra_path, *sys_path]
 
     status, interrupted = 0, False
     try:
-        runpy.run_path(argv[0], run_name="__main__")
+        if module is None:
+            runpy.run_path(argv[0], run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = _exit_status(stop.code)
     except BaseException:
@@ -158,7 +166,8 @@ class RunningScript:
 
 class PreloadedPython:
     """``run([script, *args], ...)``, or calling the object, is like
-    ``subprocess.run([sys.executable, script, *args], capture_output=True, text=True, ...)``;
+    ``subprocess.run([sys.executable, script, *args], capture_output=True, text=True, ...)``
+    (``run(["-m", module, *args])``: like ``python -m module args``);
     ``start`` like ``subprocess.Popen``. Both in a process forked with torch already imported.
     ``stop_all()`` kills and reaps every script still running."""
 

@@ -51,6 +51,24 @@ def test_the_script_runs_as_main_with_its_own_argv_folder_environment_and_stream
         run_python([script, "1"], cwd=tmp_path, env=env, check=True)
 
 
+def test_a_module_runs_as_python_m_runs_it(run_python, tmp_path):
+    package = tmp_path / "tools"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "report.py").write_text(
+        "import json, sys\nprint(json.dumps({'argv': sys.argv, 'path0': sys.path[0], "
+        "'name': __name__}))\nsys.exit(int(sys.argv[1]))\n", encoding="utf-8")
+    args = ["-m", "tools.report", "3", "--flag"]
+    real = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    forked = run_python(args, cwd=tmp_path, timeout=60)
+    assert forked.returncode == real.returncode == 3, forked.stderr
+    assert json.loads(forked.stdout) == json.loads(real.stdout) == {
+        "argv": [str(package / "report.py"), "3", "--flag"], "path0": str(tmp_path),
+        "name": "__main__"}
+    assert forked.args == [sys.executable, *args]
+
+
 # Endings a script can have; each must give the same status, stdout and last stderr line as
 # in a real interpreter.
 ENDINGS = {
