@@ -1,18 +1,14 @@
-"""Checkpoint averaging (seq2seq.averaging and the thin scripts/average_checkpoints.py over it),
-on synthetic payloads: the average is the mean of the tensors, mismatches are refused."""
+"""Checkpoint averaging (seq2seq.training.averaging and seq2seq-average over it), on synthetic
+payloads: the average is the mean of the tensors, mismatches are refused."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
-from seq2seq.averaging import average_checkpoints, average_payloads
 from seq2seq.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
-
-ROOT = Path(__file__).resolve().parents[1]
+from seq2seq.cli.average import main as average_main
+from seq2seq.training.averaging import average_checkpoints, average_payloads
 
 
 def synthetic_payload(seed: int, *, tokenizer_bytes: bytes = b"spm model", **model_changes):
@@ -104,21 +100,12 @@ def test_mismatched_payloads_are_refused_naming_the_difference(other, message):
         average_payloads([synthetic_payload(1), other], names=["a.pt", "b.pt"])
 
 
-def load_script():
-    """scripts/average_checkpoints.py as a module (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location("average_checkpoints_script",
-                                                  ROOT / "scripts" / "average_checkpoints.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_writes_the_average(tmp_path, capsys):
+def test_cli_writes_the_average(tmp_path, capsys):
     first, second = tmp_path / "a.pt", tmp_path / "b.pt"
     save_checkpoint(synthetic_payload(1), first)
     save_checkpoint(synthetic_payload(2), second)
     output = tmp_path / "out" / "avg.pt"
-    assert load_script().main([str(first), str(second), "--output", str(output)]) == 0
+    assert average_main([str(first), str(second), "--output", str(output)]) == 0
     assert f"averaged 2 checkpoints into {output}" in capsys.readouterr().err
     written = load_checkpoint(output)
     assert written["averaged_from"] == [str(first), str(second)]
@@ -131,22 +118,22 @@ def test_script_writes_the_average(tmp_path, capsys):
     ({"model_changes": {"extra.weight": torch.zeros(1)}}, "has different parameters than"),
     ({"tokenizer_bytes": b"another spm model"}, "use different tokenizers"),
 ])
-def test_script_refuses_mismatched_params_or_tokenizers(tmp_path, capsys, changes, message):
+def test_cli_refuses_mismatched_params_or_tokenizers(tmp_path, capsys, changes, message):
     first, second = tmp_path / "a.pt", tmp_path / "b.pt"
     save_checkpoint(synthetic_payload(1), first)
     other = synthetic_payload(2, tokenizer_bytes=changes.get("tokenizer_bytes", b"spm model"),
                               **changes.get("model_changes", {}))
     save_checkpoint(other, second)
     output = tmp_path / "avg.pt"
-    assert load_script().main([str(first), str(second), "--output", str(output)]) == 1
+    assert average_main([str(first), str(second), "--output", str(output)]) == 1
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1, error
     assert not output.exists()
 
 
-def test_script_refuses_an_unreadable_checkpoint(tmp_path, capsys):
+def test_cli_refuses_an_unreadable_checkpoint(tmp_path, capsys):
     first, broken = tmp_path / "a.pt", tmp_path / "broken.pt"
     save_checkpoint(synthetic_payload(1), first)
     broken.write_bytes(b"not a checkpoint")
-    assert load_script().main([str(first), str(broken), "--output", str(tmp_path / "o.pt")]) == 1
+    assert average_main([str(first), str(broken), "--output", str(tmp_path / "o.pt")]) == 1
     assert "truncated or corrupted" in capsys.readouterr().err

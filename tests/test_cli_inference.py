@@ -17,6 +17,7 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
+AVERAGE = ["-m", "seq2seq.cli.average"]  # what the seq2seq-average console script runs
 # One thread: the test machine's cores are shared and the model is tiny.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
@@ -209,12 +210,11 @@ def test_evaluate_bleu_equals_the_sacrebleu_command(run_tool, workdir):
 
 
 def test_evaluate_run_folder_files_and_table(run_tool, workdir):
-    average = ROOT / "scripts" / "average_checkpoints.py"
     checkpoints = workdir / "run" / "checkpoints"
     # A second checkpoint: the average of the model with itself (same weights).
     result = run_tool(
         [
-            str(average),
+            *AVERAGE,
             str(checkpoints / "best.pt"),
             str(checkpoints / "best.pt"),
             "--output",
@@ -262,7 +262,7 @@ def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, tra
     output = tmp_path / "averaged.pt"
     result = run_tool(
         [
-            str(ROOT / "scripts" / "average_checkpoints.py"),
+            *AVERAGE,
             str(first),
             str(second),
             "--output",
@@ -287,7 +287,7 @@ def test_average_refuses_mismatched_shapes(run_tool, tmp_path, trained_checkpoin
     bigger = make_checkpoint(tmp_path, decoder_hidden_size=48)
     result = run_tool(
         [
-            str(ROOT / "scripts" / "average_checkpoints.py"),
+            *AVERAGE,
             str(first),
             str(bigger),
             "--output",

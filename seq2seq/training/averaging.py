@@ -1,38 +1,149 @@
-"""``trainer.average_last=N``: at the end of training, average the last N validations' models.
+"""Checkpoint averaging: the mean of the last few checkpoints of a run is usually a slightly
+better and steadier model than any one of them.
 
-The :class:`~seq2seq.training.checkpointing.CheckpointManager` keeps the model of each of the
-last N validations in ``checkpoints/recent/``. When training ends (a resumed run too),
-:func:`average_recent` averages them into ``checkpoints/averaged.pt`` and validates it with the
-run's :class:`~seq2seq.training.validation.Validator` (the data, settings and scoring of every
-validation; translations in ``validation/averaged.hyp``). Its BLEU is logged next to best.pt's
-(``averaged last N: BLEU x vs best.pt y``), written to TensorBoard (``valid/averaged_bleu``),
-kept in the trainer state (``averaged_bleu``, ``averaged_from``) and, through :func:`summary`,
-in the numbers ``train()`` returns (``averaged_bleu``, ``better_checkpoint``).
-
-Only rank 0 reads, writes and validates; the other ranks wait for its BLEU in a broadcast, as
-they do at every validation.
+* :func:`average_checkpoints` averages checkpoint files (``seq2seq-average``),
+  :func:`average_payloads` checkpoints already in memory. The checkpoints must come from the
+  same model: the same parameter names and shapes and the same tokenizers, or
+  :class:`~seq2seq.checkpoint.CheckpointError` names the first difference. The result keeps the
+  first checkpoint's config and tokenizers, drops the training state (optimizer, schedule,
+  RNG, ...), lists its sources under ``averaged_from``, and loads like any other checkpoint.
+  Floating-point entries are averaged in float64 and stored in their original dtype; integer
+  entries are taken from the first checkpoint.
+* :func:`average_recent` (``trainer.average_last=N``): when training ends (a resumed run too),
+  the models of the last N validations, kept by the
+  :class:`~seq2seq.training.checkpointing.CheckpointManager` in ``checkpoints/recent/``, are
+  averaged into ``checkpoints/averaged.pt`` and validated with the run's
+  :class:`~seq2seq.training.validation.Validator` (translations in
+  ``validation/averaged.hyp``). Its BLEU is logged next to best.pt's, written to TensorBoard
+  (``valid/averaged_bleu``), kept in the trainer state and, through :func:`summary`, in the
+  numbers ``train()`` returns. Only rank 0 reads, writes and validates; the other ranks wait
+  for its BLEU in a broadcast, as at every validation.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
-from seq2seq.checkpoint import CheckpointError
-from seq2seq.training.checkpointing import AVERAGED
+import torch
+
+from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.training.state import TrainerState
-
-if TYPE_CHECKING:
-    from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
+AVERAGED = "averaged.pt"  # the averaged model's file in a run's checkpoints/
 NOT_AVERAGED = -1.0  # what rank 0 broadcasts when there is no averaged model
 
+# Entries only the training loop uses: an averaged model has no optimizer history.
+TRAINING_ONLY = ("optimizer", "schedule", "scaler", "trainer_state", "sampler", "rng")
 
-def average_recent(trainer: Trainer) -> None:
-    """Average, validate and report the kept checkpoints (nothing without average_last)."""
+
+def check_compatible(first: dict, other: dict, first_name: str, other_name: str) -> None:
+    """Raise :class:`CheckpointError` at the first difference in parameters or tokenizers."""
+    first_model, other_model = first["model"], other["model"]
+    if first_model.keys() != other_model.keys():
+        missing = sorted(first_model.keys() - other_model.keys())
+        extra = sorted(other_model.keys() - first_model.keys())
+        raise CheckpointError(
+            f"{other_name} has different parameters than {first_name} "
+            f"(missing: {missing[:3]}, unexpected: {extra[:3]})"
+        )
+    for name, tensor in first_model.items():
+        other_tensor = other_model[name]
+        if tensor.shape != other_tensor.shape:
+            raise CheckpointError(
+                f"cannot average: {name} has shape {tuple(other_tensor.shape)} in "
+                f"{other_name} but {tuple(tensor.shape)} in {first_name}"
+            )
+        if tensor.is_floating_point() != other_tensor.is_floating_point():
+            raise CheckpointError(
+                f"cannot average: {name} is {other_tensor.dtype} in {other_name} but "
+                f"{tensor.dtype} in {first_name}"
+            )
+    first_tokenizers, other_tokenizers = first.get("tokenizers", {}), other.get("tokenizers", {})
+    same_tokenizers = first_tokenizers.keys() == other_tokenizers.keys() and all(
+        torch.equal(first_tokenizers[key], other_tokenizers[key])
+        if isinstance(first_tokenizers[key], torch.Tensor)
+        else first_tokenizers[key] == other_tokenizers[key]
+        for key in first_tokenizers
+    )
+    if not same_tokenizers:
+        raise CheckpointError(
+            f"cannot average: {other_name} and {first_name} use different tokenizers"
+        )
+
+
+def _average(named_payloads: Iterable[tuple[str, dict]]) -> dict[str, Any]:
+    """Average ``(name, payload)`` pairs, consuming them one at a time (a generator that loads
+    each file when asked keeps at most two checkpoints in memory besides the sums)."""
+    first = first_name = sums = None
+    names: list[str] = []
+    for name, payload in named_payloads:
+        names.append(name)
+        if first is None:
+            first, first_name = payload, name
+            sums = {
+                key: tensor.double() if tensor.is_floating_point() else tensor.clone()
+                for key, tensor in payload["model"].items()
+            }
+            continue
+        check_compatible(first, payload, first_name, name)
+        for key, tensor in payload["model"].items():
+            if tensor.is_floating_point():
+                sums[key] += tensor.double()
+    if first is None:
+        raise CheckpointError("no checkpoints to average")
+    averaged = {
+        key: (total / len(names)).to(first["model"][key].dtype)
+        if first["model"][key].is_floating_point()
+        else total
+        for key, total in sums.items()
+    }
+    result = {key: value for key, value in first.items() if key not in TRAINING_ONLY}
+    result["model"] = averaged
+    result["averaged_from"] = names
+    return result
+
+
+def average_payloads(payloads: Sequence[dict], names: Sequence[str] | None = None) -> dict:
+    """The averaged checkpoint payload of checkpoints already in memory.
+
+    Args:
+        payloads: checkpoint dicts (as :func:`~seq2seq.checkpoint.load_checkpoint` returns).
+        names: what error messages and ``averaged_from`` call them (default: ``checkpoint 1``,
+            ``checkpoint 2``, ...).
+
+    Raises:
+        CheckpointError: on no payloads or parameters/tokenizers that do not match.
+    """
+    if names is None:
+        names = [f"checkpoint {index + 1}" for index in range(len(payloads))]
+    if len(names) != len(payloads):
+        raise ValueError(f"{len(payloads)} payloads but {len(names)} names")
+    return _average(zip(names, payloads, strict=True))
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The averaged checkpoint payload of the files ``paths`` (``averaged_from``: the paths).
+
+    Raises:
+        CheckpointError: on an unreadable checkpoint or parameters that do not match.
+    """
+    return _average((str(path), load_checkpoint(path)) for path in paths)
+
+
+# -- at the end of a run (trainer.average_last) ----------------------------------------------
+def average_recent(trainer) -> None:
+    """Average, validate and report the kept checkpoints (nothing without average_last).
+
+    ``trainer``: the :class:`~seq2seq.training.trainer.Trainer` whose run ends (its state,
+    context, checkpoints, model, validator, device and writer are used; not imported here, so
+    that the trainer's import of this module is the only one between the two).
+    """
     state, context = trainer.state, trainer.context
     if not trainer.checkpoints.average_last:
         return
@@ -58,7 +169,7 @@ def summary(state: TrainerState) -> dict:
             "better_checkpoint": f"checkpoints/{better_checkpoint(state)}"}
 
 
-def _average_and_validate(trainer: Trainer) -> float:
+def _average_and_validate(trainer) -> float:
     """Rank 0's part: the averaged model's BLEU, or NOT_AVERAGED (skipped, or it failed)."""
     checkpoints, state = trainer.checkpoints, trainer.state
     names = [name for name in state.recent_checkpoints if (checkpoints.directory / name).is_file()]

@@ -21,12 +21,11 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from seq2seq.averaging import average_checkpoints
 from seq2seq.checkpoint import save_checkpoint
+from seq2seq.training.averaging import AVERAGED, average_checkpoints
 from seq2seq.training.state import TrainerState
 
 RECENT = "recent"  # the folder of the last validations' models, inside checkpoints/
-AVERAGED = "averaged.pt"
 
 
 class CheckpointManager:
