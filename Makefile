@@ -26,7 +26,7 @@ train: install
 # The multi30k_best result (README "Results"): two seeds trained side by side for the same 59
 # minutes, one core each, then the beam settings of their ensemble chosen on val. Each member
 # logs to $(BEST_DIR)/seedN.log (follow one with `tail -f runs/best/seed1.log`); score the
-# chosen setting on test once with the command tune_decoding.py prints. Other seeds:
+# chosen setting on test once with the command seq2seq-tune-decoding prints. Other seeds:
 # `make best BEST_SEEDS="3 4" BEST_DIR=runs/best34`.
 BEST_DIR ?= runs/best
 BEST_SEEDS ?= 1 2
@@ -43,7 +43,7 @@ best: install
 	wait $$first; first_status=$$?; wait $$second; second_status=$$?; \
 	test $$first_status -eq 0 && test $$second_status -eq 0 \
 		|| { echo "a member failed: see the end of $(BEST_DIR)/seed$(BEST_A).log and seed$(BEST_B).log" >&2; exit 1; }
-	$(BIN)/python scripts/tune_decoding.py $(BEST_DIR)/seed$(BEST_A)/checkpoints/best.pt \
+	$(BIN)/seq2seq-tune-decoding $(BEST_DIR)/seed$(BEST_A)/checkpoints/best.pt \
 		$(BEST_DIR)/seed$(BEST_B)/checkpoints/best.pt --beam-sizes 1,5,8 --length-penalties 1.0,1.4
 
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.

@@ -1,5 +1,5 @@
-"""translate.py, evaluate.py and scripts/average_checkpoints.py, run as the user runs them (and
-serve.py and scripts/tune_decoding.py, where a bad option must be refused before torch loads)."""
+"""translate.py, evaluate.py and seq2seq-average, run as the user runs them (and serve.py and
+seq2seq-tune-decoding, where a bad option must be refused before torch loads)."""
 
 from __future__ import annotations
 
@@ -144,11 +144,15 @@ def test_bad_option_value_is_refused_naming_the_key(trained_checkpoint, capsys, 
     assert captured.out == "" and captured.err.strip() == f"error: {message}"
 
 
-# Runs a script as __main__ and says on stderr, at exit, whether torch was loaded at all.
-TORCH_REPORTER = (
+# Runs a script (or a module, as python -m does) as __main__ and says on stderr, at exit,
+# whether torch was loaded at all.
+REPORT_TORCH = (
     "import atexit, runpy, sys; atexit.register(lambda: print('torch loaded:', 'torch' in "
     "sys.modules, file=sys.stderr)); sys.argv = sys.argv[1:]; "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+TORCH_REPORTER = REPORT_TORCH + "runpy.run_path(sys.argv[0], run_name='__main__')"
+MODULE_TORCH_REPORTER = (
+    REPORT_TORCH + "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
 )
 
 
@@ -157,7 +161,7 @@ TORCH_REPORTER = (
     ("translate.py", ["beam_size=abc"], 1, "beam_size: expected an integer, got 'abc'"),
     ("serve.py", ["batch.max_tokens=lots"], 1,
      "batch.max_tokens: expected an integer, got 'lots'"),
-    ("scripts/tune_decoding.py", ["--split", "test"], 2,
+    ("seq2seq.cli.tune_decoding", ["--split", "test"], 2,
      "tuning on the test split is not allowed: tune on --split valid (or your own --src/--ref "
      "dev files), then score the chosen setting on test once"),
     # A mistyped checkpoint path: the commonest mistake.
@@ -174,11 +178,13 @@ def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
 ):
     """A typo costs a fraction of a second, not torch's import (2.5 s on a slow CPU)."""
     args = [arg.replace("{checkpoint}", str(trained_checkpoint)) for arg in args]
-    if script.startswith("scripts"):
-        args = [str(trained_checkpoint), *args]
-    elif not any(arg.startswith(("checkpoint=", "models=")) for arg in args):
-        args = [f"checkpoint={trained_checkpoint}", *args]
-    result = run_interpreter(["-c", TORCH_REPORTER, str(ROOT / script), *args], cwd=workdir)
+    if script.startswith("seq2seq.cli"):  # a console script's module
+        command = ["-c", MODULE_TORCH_REPORTER, script, str(trained_checkpoint), *args]
+    else:
+        if not any(arg.startswith(("checkpoint=", "models=")) for arg in args):
+            args = [f"checkpoint={trained_checkpoint}", *args]
+        command = ["-c", TORCH_REPORTER, str(ROOT / script), *args]
+    result = run_interpreter(command, cwd=workdir)
     assert result.returncode == status, result.stderr
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: {message}", "torch loaded: False"]

@@ -3,7 +3,6 @@ no reference piece of the training pairs is lost, decoding through one, files an
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 
 from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.cli.build_shortlist import main as build_shortlist
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference import translator as translator_module
 from seq2seq.inference.shortlist import (
@@ -245,30 +245,21 @@ def test_a_shortlist_for_other_vocabularies_is_refused(copy_model):
     assert same_pieces(tokenizers)[4] == 4  # joint vocabulary: each piece is itself
 
 
-# -- the script and the command lines --------------------------------------------------------
-def load_script():
-    spec = importlib.util.spec_from_file_location("build_shortlist", ROOT / "scripts" /
-                                                  "build_shortlist.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_build_script_and_translate_cli(tmp_path, trained_checkpoint, capsys, run_python):
-    script = load_script()
+# -- seq2seq-build-shortlist and the command lines ----------------------------------------------
+def test_build_shortlist_and_translate_cli(tmp_path, trained_checkpoint, capsys, run_python):
     corpus = trained_checkpoint.parents[1] / "corpus"
     output = tmp_path / "shortlist.pt"
     arguments = ["--checkpoint", str(trained_checkpoint), "--src", str(corpus / "train.src"),
                  "--tgt", str(corpus / "train.tgt"), "--output", str(output),
                  "--per-source", "3", "--frequent", "2"]
-    assert script.main(arguments) == 0
+    assert build_shortlist(arguments) == 0
     assert "shortlist of one sentence" in capsys.readouterr().out
     shortlist = Shortlist.load(output)
     assert shortlist.frequent.size == 2
 
     # Bad input: one line, status 1, nothing written.
     bad = [*arguments[:4], "--tgt", str(corpus / "valid.tgt"), "--output", str(tmp_path / "x.pt")]
-    assert script.main(bad) == 1
+    assert build_shortlist(bad) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "lines" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.pt").exists()

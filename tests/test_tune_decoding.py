@@ -1,4 +1,4 @@
-"""scripts/tune_decoding.py: the decoding grid scored on the valid split, run as the user runs it."""
+"""seq2seq-tune-decoding: the decoding grid scored on the valid split, run as the user runs it."""
 
 from __future__ import annotations
 
@@ -10,18 +10,17 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "tune_decoding.py"
+TOOL = ["-m", "seq2seq.cli.tune_decoding"]  # what the seq2seq-tune-decoding console script runs
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 SENTENCES = 12
 
 
 @pytest.fixture
 def run_script(run_python):
-    """run(args, *, cwd): ``python scripts/tune_decoding.py args``, as a user runs it (conftest)."""
+    """run(args, *, cwd): ``python -m seq2seq.cli.tune_decoding args`` (conftest)."""
 
     def run(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess:
-        return run_python([SCRIPT, *args], cwd=cwd, env=ENV, timeout=180)
+        return run_python([*TOOL, *args], cwd=cwd, env=ENV, timeout=180)
 
     return run
 
@@ -60,12 +59,12 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, wor
 
     best = report["best"]
     assert best["bleu"] == max(c["bleu"] for c in report["cells"])
-    command = (f"python evaluate.py checkpoint=run/checkpoints/best.pt split=test "
+    command = (f"seq2seq-evaluate checkpoint=run/checkpoints/best.pt split=test "
                f"beam_size={best['beam_size']} length_penalty={best['length_penalty']:g}")
     assert command in out and report["test_command"] == command
     assert f"BLEU {best['bleu']:.2f}" in out
 
-    # The chosen setting's BLEU is what evaluate_translations (evaluate.py's path) gives.
+    # The chosen setting's BLEU is what evaluate_translations (seq2seq-evaluate's path) gives.
     from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.translator import Translator
@@ -95,7 +94,7 @@ def test_several_checkpoints_are_tuned_as_one_ensemble(run_script, workdir):
                 for name in ("one.json", "two.json"))
     assert [c["bleu"] for c in two["cells"]] == pytest.approx([c["bleu"] for c in one["cells"]])
     assert two["checkpoint"] == ["run/checkpoints/best.pt", "run/checkpoints/copy.pt"]
-    assert "python evaluate.py 'checkpoint=[run/checkpoints/best.pt,run/checkpoints/copy.pt]'" \
+    assert "seq2seq-evaluate 'checkpoint=[run/checkpoints/best.pt,run/checkpoints/copy.pt]'" \
         in pair.stdout
 
 
@@ -132,5 +131,5 @@ def test_bad_arguments_are_one_line_errors(run_script, workdir, args):
     result = run_script(["run/checkpoints/best.pt", *args], cwd=workdir)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.strip()]
-    assert any(line.startswith(("error:", "tune_decoding.py: error:")) for line in errors)
+    assert any(line.startswith(("error:", "seq2seq-tune-decoding: error:")) for line in errors)
     assert len([line for line in errors if "error" in line]) == 1

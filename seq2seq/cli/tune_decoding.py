@@ -1,27 +1,28 @@
 """Choose the beam size and length penalty on the validation set, never on a test set.
 
-    python scripts/tune_decoding.py runs/x/checkpoints/best.pt \\
+    seq2seq-tune-decoding runs/x/checkpoints/best.pt \\
         --beam-sizes 1,3,5,8 --length-penalties 0.6,1.0,1.4 [--split valid] \\
         [--max-sentences N] [--json tune.json]
-    python scripts/tune_decoding.py best.pt --src dev.de --ref dev.en ...   # your own dev set
-    python scripts/tune_decoding.py runs/a/checkpoints/best.pt runs/b/checkpoints/best.pt  # an ensemble
+    seq2seq-tune-decoding best.pt --src dev.de --ref dev.en ...   # your own dev set
+    seq2seq-tune-decoding runs/a/checkpoints/best.pt runs/b/checkpoints/best.pt  # an ensemble
 
-Loads the checkpoint once (several: decoded as one ensemble, as ``evaluate.py
+Loads the checkpoint once (several: decoded as one ensemble, as ``seq2seq-evaluate
 'checkpoint=[A,B]'`` does; the valid split is the first one's) and scores every beam size x
 length penalty on the ``valid`` split of the checkpoint's own data config (or on
-``--src``/``--ref``) through
-:func:`seq2seq.inference.evaluation.evaluate_translations`, the path ``evaluate.py`` takes, so a
-cell's BLEU is the BLEU ``evaluate.py split=valid beam_size=B length_penalty=A`` prints.
+``--src``/``--ref``) through :func:`seq2seq.inference.evaluation.evaluate_translations`, the
+path ``seq2seq-evaluate`` takes, so a cell's BLEU is the BLEU ``seq2seq-evaluate split=valid
+beam_size=B length_penalty=A`` prints.
 
 Prints a table (rows: beam size; columns: length penalty; cells: BLEU, then sentences/s),
 the best setting (ties go to the smaller beam, then the earlier length penalty) and the one
-``evaluate.py`` command that reports that setting on the test set, to run once.
+``seq2seq-evaluate`` command that reports that setting on the test set, to run once.
 
 Greedy search (beam size 1) ranks nothing, so the length penalty cannot change it: it is
 translated once and its BLEU stands in every column of its row.
 
 ``--split test``, and ``--src`` files that are the checkpoint's test split, are refused:
-settings tuned on a test set make its score an overestimate.
+settings tuned on a test set make its score an overestimate. A bad option is a one-line
+error before torch loads.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
 def evaluate_command(args, best: dict) -> str:
     checkpoints = args.checkpoint
     named = checkpoints[0] if len(checkpoints) == 1 else f"[{','.join(checkpoints)}]"
-    parts = ["python", "evaluate.py", f"checkpoint={named}"]
+    parts = ["seq2seq-evaluate", f"checkpoint={named}"]
     if args.src is not None:
         parts += ["src=YOUR_TEST_SRC", "ref=YOUR_TEST_REF"]
     else:
@@ -160,7 +161,8 @@ def _same_file(a, b) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="seq2seq-tune-decoding",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", nargs="+",
                         help="a checkpoint file; several: decoded as one ensemble")
     parser.add_argument("--beam-sizes", type=_beam_sizes, default=[1, 3, 5, 8],
@@ -185,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from seq2seq.onednn_caches import bound_onednn_caches
 
-    bound_onednn_caches(kernels=None)  # as translate.py does
+    bound_onednn_caches(kernels=None)  # as seq2seq-translate does
 
     def fail(message: str, status: int = 2) -> int:
         print(f"error: {message}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """Build an output-vocabulary shortlist for a checkpoint from its training pairs.
 
-    python scripts/build_shortlist.py --checkpoint runs/x/checkpoints/best.pt \\
+    seq2seq-build-shortlist --checkpoint runs/x/checkpoints/best.pt \\
         --src data/multi30k/train.de.gz --tgt data/multi30k/train.en.gz --output shortlist.pt
-    python translate.py checkpoint=runs/x/checkpoints/best.pt shortlist=shortlist.pt < test.de
+    seq2seq-translate checkpoint=runs/x/checkpoints/best.pt shortlist=shortlist.pt < test.de
 
 The pairs are encoded with the checkpoint's own tokenizers (so the ids are the model's),
 each source piece keeps its ``--per-source`` target pieces of highest sentence-level Dice
@@ -60,7 +60,8 @@ def size_report(shortlist: Shortlist, sources: list[list[int]], batch: int, seed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="seq2seq-build-shortlist",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="the model's checkpoint (its tokenizers)")
     parser.add_argument("--src", required=True, help="training sources, one a line (plain or .gz)")
     parser.add_argument("--tgt", required=True, help="their references, line by line")

@@ -1,0 +1,42 @@
+"""seq2seq-plot-curves: validation BLEU of runs, read from their TensorBoard logs."""
+
+from __future__ import annotations
+
+from seq2seq.cli.plot_curves import main, validation_curve
+
+
+def write_run(folder, bleus: list[float]):
+    """A run folder whose TensorBoard log has a training loss and these validation BLEUs."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    writer.add_scalar("train/loss", 5.0, 1)
+    for step, bleu in enumerate(bleus, start=1):
+        writer.add_scalar("valid/bleu", bleu, 10 * step)
+    writer.close()
+    return folder
+
+
+def test_each_validation_is_a_point_and_the_figure_is_written(tmp_path, capsys):
+    first = write_run(tmp_path / "first", [1.0, 5.0, 9.5])
+    second = write_run(tmp_path / "second", [2.0])
+    minutes, bleu = validation_curve(first)
+    assert bleu == [1.0, 5.0, 9.5] and len(minutes) == 3
+    assert minutes == sorted(minutes) and minutes[0] >= 0
+
+    output = tmp_path / "figures" / "curves.png"
+    assert main([str(first), str(second), "--output", str(output)]) == 0
+    assert output.read_bytes().startswith(b"\x89PNG")
+    assert f"written {output}" in capsys.readouterr().out
+
+
+def test_a_folder_without_validation_scores_is_a_one_line_error(tmp_path, capsys):
+    no_log = tmp_path / "empty"
+    no_log.mkdir()
+    no_validation = write_run(tmp_path / "early", [])
+    for folder, message in ((no_log, "no tensorboard/ folder"),
+                            (no_validation, "no valid/bleu scalars")):
+        assert main([str(folder), "--output", str(tmp_path / "x.png")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {folder}: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "x.png").exists()
