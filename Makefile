@@ -54,7 +54,7 @@ lint: install
 	$(BIN)/ruff check .
 
 bench: install
-	$(BIN)/python scripts/bench.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,23 +1,21 @@
-"""scripts/bench.py: the matmul ceilings and ratios it reports, where bf16 is native or not."""
+"""benchmarks.bench (make bench): the matmul ceilings and ratios it reports, where bf16 is native
+or not, and the profile commands it runs."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+from benchmarks import bench as bench_module
+from benchmarks import profile_decoding, profile_training
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module
 
 
 @pytest.mark.parametrize(("bf16_speed", "native"), [(0.2, False), (150.0, True)])
@@ -31,7 +29,6 @@ def test_bf16_ceiling_and_rows_only_where_bf16_is_native(bench, monkeypatch, bf1
         return bf16_speed if dtype == torch.bfloat16 else 70.0
 
     monkeypatch.setattr(bench, "matmul_ceiling", fake_ceiling)
-    monkeypatch.setattr(bench, "int8_matmul_ceiling", lambda: 75.0)
     ceilings, line = bench.matmul_ceilings()
     assert ceilings["fp32"] == 70.0
     assert ("bf16" in ceilings) == native
@@ -51,42 +48,26 @@ def test_ratios_use_only_the_rows_that_ran(bench):
 
 
 def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):
-    variants = ["fp32", "bf16", "int8"]
-    native = bench.runs_for({"fp32": 70.0, "bf16": 150.0, "int8": 75.0}, variants)
+    variants = ["fp32", "bf16", "fp16"]
+    native = bench.runs_for({"fp32": 70.0, "bf16": 150.0}, variants)
     assert native["training"] == list(bench.TRAINING_RUNS)
     assert native["memory_precision"] == "bf16" and native["decoding"] == variants
-    emulated = bench.runs_for({"fp32": 70.0, "int8": 75.0}, variants)
+    emulated = bench.runs_for({"fp32": 70.0}, variants)
     assert emulated["training"] == [run for run in bench.TRAINING_RUNS if run[1] == "fp32"]
     assert len(emulated["training"]) == 2
     assert emulated["memory_precision"] == "fp32"
-    assert emulated["decoding"] == ["fp32", "int8"]
+    assert emulated["decoding"] == ["fp32", "fp16"]
     assert "emulated" in bench.skip_reason("bf16")
-
-
-def test_int8_ceiling_runs_quantize_int8s_kernel_or_leaves_int8_out(bench, monkeypatch):
-    assert bench.int8_matmul_ceiling(size=64, repeats=1) > 0
-    without_int8 = bench.runs_for({"fp32": 70.0, "bf16": 150.0}, ["fp32", "bf16", "int8"])
-    assert without_int8["decoding"] == ["fp32", "bf16"]
-    assert "no dynamic int8" in bench.skip_reason("int8")
-
-    def gone(model, mode):
-        raise RuntimeError("quantize=int8 needs torch.ao.quantization.quantize_dynamic")
-
-    monkeypatch.setattr("seq2seq.inference.quantize.quantize_for_cpu", gone)
-    assert bench.int8_matmul_ceiling(size=64, repeats=1) is None
-    monkeypatch.setattr(bench, "matmul_ceiling", lambda dtype, size=4096, repeats=3: 70.0)
-    ceilings, line = bench.matmul_ceilings()
-    assert "int8" not in ceilings and "int8 rows skipped" in line
 
 
 def test_profiles_cover_every_training_row_and_float_decoding_variant(bench, monkeypatch,
                                                                       tmp_path, capsys):
     """"Where the time goes": each training row against its precision's ceiling, greedy and
-    beam 5 for each float decoding variant; int8 (its products are not aten::mm) left out."""
+    beam 5 for each decoding variant with a ceiling (fp16 has none measured)."""
     calls = []
 
-    def fake_profile(script, script_args, ceiling):
-        calls.append((script, script_args, ceiling))
+    def fake_profile(module, module_args, ceiling):
+        calls.append((module, module_args, ceiling))
         return {"product_share": 0.75, "product_percent_of_ceiling": 90.0}
 
     monkeypatch.setattr(bench, "profile_products", fake_profile)
@@ -94,14 +75,14 @@ def test_profiles_cover_every_training_row_and_float_decoding_variant(bench, mon
     checkpoint.write_bytes(b"")
     args = argparse.Namespace(profile_steps=3, checkpoint=checkpoint)
     runs = {"training": [("multi30k_gru_additive", "fp32"), ("multi30k_gru_additive", "bf16")],
-            "decoding": ["fp32", "bf16", "int8"]}
+            "decoding": ["fp32", "bf16", "fp16"]}
     results = {}
-    bench.print_profiles(runs, {"fp32": 70.0, "bf16": 150.0, "int8": 75.0}, args, results)
-    training = [c for c in calls if c[0] == "profile_training.py"]
+    bench.print_profiles(runs, {"fp32": 70.0, "bf16": 150.0}, args, results)
+    training = [c for c in calls if c[0] == "profile_training"]
     assert [(c[1][1], c[2]) for c in training] == [("trainer.precision=fp32", 70.0),
                                                    ("trainer.precision=bf16", 150.0)]
     assert "--steps" in training[0][1] and "3" in training[0][1]
-    decoding = [(c[1][3], c[1][-1], c[2]) for c in calls if c[0] == "profile_decoding.py"]
+    decoding = [(c[1][3], c[1][-1], c[2]) for c in calls if c[0] == "profile_decoding"]
     assert decoding == [("1", "fp32", 70.0), ("5", "fp32", 70.0), ("1", "bf16", 150.0),
                         ("5", "bf16", 150.0)]
     assert len(results["profiles"]) == 6
@@ -109,21 +90,16 @@ def test_profiles_cover_every_training_row_and_float_decoding_variant(bench, mon
     assert "75%" in out and "90% of the ceiling" in out and "25%" in out
 
 
-def test_profile_commands_parse_with_the_profile_scripts_own_options(bench, monkeypatch, tmp_path):
-    """What make bench passes each profile script is what that script accepts, and no
-    checkpoint means no decoding profiles."""
-    scripts = SCRIPT.parent
-    monkeypatch.syspath_prepend(str(scripts))
-    parsers = {}
-    for name in ("profile_training.py", "profile_decoding.py"):
-        spec = importlib.util.spec_from_file_location(name[:-3] + "_script", scripts / name)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        parsers[name] = module.build_parser()
+def test_profile_commands_parse_with_the_profilers_own_options(bench, monkeypatch, tmp_path):
+    """What make bench passes each profiler is what that profiler accepts, and no checkpoint
+    means no decoding profiles."""
+    parsers = {"benchmarks.profile_training": profile_training.build_parser(),
+               "benchmarks.profile_decoding": profile_decoding.build_parser()}
     commands = []
 
     def fake_run(command, **kwargs):
         commands.append(command)
+        assert kwargs["cwd"] == bench.ROOT  # where `benchmarks` is importable
         output = Path(command[command.index("--json") + 1])
         output.write_text('{"product_share": 0.5, "product_percent_of_ceiling": null}')
         return argparse.Namespace(returncode=0, stdout="", stderr="")
@@ -136,11 +112,12 @@ def test_profile_commands_parse_with_the_profile_scripts_own_options(bench, monk
     bench.print_profiles(runs, {"fp32": 70.0}, args, {})
     assert len(commands) == 3
     for command in commands:
-        parsed = parsers[Path(command[1]).name].parse_args(command[2:])
+        assert command[1] == "-m"  # python -m benchmarks.<profiler>, from the checkout
+        parsed = parsers[command[2]].parse_args(command[3:])
         assert parsed.ceiling == 70.0 and parsed.json is not None and parsed.rows == 1
-    training = parsers["profile_training.py"].parse_args(commands[0][2:])
+    training = parsers["benchmarks.profile_training"].parse_args(commands[0][3:])
     assert training.steps == 2 and "trainer.precision=fp32" in training.overrides
-    decoding = [parsers["profile_decoding.py"].parse_args(c[2:]) for c in commands[1:]]
+    decoding = [parsers["benchmarks.profile_decoding"].parse_args(c[3:]) for c in commands[1:]]
     assert [(d.beam_size, d.precision, d.sentences) for d in decoding] == [
         (1, "fp32", bench.PROFILE_SENTENCES), (5, "fp32", bench.PROFILE_SENTENCES)]
     assert Path(decoding[0].checkpoint) == checkpoint
@@ -148,4 +125,4 @@ def test_profile_commands_parse_with_the_profile_scripts_own_options(bench, monk
     commands.clear()
     args.checkpoint = tmp_path / "missing.pt"
     bench.print_profiles(runs, {"fp32": 70.0}, args, {})
-    assert [Path(c[1]).name for c in commands] == ["profile_training.py"]
+    assert [c[2] for c in commands] == ["benchmarks.profile_training"]

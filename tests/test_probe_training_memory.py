@@ -1,4 +1,4 @@
-"""scripts/probe_training_memory.py: memory reports during a tiny training run."""
+"""benchmarks.probe_training_memory: memory reports during a tiny training run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ def test_reports_heap_and_mappings_every_n_steps(tiny_train_config, tmp_path, ru
     overrides = tiny_train_config.overrides(**{"trainer.max_steps": 4, "trainer.valid_every": 4,
                                                "trainer.valid.max_sentences": 4})
     result = run_python(
-        [ROOT / "scripts" / "probe_training_memory.py", *overrides,
+        ["-m", "benchmarks.probe_training_memory", *overrides,
          "--report-every", "2", "--trim-every", "1", "--run-dir", tmp_path / "run"],
-        cwd=tmp_path, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path, timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [line for line in result.stdout.splitlines() if line.startswith("step ")]

@@ -1,27 +1,21 @@
-"""scripts/product_table.py: matrix products by shape class against the matmul ceiling."""
+"""benchmarks.product_table: matrix products by shape class against the matmul ceiling."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from benchmarks import product_table, profile_training
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def table():
-    spec = importlib.util.spec_from_file_location("product_table", SCRIPTS / "product_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["product_table"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return product_table
 
 
 def event(key: str, shapes: list, microseconds: float, count: int = 1):
@@ -117,18 +111,13 @@ def test_print_products_writes_the_summary_against_a_given_ceiling(table, tmp_pa
 
 
 def test_profile_training_reports_products_of_a_preset(tmp_path, monkeypatch, capsys):
-    """scripts/profile_training.py --json on a shrunken like-for-like preset, in process."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    spec = importlib.util.spec_from_file_location("profile_training_script",
-                                                  SCRIPTS / "profile_training.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    """benchmarks.profile_training --json on a shrunken like-for-like preset, in process."""
     output = tmp_path / "products.json"
     monkeypatch.setattr(sys, "argv", [
         "profile_training.py", "experiment=multi30k_gru_additive", "model.embed_dim=8",
         "model.encoder.hidden_size=8", "model.decoder.hidden_size=16", "batch.max_tokens=60",
         "--steps", "1", "--rows", "1", "--ceiling", "50", "--json", str(output)])
-    script.main()
+    profile_training.main()
     summary = json.loads(output.read_text())
     assert summary["ceiling_gflops"] == 50.0
     assert 0 < summary["product_seconds"] < summary["total_seconds"]

@@ -1,7 +1,7 @@
 """How fast a profile's matrix products ran, by shape, against the matmul ceiling.
 
-Shared by ``scripts/profile_training.py`` and ``scripts/profile_decoding.py`` (``--products``)
-and ``make bench``'s "where the time goes". A profile grouped by input shape
+Shared by :mod:`benchmarks.profile_training` and :mod:`benchmarks.profile_decoding`
+(``--products``) and ``make bench``'s "where the time goes". A profile grouped by input shape
 (``key_averages(group_by_input_shape=True)``) has one row per product shape, hundreds of them
 because the batch size changes from batch to batch and step to step. The dimensions that are
 not the size of one of the model's parameters or buffers (the rows of a batch, a source length)
@@ -14,10 +14,9 @@ time go elsewhere?): each class's share of the operators' time (torch.profiler's
 time, summed over every operator; Python between operators is not in it), its GFLOP/s and the
 percentage of the ceiling measured in the same run; its last line, the products' total against
 everything else. Counted: ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` and the
-matrix-vector ``mv`` / ``addmv`` (the fp32 additive energies' product with v; memory-bound,
-so far below the ceiling). Not counted: ``quantize=int8``'s products (``quantized::``
-operators) and oneDNN's fused LSTM layers, which stay in "everything else". The ceiling is the
-run's precision's: under bf16 autocast a product autocast leaves in float32 shows well below it.
+matrix-vector ``mv`` / ``addmv`` (memory-bound, so far below the ceiling). Not counted:
+oneDNN's fused LSTM layers, which stay in "everything else". The ceiling is the run's
+precision's: under bf16 autocast a product autocast leaves in float32 shows well below it.
 """
 
 from __future__ import annotations
@@ -163,9 +162,8 @@ def summary_line(summary: dict) -> str:
 
 
 def parameter_dims(model) -> set[int]:
-    """Every size of every parameter and buffer of ``model`` (a folded model's gate tables are
-    buffers): the dimensions that are not ``n``. ``quantize=int8``'s packed weights are
-    neither, but their products are not counted either."""
+    """Every size of every parameter and buffer of ``model``: the dimensions that are not
+    ``n``."""
     tensors = [*model.parameters(), *model.buffers()]
     return {size for tensor in tensors for size in tensor.shape}
 
@@ -189,7 +187,7 @@ def print_products(events, model, precision: str, *, ceiling: float | None = Non
     ``events``: ``profiler.key_averages(group_by_input_shape=True)``.
     """
     if ceiling is None:
-        from bench import matmul_ceilings
+        from benchmarks.bench import matmul_ceilings
 
         ceilings, line = matmul_ceilings()
         print(line)

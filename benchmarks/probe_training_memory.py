@@ -1,14 +1,15 @@
 """Where a training run's resident memory is: malloc's heap, file maps, anonymous maps.
 
-    python scripts/probe_training_memory.py experiment=multi30k_luong_fast trainer.max_steps=200 \
-        [--report-every 25] [--trim-every N] [--run-dir DIR]
+    python -m benchmarks.probe_training_memory experiment=multi30k_luong_fast \\
+        trainer.max_steps=200 [--report-every 25] [--trim-every N] [--run-dir DIR]
 
 Trains exactly as ``train.py`` does (the same config, composed from the same Hydra overrides,
-the same oneDNN cache bound) and after every ``--report-every`` optimizer steps prints the
-process's resident memory, glibc's view of its heap (``mallinfo2``: bytes in use, bytes freed
-but kept) and the largest mappings by resident size (``/proc/self/smaps``: a memory-mapped
-corpus shows up under its file name). ``--trim-every N`` calls ``malloc_trim(0)`` after every
-N steps, to see what handing freed heap back to the system costs in speed (Linux with glibc).
+the same oneDNN cache bound) and after every ``--report-every`` optimizer steps (torch's global
+optimizer step hook: the trainer is not touched) prints the process's resident memory, glibc's
+view of its heap (``mallinfo2``: bytes in use, bytes freed but kept) and the largest mappings
+by resident size (``/proc/self/smaps``: a memory-mapped corpus shows up under its file name).
+``--trim-every N`` calls ``malloc_trim(0)`` after every N steps, to see what handing freed heap
+back to the system costs in speed (Linux with glibc).
 Peak memory: run it under ``/usr/bin/time -v`` and read "Maximum resident set size".
 """
 
@@ -21,10 +22,10 @@ import tempfile
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from seq2seq import CONFIG_DIR
 from seq2seq.onednn_caches import bound_onednn_caches
-from seq2seq.training import trainer as trainer_module
 from seq2seq.training.run import train
 
 GIB = 2**30
@@ -66,12 +67,11 @@ def main() -> None:
     bound_onednn_caches()
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
 
-    accumulate = trainer_module.Trainer._accumulate
     steps = 0
 
-    def accumulate_and_probe(self, *positional, **keywords):
+    def probe(optimizer, positional, keywords) -> None:
+        """After every optimizer step of the run."""
         nonlocal steps
-        result = accumulate(self, *positional, **keywords)
         steps += 1
         if args.trim_every and steps % args.trim_every == 0:
             libc.malloc_trim(0)
@@ -83,9 +83,8 @@ def main() -> None:
                   flush=True)
             for path, size in largest_mappings(args.mappings):
                 print(f"    {size:6.2f} GiB  {path}", flush=True)
-        return result
 
-    trainer_module.Trainer._accumulate = accumulate_and_probe
+    register_optimizer_step_post_hook(probe)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
     with tempfile.TemporaryDirectory(prefix="probe-") as temporary:

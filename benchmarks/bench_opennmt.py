@@ -4,7 +4,8 @@ OpenNMT-py is not a dependency. Install it beside the project's torch, without i
 dependencies, and give its folder as ``--onmt-path``:
 
     .venv/bin/pip install --no-deps --target /tmp/onmt opennmt-py==3.5.1 configargparse pyonmttok
-    python scripts/bench_opennmt.py --checkpoint runs/multi30k_gru_additive/checkpoints/best.pt \\
+    python -m benchmarks.bench_opennmt \\
+        --checkpoint runs/multi30k_gru_additive/checkpoints/best.pt \\
         --onmt-path /tmp/onmt --workdir bench/opennmt --train-steps 1200
 
 What it does:
@@ -13,22 +14,20 @@ What it does:
    checkpoint's own sentencepiece pieces (space-separated), so both toolkits see the same
    pieces and the same vocabulary.
 2. Unless ``--onmt-model`` is given, trains OpenNMT-py's like-for-like model on them
-   (``onmt_build_vocab`` + ``onmt_train``, ``--train-steps`` steps; 1,200 steps took 9.9
-   minutes on a 2-core AMD EPYC, near the 12 of ``multi30k_gru_additive``): bidirectional
+   (``onmt_build_vocab`` + ``onmt_train``, ``--train-steps`` steps): bidirectional
    GRU encoder 2 x 256, 1-layer GRU decoder 512 with input feeding and the MLP (additive)
    scorer, embeddings 256, dropout 0.2, Adam 1e-3, 64-sentence batches, gradient norm 1.
 3. Decodes test_2016 with ``onmt_translate -beam_size 5`` and ``-beam_size 1`` (greedy),
    batch 64 sentences, timed by its own ``-report_time`` (generation only), detokenizes and
    scores with sacreBLEU.
-4. Decodes the same sentences with this project (``scripts/bench_decoding.py``) in fp32, bf16
-   and int8, and prints sentences/s, BLEU and the ratio to OpenNMT-py for each row, with our
+4. Decodes the same sentences with this project (:mod:`benchmarks.bench_decoding`) in fp32
+   and bf16, and prints sentences/s, BLEU and the ratio to OpenNMT-py for each row, with our
    matrix-product FLOP per sentence and the share of this CPU's matmul ceiling (measured in
-   the same run, as ``scripts/bench.py`` does) that each row reaches.
-5. Prints what each of the speed issue's targets (greedy 3x in any precision, beam 5 2.5x in
-   fp32 and 4x in bf16 or int8) asks of the matrix units: the target's sentences/s times our
-   FLOP per sentence, as a percentage of the ceiling of that precision (int8: the int8 ceiling
-   of ``quantize=int8``'s own kernel). A target above 100% cannot be met by a faster
-   implementation of the same products, only by doing fewer of them.
+   the same run, as :mod:`benchmarks.bench` does) that each row reaches.
+5. Prints what each speed target (greedy 3x OpenNMT-py in any precision, beam 5 2.5x in fp32
+   and 4x in bf16) asks of the matrix units: the target's sentences/s times our FLOP per
+   sentence, as a percentage of the ceiling of that precision. A target above 100% cannot be
+   met by a faster implementation of the same products, only by doing fewer of them.
 
 OpenNMT-py imports a few modules at start-up that only its other transforms use (spacy,
 pyahocorasick, rapidfuzz, fasttext); empty stand-ins are written to ``WORKDIR/stubs``.
@@ -47,10 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT_NAMES = ("train", "valid", "test")
 STUB_MODULES = {"spacy": "", "ahocorasick": "", "fasttext": "", "rapidfuzz": "fuzz = process = None\n"}
-# The speed issue's targets: (variant, beam size, times OpenNMT-py's sentences/s); greedy at
-# 3x in any precision, beam 5 at 2.5x in fp32 and 4x in bf16 or int8.
-TARGETS = (("fp32", 1, 3.0), ("bf16", 1, 3.0), ("int8", 1, 3.0),
-           ("fp32", 5, 2.5), ("bf16", 5, 4.0), ("int8", 5, 4.0))
+# Speed targets: (variant, beam size, times OpenNMT-py's sentences/s).
+TARGETS = (("fp32", 1, 3.0), ("bf16", 1, 3.0), ("fp32", 5, 2.5), ("bf16", 5, 4.0))
 TOTAL_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
 
 
@@ -154,7 +151,8 @@ def main() -> None:
                         help="an OpenNMT-py checkpoint to decode with; default: train one")
     parser.add_argument("--train-steps", type=int, default=1200)
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "opennmt")
-    parser.add_argument("--variants", nargs="+", default=["fp32", "bf16", "int8"])
+    parser.add_argument("--variants", nargs="+", default=["fp32", "bf16"],
+                        choices=["fp32", "bf16", "fp16"], help="autocast dtypes of our search")
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="decode the first N test sentences only (a quick check)")
     args = parser.parse_args()
@@ -214,7 +212,7 @@ def main() -> None:
                      "sentences_per_second": len(sources) / seconds,
                      "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score})
     onmt_speed = {row["beam_size"]: row["sentences_per_second"] for row in rows}
-    from bench import cpu_model, matmul_ceilings, runs_for, skip_reason  # scripts/bench.py
+    from benchmarks.bench import cpu_model, matmul_ceilings, runs_for, skip_reason
 
     ceilings, ceiling_line = matmul_ceilings()
     variants_run = runs_for(ceilings, args.variants)["decoding"]
@@ -222,16 +220,14 @@ def main() -> None:
         if variant not in variants_run:
             print(f"{variant} skipped: {skip_reason(variant)}", flush=True)
             continue
-        precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
         result = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"), "--checkpoint",
-             str(args.checkpoint), "--split", "test", "--precision", precision,
-             "--quantize", quantize, "--count-flops",
+            [sys.executable, "-m", "benchmarks.bench_decoding", "--checkpoint",
+             str(args.checkpoint), "--split", "test", "--precision", variant, "--count-flops",
              *(["--max-sentences", str(args.max_sentences)] if args.max_sentences else []),
              "--json", str(workdir / f"seq2seq.{variant}.json")],
             capture_output=True, text=True, cwd=ROOT)
         if result.returncode != 0:
-            raise SystemExit(f"bench_decoding.py failed:\n{result.stderr[-2000:]}")
+            raise SystemExit(f"benchmarks.bench_decoding failed:\n{result.stderr[-2000:]}")
         report = json.loads((workdir / f"seq2seq.{variant}.json").read_text())
         for row in report["results"]:
             rows.append({"toolkit": "seq2seq", "variant": variant, "beam_size": row["beam_size"],

@@ -1,11 +1,11 @@
 """Decoding speed of a checkpoint: sentences per second with greedy search and beam search.
 
-    python scripts/bench_decoding.py --checkpoint runs/x/checkpoints/best.pt
-    python scripts/bench_decoding.py --checkpoint best.pt --split valid --max-sentences 500 \\
+    python -m benchmarks.bench_decoding --checkpoint runs/x/checkpoints/best.pt
+    python -m benchmarks.bench_decoding --checkpoint best.pt --split valid --max-sentences 500 \\
         --device cuda --json bench/decoding.json
 
 The sentences are the source side of a split of the checkpoint's own data config (the same
-files ``evaluate.py`` scores). For each search (``--beam-sizes``, default greedy and beam 5):
+files ``seq2seq-evaluate`` scores). For each search (``--beam-sizes``, default greedy and beam 5):
 
 - *startup*: reading the data, loading the checkpoint and building the model, plus a
   warm-up translation of a few sentences (CUDA kernels, allocator), each search on its own
@@ -17,14 +17,12 @@ Prints a table on stdout, then the results as JSON (or writes the JSON to ``--js
 BLEU is reported too, as a check that the fast settings still translate.
 
 With ``--count-flops``, each search also translates the sentences once more, untimed, under
-``torch.utils.flop_counter.FlopCounterMode`` and reports the floating-point matrix-product FLOP
-per sentence (``flops_per_sentence``: the GRU/LSTM cells, attention projections and output
-layer as actually run, finished sentences already gone). bf16/fp16 and int8 rows are counted
-on the fp32 search (bf16/fp16 on the unfolded model they decode, int8 on the folded one: see
-``seq2seq.inference.folding``), as the counter can neither run under autocast nor see quantized
-kernels: the same products, on translations that differ in a few sentences' lengths only.
-Speed x FLOP per sentence / the matmul ceiling of the row's precision (``scripts/bench.py``)
-says how close decoding is to what the CPU's matrix units allow.
+``torch.utils.flop_counter.FlopCounterMode`` and reports the matrix-product FLOP per sentence
+(``flops_per_sentence``: the RNN cells, attention and output layer as actually run, finished
+sentences already gone). The counter cannot run under autocast, so bf16/fp16 rows are counted
+on the fp32 search: the same products, on translations that differ in a few sentences'
+lengths only. Speed x FLOP per sentence / the matmul ceiling of the row's precision
+(:mod:`benchmarks.bench`) says how close decoding is to what the CPU's matrix units allow.
 """
 
 from __future__ import annotations
@@ -50,7 +48,6 @@ def bench_one(
     device: str,
     max_tokens: int,
     precision: str = "fp32",
-    quantize: str = "none",
     count_flops: bool = False,
 ) -> dict:
     """Time one search setting on a freshly loaded model (and count its FLOP, untimed)."""
@@ -60,7 +57,6 @@ def bench_one(
     started = time.perf_counter()
     translator = Translator.from_checkpoint(
         checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision,
-        quantize=quantize,
     )
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
     startup = time.perf_counter() - started + data_seconds
@@ -72,14 +68,9 @@ def bench_one(
         from torch.utils.flop_counter import FlopCounterMode
 
         # The counter cannot run under autocast (it decomposes the GRU into products of mixed
-        # dtypes) and does not see quantized kernels, so bf16/fp16 and int8 rows are counted on
-        # the fp32 search: the same products, on translations that differ in a few sentences'
-        # lengths only. bf16/fp16 searches do not fold the embeddings, so neither does theirs.
-        # A fresh model each time, so that int8 rows count what fp32 rows count: its folded
-        # tables fill their rows during the count (the timed search had filled its warm-up's).
+        # dtypes), so every row is counted on the fp32 search.
         counted = Translator.from_checkpoint(
-            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens,
-            fold=precision == "fp32")
+            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens)
         with FlopCounterMode(display=False) as counter:
             counted.translate(sources, return_attention=False)
         flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)
@@ -95,7 +86,6 @@ def bench_one(
         "flops_per_sentence": flops_per_sentence,
         "device": str(translator.device),
         "precision": precision,
-        "quantize": quantize,
     }
 
 
@@ -126,8 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-threads", type=int, default=None, help="CPU threads for torch")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="autocast dtype of the search")
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
-                        help="int8: dynamically quantized GRU/LSTM and Linear weights (CPU)")
     parser.add_argument("--count-flops", action="store_true",
                         help="also count matrix-product FLOP per sentence (one more, untimed pass)")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
@@ -137,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from seq2seq.onednn_caches import bound_onednn_caches
 
-    bound_onednn_caches(kernels=None)  # as translate.py and evaluate.py do
+    bound_onednn_caches(kernels=None)  # as seq2seq-translate and seq2seq-evaluate do
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
@@ -162,7 +150,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 device=args.device,
                 max_tokens=args.max_tokens,
                 precision=args.precision,
-                quantize=args.quantize,
                 count_flops=args.count_flops,
             )
             for beam_size in args.beam_sizes

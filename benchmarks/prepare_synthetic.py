@@ -10,11 +10,11 @@ finds real structure on both sides. A few pairs are deliberately broken (empty, 
 badly length-mismatched) so the filters have something to count.
 
 Usage:
-    .venv/bin/python scripts/prepare_synthetic.py [--pairs N] [--dir DIR] [--keep]
+    .venv/bin/python -m benchmarks.prepare_synthetic [--pairs N] [--dir DIR] [--keep]
 
 Peak memory is read from resource.getrusage (ru_maxrss). For an independent measurement run
 it under GNU time and read "Maximum resident set size":
-    /usr/bin/time -v .venv/bin/python scripts/prepare_synthetic.py
+    /usr/bin/time -v .venv/bin/python -m benchmarks.prepare_synthetic
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ latency per level, the errors, the answers that differ from the sentence's refer
 translation requested alone, before the load), and the ratio of throughput at the highest
 concurrency to throughput at 1. Exit status 1 if any request failed or answered wrongly.
 
-    python scripts/load_test.py --checkpoint runs/x/checkpoints/best.pt
-    python scripts/load_test.py --checkpoint best.pt --beam-size 5 --requests 400 -- num_threads=2
-    python scripts/load_test.py --url http://127.0.0.1:8000
+    python -m benchmarks.load_test --checkpoint runs/x/checkpoints/best.pt
+    python -m benchmarks.load_test --checkpoint best.pt --beam-size 5 --requests 400 \\
+        -- num_threads=2
+    python -m benchmarks.load_test --url http://127.0.0.1:8000
 
 Arguments after ``--`` are passed to ``serve.py`` as Hydra overrides. Needs httpx.
 """

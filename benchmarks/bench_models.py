@@ -8,7 +8,7 @@ English side uses), batches of about 2,000 target tokens with Multi30k-like leng
 It includes the Luong decoder without input feeding twice: on its parallel (fast) path and
 forced through the step-by-step loop, so the gain of the fast path is measured, not assumed.
 
-    python scripts/bench_models.py [--steps 20] [--warmup 3] [--threads N] [--json FILE]
+    python -m benchmarks.bench_models [--steps 20] [--warmup 3] [--threads N] [--json FILE]
 
 Medians over ``--steps`` timed steps after ``--warmup`` untimed ones. The machine is shared
 and noisy: compare rows of one run, not numbers across runs.
@@ -19,22 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from seq2seq import CONFIG_DIR  # noqa: E402
-from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES  # noqa: E402
-from seq2seq.models.build import build_model  # noqa: E402
-from seq2seq.models.decoders import AttentionDecoder  # noqa: E402
-from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
-from seq2seq.training.loss import SequenceLoss  # noqa: E402
+from seq2seq import CONFIG_DIR
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.device import AUTOCAST_DTYPES
+from seq2seq.models.build import build_model
+from seq2seq.models.decoders import AttentionDecoder
+from seq2seq.onednn_caches import bound_onednn_caches
+from seq2seq.training.loss import SequenceLoss
 
 VOCAB = 8000
 TARGET_VOCAB = 4273
@@ -129,7 +126,7 @@ def main() -> None:
                         help="CPU autocast dtype (as trainer.precision)")
     parser.add_argument("--only", default=None, help="run the combinations whose name contains this")
     args = parser.parse_args()
-    bound_onednn_caches()  # as train.py does
+    bound_onednn_caches()  # as seq2seq-train does
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []

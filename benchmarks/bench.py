@@ -1,53 +1,32 @@
 """``make bench``: training and decoding speed of the Multi30k presets, as a table and JSON.
 
-First the machine: the CPU model (``/proc/cpuinfo``), whether it has bf16 matrix instructions,
-and the **matmul ceiling** measured in the same run: the best of a few 4096 x 4096 x 4096
-``torch.mm`` in fp32 and in bf16, on the threads torch uses (2 here), in GFLOP/s, and the same
-product through ``quantize=int8``'s dynamic int8 kernel (int8 weights, the float input
-quantized per call), in G int8 operations per second. A CPU
-without bf16 matrix instructions emulates bf16 products (an AVX2 AMD EPYC: 0.2 GFLOP/s
-against 70 in fp32): when a 512^3 bf16 product runs at less than half the fp32 speed, the bf16
-ceiling, training rows and decoding rows are skipped, and the line says so. Every
-training speed is also given as a percentage of the ceiling of its precision:
-``tok/s x FLOP per target token / ceiling``. FLOP per target token come from the preset's model
-shapes: ``torch.utils.flop_counter.FlopCounterMode`` counts the matrix products (GRU/LSTM
-cells, attention, output layer) of one forward + backward pass over a synthetic batch of 64
-pairs of 14 source and 14 target pieces (Multi30k's mean lengths with 8k BPE), divided by its
-target tokens (EOS included). Element-wise work is not counted, so 100% is out of reach.
-
-Training, for ``multi30k_gru_additive`` (the like-for-like preset) and ``multi30k_luong_fast``:
-``train.py`` runs as a child process for ``--train-steps`` steps on Multi30k de-en, logging
-target tokens per second (non-padding tokens) every 25 steps; the median of the windows after
-the first (warm-up) is the steady-state speed. Both presets run in fp32 and in bf16, and the
-run ends with the ratios the speed issue sets targets for: bf16 over fp32 for the like-for-like
-preset, and the fast preset over the like-for-like one in each precision. Peak resident memory
-is the child's ``ru_maxrss``, as ``/usr/bin/time -v`` reports it.
-
-Decoding: greedy and beam-5 sentences per second and BLEU over the 1,000 sentences of
-test_2016, in fp32, under bf16 autocast and with ``quantize=int8`` (``--decode-variants``), with a
-trained checkpoint (``--checkpoint``, default: the like-for-like preset's ``best.pt`` from
-``runs/``), generation only and with start-up (``scripts/bench_decoding.py``), and the
-matrix-product FLOP per sentence as that search actually ran (``--count-flops``; bf16 and int8
-rows are counted on the fp32 search, see that script), so that each row is also a percentage
-of the ceiling of its precision (int8 rows: of the int8 ceiling).
-
     SEQ2SEQ_MULTI30K_URL=../shared/data/multi30k make bench
-    python scripts/bench.py --train-steps 300 --checkpoint runs/x/checkpoints/best.pt --json bench/results.json
+    python -m benchmarks.bench --train-steps 300 --checkpoint runs/x/checkpoints/best.pt \\
+        --json bench/results.json
 
-Where the time goes: each training row is profiled for ``--profile-steps`` steps
-(``scripts/profile_training.py --products``) and each decoding variant with a ceiling but int8
-(fp32, bf16 where native) over 300 sentences, greedy and beam 5 (``scripts/profile_decoding.py
---products``), and a line gives the share of the operators' time spent in matrix products and
-their speed against the ceiling above: on a new CPU, whether the products run slowly or the
-time goes elsewhere (``--profile-steps 0`` skips it).
+The machine first: the CPU model, whether it has bf16 matrix instructions, and the **matmul
+ceiling** measured in the same run (the best of a few 4096^3 ``torch.mm`` in fp32 and bf16, in
+GFLOP/s). Where a 512^3 bf16 product runs at less than half the fp32 speed, bf16 is emulated:
+its ceiling, training rows and decoding rows are skipped, and the line says so. Each speed is
+also a percentage of its precision's ceiling, from the matrix-product FLOP of the work
+(``torch.utils.flop_counter``; element-wise work is not counted, so 100% is out of reach).
 
-Memory: each training row's peak resident memory is over its ``--train-steps`` steps; one more
-run of ``--memory-steps`` (default 1,000) steps of ``multi30k_luong_fast`` (bf16, the
-preset that peaked highest; fp32 where bf16 is skipped) reports the peak of a longer run, with
-many batch shapes seen.
+Training: ``multi30k_gru_additive`` (the like-for-like preset) and ``multi30k_luong_fast``, each
+in fp32 and bf16, run ``train.py`` in a child process for ``--train-steps`` steps; the median of
+the target tokens/s windows after the first is the steady-state speed; then the ratios bf16 /
+fp32 and fast / like-for-like. Peak resident memory is the child's ``ru_maxrss``; one more run
+of ``--memory-steps`` steps of ``multi30k_luong_fast`` gives the peak of a longer run.
 
-Runs in about 20 minutes on 2 CPU cores (an AVX2 AMD EPYC). The machine may be shared and
-noisy: compare numbers of one run.
+Decoding: greedy and beam-5 sentences/s and BLEU on test_2016 in each of
+``--decode-variants`` (fp32, bf16 autocast), with a trained checkpoint (``--checkpoint``),
+through :mod:`benchmarks.bench_decoding`.
+
+Where the time goes (``--profile-steps 0`` skips it): each training row and each decoding
+variant profiled briefly (:mod:`benchmarks.profile_training`, :mod:`benchmarks.profile_decoding`),
+and a line with the share of the operators' time spent in matrix products and their speed
+against the ceiling: on a new CPU, whether the products run slowly or the time goes elsewhere.
+
+The machine may be shared and noisy: compare numbers of one run.
 """
 
 from __future__ import annotations
@@ -67,16 +46,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # (preset, precision): both presets in both precisions, so that each precision has its fast /
-# like-for-like ratio (#12 asks for 1.5x in each). bf16 rows run only where bf16 is native.
+# like-for-like ratio. bf16 rows run only where bf16 is native.
 TRAINING_RUNS = (
     ("multi30k_gru_additive", "fp32"),
     ("multi30k_gru_additive", "bf16"),
     ("multi30k_luong_fast", "fp32"),
     ("multi30k_luong_fast", "bf16"),
 )
-# A CPU whose bf16 products run at less than this share of its fp32 speed emulates them (2% at
-# 512^3 on an AVX2 AMD EPYC): bf16 rows would take hours there and show nothing, so they are
-# skipped. An AVX-512 CPU without AVX512-BF16 has oneDNN bf16 kernels and is timed as usual.
+# A CPU whose bf16 products run at less than this share of its fp32 speed emulates them: bf16
+# rows would take hours there and show nothing, so they are skipped. An AVX-512 CPU without
+# AVX512-BF16 has oneDNN bf16 kernels and is timed as usual.
 NATIVE_BF16_SHARE = 0.5
 SPEED_LINE = re.compile(r"step (\d+) epoch \d+: loss \S+ lr \S+ grad norm \S+ (\d+) tok/s")
 
@@ -124,29 +103,8 @@ def matmul_ceiling(dtype: torch.dtype, size: int = 4096, repeats: int = 3) -> fl
     return best_rate(lambda: torch.mm(a, b), 2 * size**3, repeats)
 
 
-def int8_matmul_ceiling(size: int = 4096, repeats: int = 3) -> float | None:
-    """G int8 operations per second of ``quantize=int8``'s own kernel on a size^3 product, or
-    None where this PyTorch no longer has dynamic int8 quantization.
-
-    A ``size x size`` ``nn.Linear`` goes through the project's ``quantize_for_cpu``, so the
-    product is the one int8 decoding runs: int8 weights, the float32 input quantized per call
-    (part of the cost decoding pays too), a float32 result.
-    """
-    from seq2seq.inference.quantize import quantize_for_cpu
-
-    try:
-        layer = quantize_for_cpu(torch.nn.Sequential(torch.nn.Linear(size, size, bias=False)),
-                                 "int8")
-    except RuntimeError:
-        return None
-    inputs = torch.randn(size, size)
-    with torch.inference_mode():
-        return best_rate(lambda: layer(inputs), 2 * size**3, repeats)
-
-
 def matmul_ceilings() -> tuple[dict[str, float], str]:
-    """The fp32 ceiling, the bf16 one where bf16 is native, the int8 one where ``quantize=int8``
-    is available, and a line saying what was found.
+    """The fp32 ceiling, the bf16 one where bf16 is native, and a line saying what was found.
 
     bf16 is native when a 512^3 bf16 product runs at least ``NATIVE_BF16_SHARE`` of the fp32
     speed (best of three each: under 2 s even where emulated); without that the bf16 ceiling
@@ -159,33 +117,24 @@ def matmul_ceilings() -> tuple[dict[str, float], str]:
         bf16 = f"bf16 {ceilings['bf16']:.0f} GFLOP/s ({ceilings['bf16'] / ceilings['fp32']:.2f}x)"
     else:
         bf16 = f"bf16 emulated ({100 * share:.1f}% of fp32 speed on 512^3): bf16 rows skipped"
-    int8 = int8_matmul_ceiling()
-    if int8 is None:
-        int8 = "int8: this PyTorch has no dynamic quantization, int8 rows skipped"
-    else:
-        ceilings["int8"] = int8
-        int8 = f"int8 (quantize=int8's kernel) {int8:.0f} GOP/s ({int8 / ceilings['fp32']:.2f}x)"
-    line = f"matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} GFLOP/s, {bf16}, {int8}"
+    line = f"matmul ceiling (4096^3 torch.mm): fp32 {ceilings['fp32']:.0f} GFLOP/s, {bf16}"
     return ceilings, line
 
 
 def runs_for(ceilings: dict[str, float], decode_variants: list[str]) -> dict:
     """What this CPU runs: the training rows, the memory run's precision and the decoding
-    variants, leaving out bf16 where it has no bf16 ceiling (emulated, see above) and int8
-    where this PyTorch cannot quantize."""
+    variants, leaving out bf16 where it has no bf16 ceiling (emulated, see above)."""
     native_bf16 = "bf16" in ceilings
     return {
         "training": [(preset, precision) for preset, precision in TRAINING_RUNS
                      if precision in ceilings],
         "memory_precision": "bf16" if native_bf16 else "fp32",
-        "decoding": [v for v in decode_variants if v not in ("bf16", "int8") or v in ceilings],
+        "decoding": [v for v in decode_variants if v != "bf16" or native_bf16],
     }
 
 
 def skip_reason(variant: str) -> str:
     """Why ``runs_for`` left a decoding variant out."""
-    if variant == "int8":
-        return "this PyTorch has no dynamic int8 quantization"
     return f"{variant} products are emulated on this CPU"
 
 
@@ -239,7 +188,7 @@ def bench_training(preset: str, precision: str, steps: int, log_every: int = 25)
 
 
 def training_ratios(rows: list[dict]) -> dict[str, float]:
-    """The speed issue's training ratios from the rows of one run: bf16 over fp32 for the
+    """The training ratios from the rows of one run: bf16 over fp32 for the
     like-for-like preset, and the fast preset over the like-for-like one in each precision."""
     speed = {(row["preset"], row["precision"]): row["tokens_per_second_median"] for row in rows}
     ratios = {}
@@ -253,13 +202,12 @@ def training_ratios(rows: list[dict]) -> dict[str, float]:
     return ratios
 
 
-def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
-                   quantize: str = "none") -> dict:
+def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
-        command = [sys.executable, str(ROOT / "scripts" / "bench_decoding.py"),
+        command = [sys.executable, "-m", "benchmarks.bench_decoding",
                    "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output),
-                   "--precision", precision, "--quantize", quantize, "--count-flops"]
+                   "--precision", precision, "--count-flops"]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -272,16 +220,17 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str,
 PROFILE_SENTENCES = 300
 
 
-def profile_products(script: str, script_args: list[str], ceiling: float) -> dict:
-    """Run ``scripts/<script> ... --json`` (``profile_training.py`` or ``profile_decoding.py``)
-    against ``ceiling`` and return its products' summary (``scripts/product_table.py``)."""
+def profile_products(module: str, module_args: list[str], ceiling: float) -> dict:
+    """Run ``python -m benchmarks.<module> ... --json`` (``profile_training`` or
+    ``profile_decoding``) against ``ceiling`` and return its products' summary
+    (:mod:`benchmarks.product_table`)."""
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "products.json"
-        command = [sys.executable, str(ROOT / "scripts" / script), *script_args, "--rows", "1",
+        command = [sys.executable, "-m", f"benchmarks.{module}", *module_args, "--rows", "1",
                    "--ceiling", str(ceiling), "--json", str(output)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if result.returncode != 0:
-            raise SystemExit(f"{script} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+            raise SystemExit(f"{module} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
         return json.loads(output.read_text())
 
 
@@ -295,29 +244,29 @@ def products_line(name: str, summary: dict) -> str:
 
 def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) -> None:
     """The "where the time goes" section: each training row and each decoding variant with a
-    ceiling but int8 (fp32, bf16 where native) profiled briefly, the share of the operators'
-    time in matrix products and their speed."""
-    print(f"\nwhere the time goes (torch.profiler, scripts/profile_training.py and "
-          f"profile_decoding.py --products: {args.profile_steps} steps / {PROFILE_SENTENCES} "
+    ceiling (fp32, bf16 where native) profiled briefly, the share of the operators' time in
+    matrix products and their speed."""
+    print(f"\nwhere the time goes (torch.profiler, benchmarks.profile_training and "
+          f"profile_decoding --products: {args.profile_steps} steps / {PROFILE_SENTENCES} "
           f"sentences; share of the operators' time)")
     print(f"{'run':<52} {'products':>10} {'their speed':>20} {'everything else':>15}")
     results["profiles"] = []
     for preset, precision in runs["training"]:
         summary = profile_products(
-            "profile_training.py", [f"experiment={preset}", f"trainer.precision={precision}",
-                                    "--steps", str(args.profile_steps)], ceilings[precision])
+            "profile_training", [f"experiment={preset}", f"trainer.precision={precision}",
+                                 "--steps", str(args.profile_steps)], ceilings[precision])
         results["profiles"].append({"training": preset, "precision": precision, **summary})
         print(products_line(f"training {preset} {precision}", summary), flush=True)
     if not args.checkpoint.is_file():
         return
     for variant in runs["decoding"]:
-        if variant not in ceilings or variant == "int8":  # int8's products are not aten::mm
+        if variant not in ceilings:  # fp16: no ceiling measured
             continue
         for beam in (1, 5):
             summary = profile_products(
-                "profile_decoding.py", ["--checkpoint", str(args.checkpoint), "--beam-size",
-                                        str(beam), "--sentences", str(PROFILE_SENTENCES),
-                                        "--precision", variant],
+                "profile_decoding", ["--checkpoint", str(args.checkpoint), "--beam-size",
+                                     str(beam), "--sentences", str(PROFILE_SENTENCES),
+                                     "--precision", variant],
                 ceilings[variant])
             results["profiles"].append({"search": f"beam{beam}", "precision": variant, **summary})
             print(products_line(f"decoding beam {beam} {variant}", summary), flush=True)
@@ -331,8 +280,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path,
                         default=ROOT / "runs/multi30k_gru_additive/checkpoints/best.pt")
     parser.add_argument("--max-sentences", type=int, default=None)
-    parser.add_argument("--decode-variants", nargs="+", default=["fp32", "bf16", "int8"],
-                        help="fp32 | bf16 | fp16 (autocast) | int8 (quantize=int8, fp32 activations)")
+    parser.add_argument("--decode-variants", nargs="+", default=["fp32", "bf16"],
+                        choices=["fp32", "bf16", "fp16"], help="autocast dtypes of the search")
     parser.add_argument("--profile-steps", type=int, default=5,
                         help="training steps of each profile in 'where the time goes' (0: skip)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
@@ -383,8 +332,7 @@ def main() -> None:
             if variant not in runs["decoding"]:
                 print(f"{'-':<8} {variant:<9} skipped: {skip_reason(variant)}")
                 continue
-            precision, quantize = ("fp32", "int8") if variant == "int8" else (variant, "none")
-            rows = bench_decoding(args.checkpoint, args.max_sentences, precision, quantize)
+            rows = bench_decoding(args.checkpoint, args.max_sentences, variant)
             for row in rows["results"]:
                 flops = row.get("flops_per_sentence")
                 # fp16 has no ceiling measured: its rows are not given a share.

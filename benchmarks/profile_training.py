@@ -1,7 +1,7 @@
 """Where a training step's time goes, by operator, for an experiment preset (torch.profiler).
 
-    python scripts/profile_training.py experiment=multi30k_gru_additive [--steps 5] [--by-shape]
-        [--products]
+    python -m benchmarks.profile_training experiment=multi30k_gru_additive [--steps 5] \\
+        [--by-shape] [--products]
 
 Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
 de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
@@ -9,38 +9,31 @@ preset's ``batch.max_tokens`` (under autocast when the preset's ``trainer.precis
 and prints the operators with the most self CPU time (with ``--by-shape``, one row per operator
 and input shapes, e.g. to tell the output layer's products from the GRU's). With
 ``--products``, also the matrix products by shape against the matmul ceiling of the preset's
-precision measured in the same run (``scripts/product_table.py``): whether the products run
-slowly or the time goes elsewhere.
+precision measured in the same run (:mod:`benchmarks.product_table`): whether the products
+run slowly or the time goes elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_models import TARGET_VOCAB, VOCAB, synthetic_batches  # noqa: E402
-from product_table import add_product_options, print_products  # noqa: E402
-
-from seq2seq import CONFIG_DIR  # noqa: E402
-from seq2seq.device import AUTOCAST_DTYPES, resolve_precision  # noqa: E402
-from seq2seq.models.build import build_model  # noqa: E402
-from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
-from seq2seq.training.loss import SequenceLoss  # noqa: E402
+from benchmarks.bench_models import TARGET_VOCAB, VOCAB, synthetic_batches
+from benchmarks.product_table import add_product_options, print_products
+from seq2seq import CONFIG_DIR
+from seq2seq.device import AUTOCAST_DTYPES, resolve_precision
+from seq2seq.models.build import build_model
+from seq2seq.onednn_caches import bound_onednn_caches
+from seq2seq.training.loss import SequenceLoss
 
 
 def preset_training(overrides: list[str], batch_count: int):
     """The preset's composed config, its model's loss (seeded), optimizer and synthetic batches
-    of its ``batch.max_tokens``, as the profiling and A/B scripts train them."""
+    of its ``batch.max_tokens``."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     torch.manual_seed(0)
@@ -59,7 +52,7 @@ def preset_dtype(cfg) -> tuple[str, torch.dtype | None]:
 
 def train_step(objective, optimizer, batch, dtype: torch.dtype | None) -> None:
     """One forward, backward and optimizer step on ``batch``, under autocast to ``dtype``
-    (None: float32), as the profiling and A/B scripts time it."""
+    (None: float32)."""
     with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         loss, _ = objective(*batch)
     optimizer.zero_grad(set_to_none=True)
@@ -79,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
-    bound_onednn_caches()  # as train.py does
+    bound_onednn_caches()  # as seq2seq-train does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
 
     precision, dtype = preset_dtype(cfg)

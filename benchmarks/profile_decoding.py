@@ -1,31 +1,26 @@
 """Where beam search's time goes, by operator (torch.profiler), for a checkpoint.
 
-    python scripts/profile_decoding.py --checkpoint runs/x/checkpoints/best.pt [--beam-size 5]
-        [--products]
+    python -m benchmarks.profile_decoding --checkpoint runs/x/checkpoints/best.pt \\
+        [--beam-size 5] [--products]
 
 Translates the first ``--sentences`` source lines of the checkpoint's test split and prints
 the operators with the most self CPU time. With ``--products``, also the matrix products by
 shape against the matmul ceiling of ``--precision`` measured in the same run
-(``scripts/product_table.py``; with ``--quantize int8`` the int8 products are not among them).
+(:mod:`benchmarks.product_table`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from product_table import add_product_options, print_products  # noqa: E402
-
-from seq2seq.inference.evaluation import read_parallel, split_files  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
-from seq2seq.onednn_caches import bound_onednn_caches  # noqa: E402
+from benchmarks.product_table import add_product_options, print_products
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.inference.evaluation import read_parallel, split_files
+from seq2seq.inference.translator import Translator
+from seq2seq.onednn_caches import bound_onednn_caches
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,18 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"])
     add_product_options(parser)
     return parser
 
 
 def main() -> None:
     args = build_parser().parse_args()
-    bound_onednn_caches(kernels=None)  # as translate.py does
+    bound_onednn_caches(kernels=None)  # as seq2seq-translate does
     translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
-                                            precision=args.precision, quantize=args.quantize)
-    from seq2seq.checkpoint import load_checkpoint
-
+                                            precision=args.precision)
     config = load_checkpoint(args.checkpoint)["config"]
     sources, _ = read_parallel(*split_files(config, "test"))
     sources = sources[: args.sentences]
@@ -55,7 +47,7 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as profiler:
         translator.translate(sources, return_attention=False)
     print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
-          f"precision {args.precision}, quantize {args.quantize}")
+          f"precision {args.precision}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
     if args.products or args.json is not None:
         print_products(profiler.key_averages(group_by_input_shape=True), translator.model,
