@@ -3,8 +3,10 @@
 - The library layers below training (`seq2seq.data`, `seq2seq.models`, `seq2seq.inference`)
   import neither `seq2seq.training` nor `seq2seq.cli`, not even inside a function: what they
   share with training lives in a module of their own (`seq2seq.device`, `seq2seq.checkpoint`...).
-- Scripts build on the library, never on the Hydra apps of `seq2seq.cli`.
-- No module of `seq2seq/` is longer than 400 lines.
+- No two modules of `seq2seq/` import each other, even through others or only for type hints.
+- The benchmarks (`benchmarks/`, run as `python -m benchmarks.NAME`) use the library only:
+  neither the Hydra apps of `seq2seq.cli` nor private names, and no `sys.path` edits.
+- `configs/` at the top is the package's config tree (a symlink), which the wheel ships.
 - `data/` holds a tracked README and nothing else that git would pick up.
 """
 
@@ -20,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "seq2seq"
-MAX_MODULE_LINES = 400
+BENCHMARKS = ROOT / "benchmarks"
 LOWER_LAYERS = ("data", "models", "inference")
 
 
@@ -122,20 +124,76 @@ def test_lower_layers_import_neither_training_nor_cli():
     assert not offences, "lower layers must not import training or cli:\n" + "\n".join(offences)
 
 
-def test_scripts_do_not_import_the_cli():
-    files = sorted((ROOT / "scripts").rglob("*.py"))
-    assert files, "no scripts found"
-    offences = forbidden_imports(files, ("seq2seq.cli",))
-    assert not offences, "scripts must not import seq2seq.cli:\n" + "\n".join(offences)
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules of ``graph`` (module -> modules it imports) that import each other,
+    directly or through others (strongly connected components of more than one module)."""
+    order: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        order[module] = lowest[module] = len(order)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in order:
+                visit(imported)
+                lowest[module] = min(lowest[module], lowest[imported])
+            elif imported in stack:
+                lowest[module] = min(lowest[module], order[imported])
+        if lowest[module] == order[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return cycles
 
 
-def test_no_module_over_the_line_limit():
-    lengths = {
-        path.relative_to(ROOT).as_posix(): len(path.read_text("utf-8").splitlines())
-        for path in PACKAGE.rglob("*.py")
+def test_import_cycles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_modules_import_each_other():
+    paths = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    graph = {
+        module: {
+            name
+            for _, name in imported_modules(path.read_text("utf-8"), module=module,
+                                            is_package=path.name == "__init__.py")
+            if name in paths and name != module
+        }
+        for module, path in paths.items()
     }
-    too_long = [f"{path}: {n} lines" for path, n in sorted(lengths.items()) if n > MAX_MODULE_LINES]
-    assert not too_long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(too_long)
+    cycles = import_cycles(graph)
+    assert not cycles, "modules that import each other:\n" + "\n".join(map(str, cycles))
+
+
+def test_benchmarks_use_the_library_only():
+    files = sorted(BENCHMARKS.rglob("*.py"))
+    assert (BENCHMARKS / "__init__.py") in files and (BENCHMARKS / "bench.py") in files
+    offences = forbidden_imports(files, ("seq2seq.cli",))
+    for path in files:
+        source = path.read_text("utf-8")
+        module = f"benchmarks.{path.stem}"
+        for line, name in imported_modules(source, module=module, is_package=False):
+            private = [part for part in name.split(".") if part.startswith("_")
+                       and not part.startswith("__")]
+            if name.startswith("seq2seq.") and private:
+                offences.append(f"{path.relative_to(ROOT)}:{line} imports private {name}")
+        if "sys.path" in source:
+            offences.append(f"{path.relative_to(ROOT)} edits sys.path")
+    assert not offences, "benchmarks must use the library only:\n" + "\n".join(offences)
+
+
+def test_top_level_configs_is_the_packages_config_tree():
+    configs = ROOT / "configs"
+    assert configs.is_symlink() and configs.resolve() == (PACKAGE / "configs").resolve()
+    assert (configs / "train.yaml").is_file()
 
 
 def git_ignores(path: str) -> bool:

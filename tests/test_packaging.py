@@ -32,7 +32,8 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None):
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel built from a copy of pyproject.toml, README.md and seq2seq/."""
+    """The wheel built from a copy of pyproject.toml, README.md, seq2seq/ and the top-level
+    configs symlink into it."""
     # find_spec, not importorskip: importing setuptools under pytest trips its distutils hack.
     for module in ("pip", "setuptools"):
         if importlib.util.find_spec(module) is None:
@@ -43,6 +44,7 @@ def wheel(tmp_path_factory) -> Path:
     shutil.copytree(
         ROOT / "seq2seq", source / "seq2seq", ignore=shutil.ignore_patterns("__pycache__")
     )
+    (source / "configs").symlink_to(Path("seq2seq") / "configs", target_is_directory=True)
     wheels = tmp_path_factory.mktemp("wheels")
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     result = run([*pip_wheel, "--no-input", "-q", "-w", str(wheels), str(source)], cwd=wheels)
@@ -76,6 +78,7 @@ def installed_env(site: Path) -> dict[str, str]:
 
 
 def test_wheel_ships_every_config(wheel):
+    """Once, inside the package (the top-level configs/ is a symlink to it)."""
     shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".yaml")}
     configs = ROOT / "seq2seq" / "configs"
     expected = {path.relative_to(ROOT).as_posix() for path in configs.rglob("*.yaml")}
@@ -99,6 +102,16 @@ def test_installed_package_is_the_wheel(site, elsewhere):
     module, config_dir = (Path(line) for line in result.stdout.split())
     assert module == site / "seq2seq" / "__init__.py"
     assert config_dir == site / "seq2seq" / "configs"
+
+
+def test_user_tools_are_console_scripts(site, elsewhere):
+    env = installed_env(site)
+    for script in ("seq2seq-tune-decoding", "seq2seq-average", "seq2seq-build-shortlist",
+                   "seq2seq-plot-curves"):
+        result = run([str(site / "bin" / script), "--help"], cwd=elsewhere, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"usage: {script} ")
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_console_scripts_run_from_any_folder(site, elsewhere):
