@@ -217,27 +217,6 @@ def test_attention_matches_loop_reference(name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_beam_rows_attend_to_one_source_row_as_to_copies(name):
-    """G one-step queries per source row (a beam search's beams) give what G copies give."""
-    scorer, query_dim, key_dim = make(name)
-    query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])  # 2 beams
-    query = query.reshape(6, 1, query_dim)  # rows 2b, 2b+1: the beams of source b
-    attention = Attention(scorer)
-    shared = attention(query, attention.precompute_keys(keys), keys, mask)
-    copies = keys.repeat_interleave(2, dim=0)  # (6, 5, Dk)
-    copied = attention(query, attention.precompute_keys(copies), copies,
-                       mask.repeat_interleave(2, dim=0))
-    for got, want in zip(shared, copied, strict=True):
-        assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="not a multiple"):
-        attention(query[:5], attention.precompute_keys(keys), keys, mask)
-    with pytest.raises(ValueError, match="T must be 1"):
-        attention(query.reshape(3, 2, query_dim).repeat(2, 1, 1), attention.precompute_keys(keys),
-                  keys, mask)
-
-
-@pytest.mark.parametrize("name", CASES)
 def test_sparsemax_attention_matches_loop_reference(name):
     scorer, query_dim, key_dim = make(name)
     query, keys, mask = inputs(3, 2, 5, query_dim, key_dim, lengths=[5, 3, 1])
@@ -589,7 +568,7 @@ def test_additive_hidden_size_defaults_to_query_dim():
 
 
 def test_additive_energies_in_chunks_equal_the_tanh_formula(monkeypatch):
-    """The energies come a few rows at a time through a sigmoid, with autograd or without;
+    """The energies come a few rows at a time, with autograd or without;
     they equal v^T tanh(q + k) built at once."""
     torch.manual_seed(0)
     scorer = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
@@ -605,43 +584,6 @@ def test_additive_energies_in_chunks_equal_the_tanh_formula(monkeypatch):
     assert training.requires_grad and not searching.requires_grad
     torch.testing.assert_close(training, formula)
     torch.testing.assert_close(searching, formula.detach())
-
-
-@pytest.mark.parametrize("steps, chunked_in_training", [(1, False), (4, True)])
-def test_additive_under_bf16_autocast_training_and_search_agree_with_fp32(
-    monkeypatch, steps, chunked_in_training
-):
-    """Training under autocast builds one decoder step's layer at once in bf16 and goes
-    through the chunks for several steps at once (the parallel decoder); searches always go
-    through the chunks. All stay close to the fp32 energies."""
-    import seq2seq.models.scorers as scorers_module
-
-    chunked_calls = []
-
-    def counting(*args):
-        chunked_calls.append(torch.is_grad_enabled())
-        return additive_energies.additive_energies(*args)
-
-    monkeypatch.setattr(scorers_module, "additive_energies", counting)
-    torch.manual_seed(0)
-    scorer = AdditiveScorer(query_dim=16, key_dim=8, hidden_size=32)
-    query = torch.randn(3, steps, 16)
-    keys = scorer.precompute_keys(torch.randn(3, 5, 8)).detach()
-    with torch.no_grad():
-        expected = scorer.score(query, keys)
-    chunked_calls.clear()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        bf16_keys = keys.bfloat16()
-        training = scorer.score(query, bf16_keys)
-        with torch.no_grad():
-            searching = scorer.score(query, bf16_keys)
-    assert chunked_calls == ([True, False] if chunked_in_training else [False])
-    assert training.requires_grad and training.dtype == searching.dtype == torch.bfloat16
-    scale = expected.abs().max()
-    assert (training.float() - expected).abs().max() <= 0.05 * scale
-    assert (searching.float() - expected).abs().max() <= 0.05 * scale
-    training.float().sum().backward()
-    assert scorer.query_proj.weight.grad is not None and scorer.v.weight.grad is not None
 
 
 def test_multihead_options():
@@ -773,21 +715,47 @@ def test_docstring_example_is_the_test_helper():
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
 
 
-def test_one_step_query_reaches_the_scorer_with_plain_strides():
-    """A (B, 1, D) query sliced from a transposed state is re-laid out before scoring: with the
-    transposed strides, bf16 matrix products on CPUs broadcast the weight per sentence."""
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_decoder_state_queries_reach_the_scorer_with_plain_strides(rnn_type):
+    """Bahdanau queries the state: with a transposed state's strides, bf16 matrix products on
+    CPUs broadcast the weight per sentence. The decoders keep their state contiguous."""
+    from seq2seq.models.decoders import BahdanauDecoder
+    from seq2seq.models.seq2seq import EncodedSource
+
     seen = []
 
     class Spy(attention_module.DotScorer):
         def score(self, query, keys):
-            seen.append(query.stride())
+            seen.append(query.is_contiguous())
             return super().score(query, keys)
 
-    attention = attention_module.Attention(Spy(query_dim=8, key_dim=8))
-    state = torch.randn(1, 6, 8).transpose(0, 1)  # (B, 1, D) with strides (8, 48, 1)
-    keys = values = torch.randn(6, 5, 8)
-    context, weights = attention(state, keys, values)
-    assert seen == [(8, 8, 1)]
-    expected_context, expected_weights = attention(state.contiguous().clone(), keys, values)
-    torch.testing.assert_close(context, expected_context)
-    torch.testing.assert_close(weights, expected_weights)
+    decoder = BahdanauDecoder(vocab_size=10, embed_dim=4, hidden_size=8,
+                              attention=Attention(Spy(query_dim=8, key_dim=8)),
+                              encoder_output_size=8, encoder_final_size=8, rnn_type=rnn_type)
+    memory = torch.randn(6, 5, 8)
+    encoded = EncodedSource(memory=memory, mask=torch.ones(6, 5, dtype=torch.bool),
+                            final=torch.randn(6, 8), keys=memory)
+    state = decoder.init_state(encoded.final)
+    for _ in range(3):
+        _, _, state = decoder.step(torch.full((6,), 4), state, encoded)
+    assert seen == [True] * 3
+    assert all(value.is_contiguous() for value in state.values())
+
+
+def test_additive_under_bf16_autocast_stays_close_to_fp32():
+    torch.manual_seed(0)
+    scorer = AdditiveScorer(query_dim=16, key_dim=8, hidden_size=32)
+    query = torch.randn(3, 4, 16)
+    keys = scorer.precompute_keys(torch.randn(3, 5, 8)).detach()
+    with torch.no_grad():
+        expected = scorer.score(query, keys)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        training = scorer.score(query, keys.bfloat16())
+        with torch.no_grad():
+            searching = scorer.score(query, keys.bfloat16())
+    assert training.dtype == searching.dtype == torch.bfloat16
+    scale = expected.abs().max()
+    assert (training.float() - expected).abs().max() <= 0.05 * scale
+    assert (searching.float() - expected).abs().max() <= 0.05 * scale
+    training.float().sum().backward()
+    assert scorer.query_proj.weight.grad is not None and scorer.v.weight.grad is not None

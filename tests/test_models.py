@@ -268,43 +268,6 @@ def test_unknown_rnn_type_is_a_clear_error():
         build_model(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
 
 
-def test_encoded_source_is_cast_once_for_autocast():
-    from seq2seq.models.seq2seq import EncodedSource
-
-    memory = torch.randn(2, 3, 4)
-    encoded = EncodedSource(memory=memory, mask=torch.ones(2, 3, dtype=torch.bool),
-                            final=torch.randn(2, 4), keys=memory)
-    assert encoded.for_autocast() is encoded  # no autocast: unchanged
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = encoded.for_autocast()
-    assert cast.memory.dtype == torch.bfloat16 and cast.keys is cast.memory
-    assert cast.mask.dtype == torch.bool and cast.final.dtype == torch.float32
-    projected = encoded._replace(keys=torch.randn(2, 3, 5))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = projected.for_autocast()
-    assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone
-
-
-@pytest.mark.parametrize("decoder", DECODERS)
-def test_decoder_rnn_gets_bf16_inputs_under_autocast_in_training_and_steps(decoder):
-    # The embeddings are cast once per batch: left in float32, joining them with a bf16
-    # vector (Luong's input feeding, Bahdanau's context) promotes the RNN input to float32 and
-    # autocast casts it back at every step, forward and backward (README "Speed", item 10).
-    model = make_model("gru", decoder, "additive", dropout=0.1).train()
-    src, src_lengths, tgt_in = random_batch()
-    dtypes = []
-    model.decoder.rnn.register_forward_pre_hook(lambda _, args: dtypes.append(args[0].dtype))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        model(src, src_lengths, tgt_in)[0].float().sum().backward()
-        encoded = model.encode(src, src_lengths)
-        model.decode_step(tgt_in[:, 0], model.init_state(encoded), encoded)
-    assert dtypes and set(dtypes) == {torch.bfloat16}
-    dtypes.clear()
-    with torch.no_grad():
-        model(src, src_lengths, tgt_in)
-    assert set(dtypes) == {torch.float32}  # no autocast: nothing cast
-
-
 def test_word_dropout_replaces_pieces_with_unk_and_keeps_specials():
     from seq2seq.data.vocab import UNK_ID
     from seq2seq.models.seq2seq import drop_words

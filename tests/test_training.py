@@ -123,6 +123,19 @@ def test_kill_and_resume_is_bitwise_identical(tiny_train_config, tmp_path, run_p
         assert torch.equal(tensor, actual[name]), f"{name} differs after resume"
 
 
+def test_two_runs_with_the_same_seed_give_identical_checkpoints(tiny_train_config, tmp_path):
+    """Dropout is torch's own and draws from the seeded generator: the same seed, the same run."""
+    overrides = {"trainer.max_steps": 8, "trainer.valid_every": 8, "model.dropout": 0.3,
+                 "trainer.valid.max_sentences": 4}
+    models = []
+    for name in ("first", "second"):
+        train(tiny_train_config(**overrides), tmp_path / name)
+        models.append(load_checkpoint(tmp_path / name / "checkpoints" / "last.pt")["model"])
+    assert models[0].keys() == models[1].keys()
+    for key, tensor in models[0].items():
+        assert torch.equal(tensor, models[1][key]), f"{key} differs between two seeded runs"
+
+
 def test_resume_with_another_model_shape_says_what_differs(tiny_train_config, tmp_path):
     run_dir = tmp_path / "run"
     train(tiny_train_config(**{"trainer.max_steps": 20}), run_dir)

@@ -154,27 +154,12 @@ class Attention(nn.Module):
             The context vectors and the attention weights (exactly 0 at padding).
 
         Shape:
-            - query: (B, T, Dq), or (B*G, 1, Dq): G one-step queries per source row, rows
-              b*G .. b*G+G-1 for source b (a beam search's beams); outputs then (B*G, 1, *)
+            - query: (B, T, Dq)
             - values: (B, S, Dv)
             - mask: (B, S)
             - context: (B, T, Dv)
             - weights: (B, T, S)
         """
-        rows = query.size(0)
-        if rows % values.size(0) != 0:
-            raise ValueError(f"{rows} query rows for {values.size(0)} source rows: not a multiple")
-        group = rows // values.size(0)  # beams per sentence: G query rows share a source row
-        if query.size(1) == 1:
-            # A one-step query (every search step) sliced from a state can have the strides of
-            # a transposed (T, B, D) tensor. Under bf16 autocast on CPUs the scorer's matrix
-            # products then broadcast their weight into a (B, D, D) batch: 100x slower than
-            # with plain strides, and bf16 decoding 3x slower than float32 (scripts/bench.py).
-            # The G beams of a sentence become its G query steps, so a beam search reads each
-            # sentence's keys and values once instead of from G copies.
-            query = query.reshape(values.size(0), group, query.size(2))  # (B, G, Dq)
-        elif group != 1:
-            raise ValueError(f"{rows} query rows for {values.size(0)} source rows: T must be 1")
         energies = self.scorer.score(query, keys)  # (B, T, S) or (B, T, H, S)
         multi_head = energies.dim() == 4
         # Normalize in at least float32: in bf16/fp16 (autocast) the exp (softmax), the sums and
@@ -187,10 +172,7 @@ class Attention(nn.Module):
             energies = energies.masked_fill(pad, float("-inf"))
         weights = NORMALIZERS[self.normalizer](energies, dim=-1).to(values.dtype)  # (B, T, [H,] S)
         if not multi_head:
-            context = torch.bmm(weights, values)  # (B, T, Dv)
-            if group == 1:
-                return context, weights  # (B, T, Dv), (B, T, S)
-            return context.view(rows, 1, -1), weights.view(rows, 1, -1)  # (B*G, 1, *)
+            return torch.bmm(weights, values), weights  # (B, T, Dv), (B, T, S)
 
         B, T, H, S = weights.shape
         Dv = values.size(-1)
@@ -199,6 +181,4 @@ class Attention(nn.Module):
         v = values.reshape(B, S, H, Dv // H).transpose(1, 2)  # (B, H, S, Dv/H)
         context = weights.transpose(1, 2) @ v  # (B, H, T, S) @ (B, H, S, Dv/H) -> (B, H, T, Dv/H)
         context = context.transpose(1, 2).reshape(B, T, Dv)  # concatenate the heads
-        if group != 1:
-            return context.view(rows, 1, Dv), weights.mean(dim=2).view(rows, 1, S)
         return context, weights.mean(dim=2)  # (B, T, Dv), (B, T, S)

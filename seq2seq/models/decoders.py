@@ -20,8 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
-from seq2seq.models.dropout import Dropout
-from seq2seq.models.encoder import RNN_TYPES, make_rnn
+from seq2seq.models.encoder import make_rnn
 
 State = dict[str, Tensor]
 
@@ -70,7 +69,7 @@ class AttentionDecoder(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.attention = attention
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.is_lstm = rnn_type == "lstm"
         self.num_layers = num_layers
         self.hidden_size = hidden_size
@@ -99,37 +98,27 @@ class AttentionDecoder(nn.Module):
         return state
 
     def _rnn(self, inputs: Tensor, state: State) -> tuple[Tensor, State]:
-        """Run the RNN over ``inputs`` (B, T, I) from a batch-first ``state``."""
-        hidden = state["hidden"].transpose(0, 1).contiguous()  # (L, B, H)
+        """Run the RNN over ``inputs`` (B, T, I) from a batch-first ``state``.
+
+        The new state is batch-first and contiguous: a query sliced from a transposed one has
+        strides that make bf16 matrix products on CPUs broadcast their weight per sentence.
+        """
+
+        def batch_first(x: Tensor) -> Tensor:  # (L, B, H) <-> (B, L, H)
+            return x.transpose(0, 1).contiguous()
+
         if self.is_lstm:
-            cell = state["cell"].transpose(0, 1).contiguous()
-            output, (hidden, cell) = self.rnn(inputs, (hidden, cell))
-            new_state = {"hidden": hidden.transpose(0, 1), "cell": cell.transpose(0, 1)}
+            state_in = (batch_first(state["hidden"]), batch_first(state["cell"]))
+            output, (hidden, cell) = self.rnn(inputs, state_in)
+            new_state = {"hidden": batch_first(hidden), "cell": batch_first(cell)}
         else:
-            output, hidden = self.rnn(inputs, hidden)
-            new_state = {"hidden": hidden.transpose(0, 1)}
+            output, hidden = self.rnn(inputs, batch_first(state["hidden"]))
+            new_state = {"hidden": batch_first(hidden)}
         return output, new_state  # output (B, T, H)
 
     def _embed(self, tokens: Tensor) -> Tensor:
-        """Dropped-out embeddings of ``tokens`` (B, T) -> (B, T, E), in the autocast dtype
-        under autocast when the RNN is a float one.
-
-        Autocast would cast them at every use instead: joined with a bf16 vector (Luong's
-        input feeding, Bahdanau's context) they are promoted to float32, and the RNN casts the
-        result back at every step, in forward and backward. Casting all steps' embeddings once
-        gives the RNN the same values (README "Speed", item 10). Bahdanau reads each step's
-        embedding twice, so its gradient now adds two bf16 terms in bf16 (one rounding more).
-        int8-quantized RNNs take float32 only, and float64 stays float64 as autocast leaves it.
-        """
-        embedded = self.dropout(self.embedding(tokens))
-        device = embedded.device.type
-        if (
-            torch.is_autocast_enabled(device)
-            and embedded.dtype == torch.float32
-            and type(self.rnn) in RNN_TYPES.values()
-        ):
-            embedded = embedded.to(torch.get_autocast_dtype(device))
-        return embedded
+        """Dropped-out embeddings of ``tokens`` (B, T) -> (B, T, E)."""
+        return self.dropout(self.embedding(tokens))
 
     def step(
         self, prev_tokens: Tensor, state: State, encoded
@@ -288,10 +277,10 @@ class LuongDecoder(AttentionDecoder):
     def _step(self, embedded: Tensor, state: State, encoded) -> tuple[Tensor, Tensor, State]:
         rnn_input = embedded
         if self.input_feeding:
-            # a_0 is zeros in the encoder state's dtype (float32 under autocast); the
-            # later a_t come out of the step in the embeddings' dtype already.
-            feed = state["feed"].to(embedded.dtype).unsqueeze(1)  # (B, 1, D)
-            rnn_input = torch.cat([embedded, feed], dim=-1)
+            # a_t comes out of a step in the autocast dtype; a_0 and the embedding may be
+            # float32 then, and cat needs one dtype.
+            feed = state["feed"].unsqueeze(1)  # (B, 1, D)
+            rnn_input = torch.cat([embedded, feed.to(embedded.dtype)], dim=-1)
         output, new_state = self._rnn(rnn_input, state)  # (B, 1, H)
         features, weights = self._attend(output, encoded)
         if self.input_feeding:

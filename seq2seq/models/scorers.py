@@ -59,9 +59,8 @@ class AdditiveScorer(Scorer):
     """Additive (Bahdanau) attention: e = v^T tanh(W_q q + W_k k + b).
 
     W_k k + b depends on the keys only, so :meth:`precompute_keys` computes it once per batch.
-    The tanh needs every (step, position) pair: :meth:`score` computes it a few batch rows at a
-    time (:mod:`seq2seq.models.additive_energies`), except in training under autocast (bf16 or
-    fp16) for one decoder step or on a GPU, where the layer is built at once.
+    The hidden layer has one A-vector per (step, position) pair; :func:`additive_energies`
+    reduces it to energies a few batch rows at a time, without keeping it for backward.
 
     Args:
         query_dim: Size Dq of the query (decoder state).
@@ -87,17 +86,7 @@ class AdditiveScorer(Scorer):
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         q = self.query_proj(query)  # (B, T, A)
-        at_once = q.size(1) == 1 or q.device.type != "cpu"
-        if at_once and torch.is_grad_enabled() and q.dtype in (torch.bfloat16, torch.float16):
-            # Training under autocast, one step of the step-by-step decoder: its small layer
-            # at once was 8% faster than rebuilding it in backward (README "Speed"). GPUs
-            # keep the layer at once too (the chunks were measured on the CPU only).
-            return self.v(torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
-        weight = self.v.weight
-        if callable(weight):  # int8-quantized for decoding: its float values, (1, A)
-            weight = weight().dequantize()
-        # In chunks, through sigmoid, without the (B, T, S, A) layer in memory (its module).
-        return additive_energies(q, keys, weight)  # (B, T, S)
+        return additive_energies(q, keys, self.v.weight)  # (B, T, S)
 
 
 class DotScorer(Scorer):
