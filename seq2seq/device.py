@@ -35,9 +35,8 @@ def onednn_half_precision_kernels() -> dict[str, bool] | None:
     (x86: AVX-512 or AVX-NE-CONVERT for bf16; AVX512-FP16, AVX-NE-CONVERT or AMX-FP16 for fp16;
     Arm: its bf16 extension), or None where torch cannot say.
 
-    Without a kernel torch still runs the product, on a slow fallback: on a 2-core AMD EPYC with
-    AVX2 only (Zen 1), a 2048^3 bf16 ``torch.mm`` ran at 0.2 GFLOP/s against 70 in fp32, so a
-    bf16 preset would train hundreds of times slower there than in fp32.
+    Without a kernel torch still runs the product, on a slow fallback, hundreds of times slower
+    than fp32 (docs/speed.md).
     """
     try:
         return {"bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
@@ -62,8 +61,8 @@ def half_precision_warning(precision: str, device: torch.device) -> str | None:
         needs = f"the CPU's {precision} extension"
     return (f"precision={precision}: torch has no {precision} matrix kernels for this CPU "
             f"({torch.backends.cpu.get_cpu_capability()}; they need {needs}), so its "
-            f"products run on a slow fallback, far slower than fp32 (bf16 on an AVX2 AMD EPYC: "
-            f"0.2 against 70 GFLOP/s); use precision=fp32 or precision=auto")
+            f"products run on a slow fallback, hundreds of times slower than fp32; "
+            f"use precision=fp32 or precision=auto")
 
 
 _WARNED: set[str] = set()  # the precision warnings this process has given

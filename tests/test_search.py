@@ -13,13 +13,15 @@ from omegaconf import OmegaConf
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference import search as search_module
-from seq2seq.inference.next_token import forcing_rows, next_token_log_probs
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
+    forcing_rows,
     greedy_search,
+    in_autocast_dtype,
     length_penalty_factor,
     max_output_lengths,
+    next_token_log_probs,
 )
 from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
@@ -301,8 +303,8 @@ class WantsLength:
 
 class RowRecorder:
     """Wraps a model and records the beam slots of each decoder step (sentences x ``beams``),
-    after checking that every state entry has the step's rows and the encoded source one row
-    per sentence: ``beams`` rows a sentence, but one at the first step (only beam 0 is live)."""
+    after checking that every state entry and the encoded source have the step's rows:
+    ``beams`` rows a sentence, but one at the first step (only beam 0 is live)."""
 
     def __init__(self, model, beams: int) -> None:
         self.model, self.beams, self.rows = model, beams, []
@@ -317,7 +319,7 @@ class RowRecorder:
         rows = prev_tokens.numel()
         beams = self.beams if self.rows else 1  # the first step: one row per sentence
         assert all(value.size(0) == rows for value in state.values())
-        assert all(value.size(0) * beams == rows for value in encoded)
+        assert all(value.size(0) == rows for value in encoded)
         self.rows.append(rows * self.beams // beams)
         return self.model.decode_step(prev_tokens, state, encoded)
 
@@ -406,3 +408,23 @@ def test_full_history_scatters_each_step_to_its_sentences():
     torch.testing.assert_close(
         full_history(pairs, index, batch_size=4, fill=-1), expected.unsqueeze(2).repeat(1, 1, 2)
     )
+
+
+def test_encoded_source_is_cast_once_for_autocast():
+    from seq2seq.inference.ensemble import EnsembleEncoded
+
+    memory = torch.randn(2, 3, 4)
+    encoded = EncodedSource(memory=memory, mask=torch.ones(2, 3, dtype=torch.bool),
+                            final=torch.randn(2, 4), keys=memory)
+    assert in_autocast_dtype(encoded) is encoded  # no autocast: unchanged
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = in_autocast_dtype(encoded)
+        members = in_autocast_dtype(EnsembleEncoded([encoded, encoded]))
+    assert cast.memory.dtype == torch.bfloat16 and cast.keys is cast.memory
+    assert cast.mask.dtype == torch.bool and cast.final.dtype == torch.float32
+    assert isinstance(members, EnsembleEncoded)
+    assert all(member.memory.dtype == torch.bfloat16 for member in members)
+    projected = encoded._replace(keys=torch.randn(2, 3, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = in_autocast_dtype(projected)
+    assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone

@@ -165,8 +165,8 @@ def assert_identical(got, expected) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"beam_size": 1}, {"beam_size": 4, "nbest": 3}, {"beam_size": 3, "quantize": "int8"}],
-    ids=["greedy", "beam-nbest", "int8"],
+    [{"beam_size": 1}, {"beam_size": 4, "nbest": 3}],
+    ids=["greedy", "beam-nbest"],
 )
 def test_a_shortlist_of_everything_changes_nothing(copy_model, copy_sentences, options):
     model, tokenizers = copy_model
@@ -175,15 +175,6 @@ def test_a_shortlist_of_everything_changes_nothing(copy_model, copy_sentences, o
     restricted = Translator(model, tokenizers, device="cpu", shortlist=everything(tokenizers),
                             **options)
     assert_identical(restricted.translate(inputs), plain.translate(inputs))
-    if options.get("quantize") == "int8":  # a smaller int8 output layer, not a fallback
-        wrapped = restrict(restricted.model, torch.arange(6))
-        assert isinstance(wrapped.project, torch.nn.Module)
-        assert wrapped.decode_step(torch.tensor([2]), *prepare(wrapped))[0].shape == (1, 6)
-
-
-def prepare(model):
-    encoded = model.encode(torch.tensor([[5, 6, 3]]), torch.tensor([3]))
-    return model.init_state(encoded), encoded
 
 
 def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_model, copy_sentences):
@@ -197,9 +188,8 @@ def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_mode
     assert all(isinstance(member, RestrictedModel) for member in wrapped.members)
 
 
-@pytest.mark.parametrize("quantize", ["none", "int8"])
 def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
-    trained_checkpoint, copy_model, copy_sentences, monkeypatch, quantize
+    trained_checkpoint, copy_model, copy_sentences, monkeypatch
 ):
     model, tokenizers = copy_model
     vocab = tokenizers.tgt.vocab_size
@@ -220,12 +210,12 @@ def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
 
     monkeypatch.setattr(translator_module, "beam_search", spying_search)
     inputs = copy_sentences(30, seed=123)
-    plain = [n[0].text for n in Translator(model, tokenizers, device="cpu", beam_size=4,
-                                           quantize=quantize).translate(inputs)]
+    plain = [n[0].text for n in Translator(model, tokenizers, device="cpu", beam_size=4)
+             .translate(inputs)]
     assert widths and set(widths) == {vocab}
     widths.clear()
     restricted = Translator(model, tokenizers, device="cpu", beam_size=4, shortlist=shortlist,
-                            quantize=quantize, max_tokens=40)  # small batches: small shortlists
+                            max_tokens=40)  # small batches: small shortlists
     got = [n[0].text for n in restricted.translate(inputs)]
     assert widths and max(widths) < vocab
     copies = [i for i, (p, x) in enumerate(zip(plain, inputs, strict=True)) if p == x]

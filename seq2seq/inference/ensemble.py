@@ -31,9 +31,6 @@ class EnsembleEncoded(tuple):
     def index_select(self, index: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(encoded.index_select(index) for encoded in self)
 
-    def for_autocast(self) -> EnsembleEncoded:
-        return EnsembleEncoded(encoded.for_autocast() for encoded in self)
-
 
 class Ensemble(nn.Module):
     """Several models decoded as one; see the module docstring.

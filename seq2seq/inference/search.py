@@ -32,23 +32,45 @@ Conventions shared by both searches:
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
 
-The model only needs ``encode``, ``init_state`` and ``decode_step`` (see
-:class:`~seq2seq.models.seq2seq.Seq2Seq`); the searches do not switch it to eval mode, call
-``model.eval()`` first.
+The searches call a model through :class:`DecodingModel` only; they do not switch it to eval
+mode, call ``model.eval()`` first.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.next_token import forcing_rows, next_token_log_probs
+from seq2seq.inference.ensemble import EnsembleEncoded
 from seq2seq.inference.search_history import collect_hypotheses, full_history, history_index
-from seq2seq.models.seq2seq import select_state
+from seq2seq.models.seq2seq import EncodedSource, State, select_state
+
+
+class DecodingModel(Protocol):
+    """What greedy and beam search call: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, an
+    :class:`~seq2seq.inference.ensemble.Ensemble`, a shortlisted model, or any other runtime.
+
+    The encoded source must offer ``index_select(index)`` over its sentences (dim 0), and
+    every state entry must be a tensor whose dim 0 is the decoder row.
+
+    Shape:
+        - encode: src (B, S), src_lengths (B,) on the CPU -> encoded source of B rows
+        - init_state: encoded source of N rows -> state of N rows
+        - decode_step: prev_tokens (N,), state and encoded source of N rows -> logits (N, V),
+          attention weights (N, S), the new state
+    """
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Any: ...
+
+    def init_state(self, encoded: Any) -> State: ...
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: State, encoded: Any
+    ) -> tuple[Tensor, Tensor, State]: ...
 
 
 class Hypothesis(NamedTuple):
@@ -84,10 +106,8 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
 
 
 # Finished sentences leave the batch once they make up this fraction of those still in it (and
-# at least one): pruning index_selects the encoded source and the state, so it waits for a few
-# sentences to leave together. On 320 Multi30k val sentences (batches of up to 4000 source
-# tokens), 1/8 decodes 1% more rows than pruning at every finish, with 25% fewer prunings
-# copying half the rows; both decode 36% (beam 5) to 50% (greedy) fewer rows than no pruning.
+# at least one): pruning copies the encoded source and the state, so it waits for a few
+# sentences to leave together.
 PRUNE_FRACTION = 0.125
 
 
@@ -107,11 +127,58 @@ def _kept_rows(finished: Tensor, count: int) -> Tensor:
     return rows.masked_fill(finished, finished.numel()).sort().values[:count]
 
 
-def _for_autocast(encoded):
-    """The encoded source cast once for autocast, where it knows how (see
-    :meth:`~seq2seq.models.seq2seq.EncodedSource.for_autocast`)."""
-    cast = getattr(encoded, "for_autocast", None)
-    return cast() if cast is not None else encoded
+def in_autocast_dtype(encoded):
+    """Under autocast, the encoded source's memory (and keys that are the memory itself) in
+    the autocast dtype; unchanged otherwise.
+
+    Autocast casts a float32 input of a matrix product at every call: in a search, the whole
+    memory at every step. Cast once per batch, the products get the same values.
+    """
+    if isinstance(encoded, EnsembleEncoded):
+        return EnsembleEncoded(in_autocast_dtype(member) for member in encoded)
+    if not isinstance(encoded, EncodedSource):
+        return encoded
+    device_type = encoded.memory.device.type
+    if not torch.is_autocast_enabled(device_type) or encoded.memory.dtype != torch.float32:
+        return encoded
+    memory = encoded.memory.to(torch.get_autocast_dtype(device_type))
+    keys = memory if encoded.keys is encoded.memory else encoded.keys
+    return encoded._replace(memory=memory, keys=keys)
+
+
+def next_token_log_probs(logits: Tensor, force_eos: Tensor | None) -> Tensor:
+    """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
+
+    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities.
+
+    Shape:
+        - logits: (N, V)
+        - force_eos: (N,) bool, True where only EOS may follow; None when no row is forced
+        - output: (N, V) float32
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    log_probs[:, PAD_ID] = -math.inf
+    log_probs[:, BOS_ID] = -math.inf
+    if force_eos is None:
+        return log_probs
+    # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
+    eos = log_probs[:, EOS_ID].clone()  # (N,)
+    log_probs.masked_fill_(force_eos.unsqueeze(1), -math.inf)
+    log_probs[:, EOS_ID] = eos
+    return log_probs
+
+
+def forcing_rows(max_lengths: Tensor, step: int, first_forced_step: int) -> Tensor | None:
+    """The rows whose length limit forces EOS at ``step``, or None before any can be.
+
+    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then no
+    row is forced and the search skips a masking pass over the whole (N, V) output layer.
+
+    Shape:
+        - max_lengths: (N,) the limits of the sentences still in the batch
+        - output: (N,) bool, or None
+    """
+    return None if step < first_forced_step else max_lengths <= step
 
 
 @torch.inference_mode()
@@ -128,8 +195,8 @@ def greedy_search(
     """Decode a batch by always taking the most probable next token.
 
     Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or any object with the same
-            ``encode`` / ``init_state`` / ``decode_step`` interface), in eval mode.
+        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
+            in eval mode.
         src: source ids, padded with PAD_ID.
         src_lengths: real source lengths, on the CPU.
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
@@ -150,7 +217,7 @@ def greedy_search(
     if batch_size == 0:
         return []
     device = src.device
-    encoded = _for_autocast(model.encode(src, src_lengths))
+    encoded = in_autocast_dtype(model.encode(src, src_lengths))
     state = model.init_state(encoded)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
@@ -243,8 +310,8 @@ def beam_search(
     module docstring).
 
     Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or any object with the same
-            ``encode`` / ``init_state`` / ``decode_step`` interface), in eval mode.
+        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
+            in eval mode.
         src: source ids, padded with PAD_ID.
         src_lengths: real source lengths, on the CPU.
         beam_size: beams per sentence (K).
@@ -276,14 +343,15 @@ def beam_search(
     beams = beam_size
     device = src.device
 
-    # Once per batch, keys included; one row per sentence, not per beam (see Attention).
-    encoded = _for_autocast(model.encode(src, src_lengths))
+    # Once per batch, keys included; `encoded` keeps one row per sentence, `beam_encoded` one
+    # per beam (the first step decodes one row per sentence, see below).
+    encoded = in_autocast_dtype(model.encode(src, src_lengths))
+    beam_encoded = encoded
     state = model.init_state(encoded)
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch, whose beams are
     # rows i*K .. i*K+K-1 of the flattened (N*K) decoder batch; N shrinks from B as finished
     # sentences leave. The first step decodes one row per sentence: only beam 0 is live then,
-    # and its K copies would give K equal rows (1/K of that step's products, about 5% of a
-    # beam-5 search on Multi30k). Its state is repeated into the K beams after it.
+    # and its K copies would give K equal rows. Its state is repeated into the K beams after it.
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
     first_forced_step = int(max_lengths.min())
@@ -313,7 +381,7 @@ def beam_search(
 
     for step in range(max_steps):
         rows_per_sentence = beams if step > 0 else 1  # R
-        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N*R, V)
+        logits, weights, state = model.decode_step(prev_tokens, state, beam_encoded)  # (N*R, V)
         vocab_size = logits.size(-1)
         force_eos = forcing_rows(max_lengths, step, first_forced_step)  # (N,) or None
         if force_eos is not None:
@@ -362,7 +430,8 @@ def beam_search(
         reorder = beam_offsets + parents  # (N, K) the rows each slot continues
         if step == 0:
             reorder = reorder // beams  # the sentence's one row
-        if _prune_now(done_count, active):
+        pruned = _prune_now(done_count, active)
+        if pruned:
             keep = _kept_rows(done, active - done_count)  # (N',)
             encoded = encoded.index_select(keep)
             kept = [t[keep] for t in (reorder, tokens, beam_scores, sentences, done)]
@@ -374,6 +443,9 @@ def beam_search(
             active -= done_count
             beam_offsets = beam_offsets[:active]
             segments.append((step + 1, sentences))
+        if step == 0 or pruned:
+            beam_rows = torch.arange(active, device=device).repeat_interleave(beams)  # (N*K,)
+            beam_encoded = encoded.index_select(beam_rows)
         state = select_state(state, reorder.view(-1))  # follow the beams (and prune) at once
         prev_tokens = tokens.reshape(-1)
 

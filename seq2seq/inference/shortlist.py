@@ -1,7 +1,7 @@
 """Output-vocabulary shortlists: decode with only the target pieces a batch plausibly needs.
 
 As Marian's lexical shortlists on CPUs: a table built once from the training pairs
-(``scripts/build_shortlist.py``) lists, per source piece, the target pieces that tend to
+(``seq2seq-build-shortlist``) lists, per source piece, the target pieces that tend to
 appear in its translations. Decoding a batch (``Translator(..., shortlist=...)``,
 ``shortlist=PATH`` on the command lines) then scores only
 
@@ -250,7 +250,7 @@ class Shortlist:
             raise ShortlistError(
                 f"{self.name} was built for other vocabularies than the model's (fingerprint "
                 f"{self.fingerprint or 'none'}, the model's {fingerprint}): rebuild it with "
-                "scripts/build_shortlist.py --checkpoint ..."
+                "seq2seq-build-shortlist --checkpoint ..."
             )
 
     # -- file -----------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class Shortlist:
             raise ShortlistError(f"cannot read shortlist {path}: {type(error).__name__}") from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise ShortlistError(
-                f"{path} is not a shortlist (build one with scripts/build_shortlist.py)"
+                f"{path} is not a shortlist (build one with seq2seq-build-shortlist)"
             )
         if payload.get("version") != VERSION:
             raise ShortlistError(
@@ -302,16 +302,6 @@ def _projection(generator: nn.Module | None, ids: Tensor):
         weight = generator.weight.index_select(0, ids)
         bias = None if generator.bias is None else generator.bias.index_select(0, ids)
         return lambda features: F.linear(features, weight, bias)
-    if generator is not None and hasattr(generator, "set_weight_bias"):
-        # A dynamically quantized nn.Linear (quantize=int8): a smaller one with the same rows.
-        try:
-            bias = generator.bias()
-            rows = type(generator)(generator.in_features, int(ids.numel()), dtype=torch.qint8)
-            rows.set_weight_bias(generator.weight().index_select(0, ids),
-                                 None if bias is None else bias.index_select(0, ids))
-            return rows
-        except (RuntimeError, TypeError, AttributeError, NotImplementedError):
-            pass
     return None
 
 

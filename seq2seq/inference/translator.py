@@ -19,11 +19,8 @@ Decisions worth knowing:
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
-- float32 searches on the CPU decode a copy with the encoder's and the decoder's embeddings
-  folded into their RNNs' input gates where they can be (:mod:`seq2seq.inference.folding`:
-  the same translations, fewer products), and beam searches with the decoder's memory
-  projected by combine's context half (:mod:`seq2seq.inference.projected_context`); the model
-  passed in is left as it is, so a trainer can lend its model.
+- The model decoded is the model trained: the searches call its ``encode``, ``init_state``
+  and ``decode_step`` (:class:`~seq2seq.inference.search.DecodingModel`).
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
@@ -43,12 +40,29 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.folding import fold_for_decoding, without_projected_context
-from seq2seq.inference.quantize import check_quantize_mode, quantize_for_cpu
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
 logger = logging.getLogger(__name__)
+
+QUANTIZE_MODES = ("none", "int8")
+
+
+def check_quantize_mode(mode: str) -> str:
+    """``mode`` if this version decodes with it, else a one-line ValueError.
+
+    int8 decoding went through ``torch.ao.quantization``, which PyTorch deprecated for removal;
+    it returns through an ONNX Runtime export.
+    """
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
+    if mode == "int8":
+        raise ValueError(
+            "quantize=int8 is not available in this version: it used torch.ao.quantization, "
+            "which PyTorch deprecated; int8 decoding returns through ONNX Runtime export. "
+            "Use quantize=none"
+        )
+    return mode
 
 
 class Translation(NamedTuple):
@@ -104,22 +118,14 @@ class Translator:
             faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
             without them: a warning says so), or ``auto`` (bf16 where the device has them,
             else fp32; ``self.precision`` is the one chosen).
-        quantize: ``none``, or ``int8`` to decode on the CPU with a dynamically quantized copy
-            of ``model`` (int8 GRU/LSTM and ``nn.Linear`` weights, see
-            :mod:`seq2seq.inference.quantize`). ``self.model`` is the model decoded: on the
-            CPU a folded and/or quantized copy; the model passed in is left as it is.
+        quantize: ``none`` (``int8`` is refused with a message, see :func:`check_quantize_mode`).
         shortlist: restrict each batch's output layer to its
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
-        fold: fold the encoder's and decoder's embeddings into their RNNs' input gates where
-            :func:`~seq2seq.inference.folding.fold_for_decoding` applies (float32 searches
-            on the CPU; the same translations, fewer products), and for beam search project
-            the memory by combine's context half once per sentence
-            (:mod:`~seq2seq.inference.projected_context`); False decodes the model as given.
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
-            an unknown ``quantize`` mode, ``quantize=int8`` on a device other than the CPU, or
-            a shortlist built for other vocabularies (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
+            a ``quantize`` mode other than ``none``, or a shortlist built for other vocabularies
+            (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
     """
 
     def __init__(
@@ -138,7 +144,6 @@ class Translator:
         precision: str = "fp32",
         quantize: str = "none",
         shortlist: Shortlist | None = None,
-        fold: bool = True,
     ) -> None:
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -153,17 +158,11 @@ class Translator:
         self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.quantize = check_quantize_mode(quantize)
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
-        # What the model was trained with, whatever copy decodes (folded, int8).
         self.parameter_count = (
             sum(p.numel() for p in model.parameters())
             if isinstance(model, torch.nn.Module) else None
         )
-        if fold:
-            model_decoded = fold_for_decoding(
-                model, device=self.device, autocast_dtype=self.autocast_dtype)
-        else:
-            model_decoded = model
-        self.model = quantize_for_cpu(model_decoded, quantize, self.device)
+        self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.max_len_a = max_len_a
@@ -188,8 +187,7 @@ class Translator:
             path: a checkpoint file, or a list of files to decode as an ensemble
                 (:mod:`seq2seq.inference.ensemble`; a list of one is that one model).
             device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-            **options: any keyword argument of :class:`Translator`, e.g. ``quantize="int8"``
-                (CPU only).
+            **options: any keyword argument of :class:`Translator`, e.g. ``beam_size=1``.
 
         Raises:
             CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
@@ -331,9 +329,7 @@ class Translator:
             "length_penalty": self.length_penalty,
             "return_attention": return_attention,
         }
-        # Greedy search decodes about one step per source position: projecting the memory
-        # for combine's context half would cost what it saves (folding.py).
-        model = self.model if self.beam_size > 1 else without_projected_context(self.model)
+        model = self.model
         ids = None
         if self.shortlist is not None:
             ids = self.shortlist.for_sources(sources).to(self.device)  # (K,) target ids

@@ -88,7 +88,7 @@ def load_model(
     return ServedModel(
         translator,
         scorer=scorer,
-        # From the checkpoints: a quantized copy hides its packed weights from parameters().
+        # Counted from the checkpoints, so an ensemble counts every member.
         parameters=sum(int(t.numel()) for c in checkpoints for t in c["model"].values()),
         training=training,
     )
