@@ -1,4 +1,9 @@
-"""The Translator on a tiny model trained (in conftest, once per session) to copy its input."""
+"""The Translator on a tiny model trained (in conftest, once per session) to copy its input.
+
+The model trains a little differently on every CPU kind, so only ``test_copy_model_translates``
+asks what it translates to (sentences like its training data, with a wide margin); the other
+tests compare two ways of getting a translation that must agree, or check the structure.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,15 @@ def translator(trained_checkpoint) -> Translator:
     return Translator.from_checkpoint(trained_checkpoint, beam_size=4)
 
 
+def assert_same_translations(got, want) -> None:
+    """Two n-best lists of one sentence: the same texts, scores within float noise."""
+    assert [t.text for t in got] == [t.text for t in want]
+    assert [t.score for t in got] == pytest.approx([t.score for t in want], abs=1e-5)
+
+
 def test_copy_model_translates(translator, copy_sentences):
+    """The one test of what the model learned: sentences like its training data, which it
+    copies all but ~1% of on any CPU kind (so 25 of 30 is a wide margin)."""
     inputs = copy_sentences(30, seed=123)
     outputs = [n_best[0].text for n_best in translator.translate(inputs)]
     assert sum(o == i for o, i in zip(outputs, inputs, strict=True)) >= 25
@@ -31,7 +44,9 @@ def test_order_count_empty_and_long_lines(translator, caplog):
     with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
         results = translator.translate(inputs)
     assert len(results) == len(inputs)
-    assert results[0][0].text == "blue dog" and results[5][0].text == "big house"
+    for index in (0, 2, 5):  # in input order: each is what that line gives alone
+        alone = translator.translate([inputs[index]])[0]
+        assert_same_translations(results[index], alone)
     for index in (1, 4):
         assert results[index] == [Translation("", 0.0, [], [], None)]
     assert len(results[3][0].source_pieces) == translator.max_source_length == 250
@@ -51,19 +66,31 @@ def test_results_do_not_depend_on_batching(trained_checkpoint, copy_sentences):
 
 def test_translation_fields_and_attention(translator):
     (best,) = translator.translate(["green bird sun"])[0]
-    assert best.text == "green bird sun"
-    assert best.source_pieces == best.target_pieces == ["▁green", "▁bird", "▁sun"]
-    assert best.attention.shape == (4, 4)  # 3 pieces + EOS on both sides
-    torch.testing.assert_close(best.attention.sum(-1), torch.ones(4))
+    assert best.source_pieces == ["▁green", "▁bird", "▁sun"]
+    assert best.text == "".join(best.target_pieces).replace("▁", " ").strip()
+    rows = len(best.target_pieces) + 1
+    assert best.attention.shape == (rows, 4)  # target pieces + EOS by 3 pieces + EOS
+    torch.testing.assert_close(best.attention.sum(-1), torch.ones(rows))
     assert best.score < 0
+    # The same search without attention: the same translation.
+    (plain,) = translator.translate(["green bird sun"], return_attention=False)[0]
+    assert (plain.text, plain.target_pieces, plain.attention) == (best.text, best.target_pieces,
+                                                                  None)
+    assert plain.score == pytest.approx(best.score, abs=1e-6)
 
 
 def test_nbest_sorted_and_distinct(trained_checkpoint, copy_sentences):
     translator = Translator.from_checkpoint(trained_checkpoint, beam_size=4, nbest=3)
-    for n_best in translator.translate(copy_sentences(5, seed=9)):
+    inputs = copy_sentences(5, seed=9)
+    for n_best in translator.translate(inputs):
         assert len(n_best) == 3
         assert [t.score for t in n_best] == sorted((t.score for t in n_best), reverse=True)
-        assert len({t.text for t in n_best}) == 3
+        assert len({tuple(t.target_pieces) for t in n_best}) == 3
+    # The first of the n-best is the 1-best.
+    one_best = Translator.from_checkpoint(trained_checkpoint, beam_size=4)
+    for n_best, (best,) in zip(translator.translate(inputs), one_best.translate(inputs),
+                               strict=True):
+        assert_same_translations(n_best[:1], [best])
 
 
 def test_translate_ids_greedy_path_matches_greedy_search(trained_checkpoint, copy_sentences):
@@ -129,7 +156,8 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_bf16_decoding_agrees_with_fp32(trained_checkpoint, copy_sentences, beam_size):
-    """precision=bf16 (autocast) runs on the CPU, keeps count and order, and mostly agrees."""
+    """precision=bf16 (autocast) runs on the CPU, keeps count and order, and mostly agrees
+    with fp32 (on sentences like the training data, where the model's margins are wide)."""
     inputs = copy_sentences(30, seed=321)
     inputs[7:7] = ["", "moon"]  # an empty line and a one-word line inside the batch
     fp32 = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size)
@@ -144,9 +172,7 @@ def test_bf16_decoding_agrees_with_fp32(trained_checkpoint, copy_sentences, beam
     differences = [abs(results[i][0].score - reference[i][0].score) for i in same]
     assert 0 < max(differences) < 0.5, differences
     assert got[7] == "" and results[7] == [Translation("", 0.0, [], [], None)]
-    assert got[8] == "moon"
-    # In input order: the copy model's output is (mostly) its own input.
-    assert sum(g == i for g, i in zip(got, inputs, strict=True)) >= 25, got
+    # In input order, and mostly what fp32 gives.
     assert sum(g == e for g, e in zip(got, expected, strict=True)) >= 27, (got, expected)
     for n_best in results[9:]:
         best = n_best[0]
