@@ -1,5 +1,10 @@
 """translate.py, evaluate.py and seq2seq-average, run as the user runs them (and serve.py and
-seq2seq-tune-decoding, where a bad option must be refused before torch loads)."""
+seq2seq-tune-decoding, where a bad option must be refused before torch loads).
+
+What the tools print is compared with what the Translator API gives for the same checkpoint
+and options: the copy model trains a little differently on each CPU kind, so no test expects
+a particular translation of it (evaluate's BLEU on sentences like its training data aside).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.cli.translate import format_translations
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +51,13 @@ def workdir(tmp_path, trained_checkpoint) -> Path:
     return tmp_path
 
 
+def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) -> list[str]:
+    """translate.py's output lines for ``lines``, made with the Translator API."""
+    translator = Translator.from_checkpoint(checkpoint, nbest=nbest, **options)
+    return [line for n_best in translator.translate(lines, return_attention=False)
+            for line in format_translations(n_best, nbest=nbest)]
+
+
 def assert_no_hydra_folders(directory: Path) -> None:
     assert not (directory / "outputs").exists()
     assert not list(directory.rglob(".hydra"))
@@ -64,10 +77,9 @@ def test_translate_stdin_keeps_lines_in_order(run_tool, workdir):
     output = result.stdout.split("\n")
     assert output[-1] == "" and len(output) == len(lines) + 1  # N lines, each newline-ended
     output = output[:-1]
-    assert output[0] == "red cat" and output[2] == "one two big house"
-    assert output[4] == "blue bird sun" and output[6] == "moon"
     assert output[1] == output[5] == ""
-    assert output[3].startswith("small tree")
+    # In order, each the API's translation (the long line cut as the API cuts it).
+    assert output == api_lines(workdir / "run/checkpoints/best.pt", lines, beam_size=3)
     assert "has 300 pieces: translating only its first 250" in result.stderr
     assert sorted(p.name for p in workdir.iterdir()) == before
     assert_no_hydra_folders(workdir)
@@ -91,10 +103,11 @@ def test_translate_nbest_text_files_and_attention_plots(run_tool, workdir):
     assert result.stdout == ""
     lines = (workdir / "out" / "translations.txt").read_text("utf-8").splitlines()
     assert len(lines) == 6  # nbest lines per input line
-    scores, texts = zip(*(line.split("\t") for line in lines), strict=True)
-    assert texts[0] == "green dog" and float(scores[0]) >= float(scores[1])
+    scores = [float(line.split("\t")[0]) for line in lines]
+    assert scores[0] >= scores[1] and scores[4] >= scores[5]
     assert lines[2:4] == ["0.0000\t", "-inf\t"]  # the empty line
-    assert texts[4] == "fish"
+    assert lines == api_lines(workdir / "run/checkpoints/best.pt", ["green dog", "", "fish"],
+                              beam_size=3, nbest=2)
     assert sorted(p.name for p in (workdir / "plots").iterdir()) == [
         "line000001.png",
         "line000003.png",
@@ -106,7 +119,8 @@ def test_translate_nbest_text_files_and_attention_plots(run_tool, workdir):
         cwd=workdir,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 1 and result.stdout.strip()
+    assert result.stdout.splitlines() == api_lines(workdir / "run/checkpoints/best.pt",
+                                                   ["red, blue car"])
     assert_no_hydra_folders(workdir)
 
 
@@ -202,7 +216,9 @@ def test_evaluate_bleu_equals_the_sacrebleu_command(run_tool, workdir):
     assert f"BLEU = {summary['bleu']:.2f}" in result.stdout
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in result.stdout
     assert "chrF2 = " in result.stdout and "generation" in result.stdout
-    assert summary["bleu"] > 50  # the copy model translates
+    # The copy model copies ~99% of test sentences (like its training data) on any CPU kind:
+    # BLEU well above 50 makes the comparison with sacrebleu below mean something.
+    assert summary["bleu"] > 50
 
     sacrebleu = Path(sys.executable).with_name("sacrebleu")
     command = [str(sacrebleu), "corpus/test.tgt", "-i", str(hyp), "-b"]
@@ -280,12 +296,17 @@ def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, tra
 
     averaged = load_checkpoint(output)
     assert "optimizer" not in averaged and averaged["averaged_from"] == [str(first), str(second)]
-    for name, tensor in load_checkpoint(first)["model"].items():
-        expected = (tensor + payload["model"][name]) / 2
-        torch.testing.assert_close(averaged["model"][name], expected)
+    expected = {name: (tensor + payload["model"][name]) / 2
+                for name, tensor in load_checkpoint(first)["model"].items()}
+    for name, tensor in expected.items():
+        torch.testing.assert_close(averaged["model"][name], tensor)
+    # It loads as a checkpoint and translates as the first model's network with those weights.
+    model, tokenizers, _ = model_from_checkpoint(load_checkpoint(first))
+    model.load_state_dict(expected)
     inputs = copy_sentences(10, seed=11)
     translated = Translator.from_checkpoint(output, beam_size=2).translate(inputs)
-    assert sum(n_best[0].text == text for n_best, text in zip(translated, inputs, strict=True)) >= 7
+    want = Translator(model, tokenizers, device="cpu", beam_size=2).translate(inputs)
+    assert [n[0].text for n in translated] == [n[0].text for n in want]
 
 
 def test_average_refuses_mismatched_shapes(run_tool, tmp_path, trained_checkpoint, make_checkpoint):
