@@ -1,7 +1,10 @@
 """The translation API (seq2seq.serving): answers, errors, dynamic batching, graceful shutdown.
 
 The API tests run the app in-process through FastAPI's test client; the shutdown test runs
-``serve.py`` as a real uvicorn process on 127.0.0.1.
+``serve.py`` as a real uvicorn process on 127.0.0.1. The server's answers are compared with
+the Translator's and translate.py's for the same checkpoint, never with strings a trained model
+is expected to produce. No test depends on how fast a thread runs: where a test needs the
+worker busy, events hold it; every wait is bounded only to fail on a hang.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("fastapi", reason="serving needs `pip install .[serve]` (FastAPI)")
 pytest.importorskip("httpx", reason="FastAPI's test client needs httpx")
@@ -31,6 +36,7 @@ from seq2seq.serving.models import load_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog"]
+HANG = 30  # seconds: a bounded wait fails only when something hangs
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +53,19 @@ def client(translator):
 
 def translate(client, text, **options):
     return client.post("/v1/translate", json={"text": text, **options})
+
+
+def best_text(translator: Translator, line: str) -> str:
+    """What the Translator itself gives for ``line`` (its own beam size)."""
+    return translator.translate([line])[0][0].text
+
+
+def wait_until(condition, what: str) -> None:
+    """Polls ``condition`` until it holds; fails only after ``HANG`` seconds (a hang)."""
+    deadline = time.monotonic() + HANG
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {HANG} s"
+        time.sleep(0.01)
 
 
 def test_translations_equal_translate_py(client, trained_checkpoint, tmp_path, run_python):
@@ -67,23 +86,27 @@ def test_translations_equal_translate_py(client, trained_checkpoint, tmp_path, r
         assert got == [tuple(pair) for pair in expected[2 * index : 2 * index + len(got)]]
         assert (entry["text"], entry["score"]) == (entry["hypotheses"][0]["text"],
                                                    entry["hypotheses"][0]["score"])
-    assert body["translations"][0]["text"] == "red cat"
     # The server's defaults (beam 3, nbest 1) give translate.py's best lines.
     default = translate(client, LINES).json()
     assert default["nbest"] == 1
     assert [t["text"] for t in default["translations"]] == [e[1] for e in expected[::2]]
 
 
-def test_attention_pieces_and_weights(client):
+def test_attention_pieces_and_weights(client, translator):
     body = translate(client, ["green dog", ""], attention=True).json()
     first, empty = body["translations"]
     best = first["hypotheses"][0]
-    assert first["source_pieces"] == ["▁green", "▁dog"]
-    assert best["target_pieces"] == ["▁green", "▁dog"]
+    (expected,) = translator.translate(["green dog"], return_attention=True)[0]
+    assert first["source_pieces"] == expected.source_pieces == ["▁green", "▁dog"]
+    assert best["target_pieces"] == expected.target_pieces
+    assert best["text"] == expected.text
     weights = best["attention"]
     assert len(weights) == len(best["target_pieces"]) + 1
     assert all(len(row) == len(first["source_pieces"]) + 1 for row in weights)
     assert all(abs(sum(row) - 1) < 1e-2 for row in weights)
+    # The Translator's weights, rounded to 4 decimals for JSON.
+    torch.testing.assert_close(torch.tensor(weights), expected.attention.float(), atol=1e-4,
+                               rtol=0)
     assert empty["text"] == "" and empty["source_pieces"] == []
     assert empty["hypotheses"][0]["attention"] is None
     without = translate(client, ["green dog"]).json()["translations"][0]
@@ -113,11 +136,12 @@ def test_empty_inputs(client):
         ({}, 422),
     ],
 )
-def test_errors_are_json_and_harmless(client, payload, status):
+def test_errors_are_json_and_harmless(client, translator, payload, status):
     response = client.post("/v1/translate", json=payload)
     assert response.status_code == status, response.text
     assert isinstance(response.json()["error"], str) and response.json()["error"]
-    assert translate(client, ["red cat"]).json()["translations"][0]["text"] == "red cat"
+    after = translate(client, ["red cat"]).json()["translations"][0]["text"]
+    assert after == best_text(translator, "red cat")  # the server still answers as before
 
 
 def test_malformed_json_and_oversized_body(client):
@@ -151,64 +175,96 @@ def test_load_model_reads_the_checkpoint(trained_checkpoint):
     assert served.translator.beam_size == 2
 
 
+class GatedTranslator(Translator):
+    """A Translator whose decodes wait until the test opens ``gate``; ``decoding`` tells the
+    test that the batcher's worker has entered one. (The batcher's per-option copies share
+    both events.)"""
+
+    def __init__(self, *args, **options) -> None:
+        super().__init__(*args, **options)
+        self.decoding = threading.Event()
+        self.gate = threading.Event()
+
+    def translate(self, sentences, **options):
+        self.decoding.set()
+        assert self.gate.wait(HANG), "the test never opened the gate"
+        return super().translate(sentences, **options)
+
+
 def test_concurrent_requests_share_batches_and_get_their_own_answers(translator, copy_sentences):
     inputs = [[s] for s in copy_sentences(40, seed=7)] + [copy_sentences(3, seed=8)]
     options = [{"beam_size": 1 + i % 3, "attention": i % 2 == 0} for i in range(len(inputs))]
+    alone = {beam_size: Translator(translator.model, translator.tokenizers, device="cpu",
+                                   beam_size=beam_size) for beam_size in (1, 2, 3)}
     expected = [
-        [n[0].text for n in Translator.translate(translator, text, return_attention=False)]
-        for text in inputs
+        [n[0].text for n in alone[option["beam_size"]].translate(text, return_attention=False)]
+        for text, option in zip(inputs, options, strict=True)
     ]  # the same as each request alone: a translation does not depend on its batch
-    app = create_app({"copy": translator}, window_ms=50)
-    with TestClient(app) as client, ThreadPoolExecutor(16) as pool:
-        futures = [pool.submit(translate, client, text, **option)
-                   for text, option in zip(inputs, options, strict=True)]
-        responses = [future.result() for future in futures]
+    gated = GatedTranslator(translator.model, translator.tokenizers, device="cpu",
+                            beam_size=translator.beam_size)
+    app = create_app({"copy": gated})
+    # One client thread per request: every request is waiting in the batcher at once.
+    with TestClient(app) as client, ThreadPoolExecutor(len(inputs)) as pool:
         batcher = app.state.batchers["copy"]
-        assert batcher.largest_round > 1 and batcher.rounds < len(inputs)
+        first = pool.submit(translate, client, inputs[0], **options[0])
+        assert gated.decoding.wait(HANG)  # the worker holds the first request's round...
+        rest = [pool.submit(translate, client, text, **option)
+                for text, option in zip(inputs[1:], options[1:], strict=True)]
+        wait_until(lambda: batcher._queue.qsize() == len(rest), "requests queued")
+        gated.gate.set()  # ...and the next round takes every request queued meanwhile
+        responses = [first.result(HANG), *(future.result(HANG) for future in rest)]
+    assert (batcher.rounds, batcher.largest_round) == (2, len(rest))
     for response, want in zip(responses, expected, strict=True):
         assert response.status_code == 200
         assert [t["text"] for t in response.json()["translations"]] == want
 
 
 class FakeTranslator:
-    """Upper-cases; sleeps on "slow", fails on "boom"."""
+    """Upper-cases; fails on "boom"; on "slow", tells the test through ``decoding_slow`` and
+    waits until it sets ``release``."""
 
     beam_size = nbest = 1
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.decoding_slow = threading.Event()
+        self.release = threading.Event()
 
     def translate(self, sentences, *, return_attention=False):
         self.calls.append(list(sentences))
         if "boom" in sentences:
             raise RuntimeError("boom")
         if "slow" in sentences:
-            time.sleep(0.3)
+            self.decoding_slow.set()
+            assert self.release.wait(HANG), "the test never released the slow decode"
         return [[type("T", (), {"text": s.upper()})()] for s in sentences]
 
 
 def test_batcher_survives_failures_and_cancelled_requests():
+    def submit(batcher, sentences):
+        return batcher.submit(sentences, beam_size=1, nbest=1, attention=False)
+
     async def scenario():
         fake = FakeTranslator()
         batcher = DynamicBatcher(fake, window_ms=1, name="fake")
-        slow = asyncio.ensure_future(batcher.submit(["slow"], beam_size=1, nbest=1,
-                                                    attention=False))
-        await asyncio.sleep(0.05)  # the worker is now decoding "slow"
-        gone = asyncio.ensure_future(batcher.submit(["gone"], beam_size=1, nbest=1,
-                                                    attention=False))
-        await asyncio.sleep(0.01)
-        gone.cancel()  # a client that disconnected
+        slow = asyncio.ensure_future(submit(batcher, ["slow"]))
+        assert await asyncio.to_thread(fake.decoding_slow.wait, HANG)  # the worker is busy
+        gone = asyncio.ensure_future(submit(batcher, ["gone"]))
+        boom = asyncio.ensure_future(submit(batcher, ["boom"]))
+        await asyncio.sleep(0)  # both tasks run up to their wait: their jobs are queued
+        assert not gone.done() and not boom.done()
+        gone.cancel()  # a client that disconnected while its job waited
+        fake.release.set()
         with pytest.raises(RuntimeError, match="boom"):
-            await batcher.submit(["boom"], beam_size=1, nbest=1, attention=False)
-        results = await asyncio.gather(
-            slow, *(batcher.submit([f"s{i}", "x"], beam_size=1, nbest=1, attention=False)
-                    for i in range(5)))
+            await asyncio.wait_for(boom, HANG)
+        results = await asyncio.wait_for(asyncio.gather(
+            slow, *(submit(batcher, [f"s{i}", "x"]) for i in range(5))), HANG)
         assert [r[0].text for r in results[0]] == ["SLOW"]
         assert [[n[0].text for n in r] for r in results[1:]] == [[f"S{i}", "X"] for i in range(5)]
-        assert ["gone"] not in fake.calls
-        started = time.perf_counter()
-        await batcher.submit(["lone"], beam_size=1, nbest=1, attention=False)
-        assert time.perf_counter() - started < 0.5
+        assert gone.cancelled() and ["gone"] not in fake.calls
+        # The worker lives on: a lone request is answered (the bound only catches a hang).
+        lone = await asyncio.wait_for(submit(batcher, ["lone"]), HANG)
+        assert [n[0].text for n in lone] == ["LONE"]
         await batcher.close()
         assert not batcher._thread.is_alive()
         with pytest.raises(BatcherClosed):
@@ -231,7 +287,7 @@ def test_batcher_lives_on_when_counting_pieces_fails():
         batcher = DynamicBatcher(fake, window_ms=1, name="fake")
         results = await asyncio.wait_for(asyncio.gather(
             *(batcher.submit([f"s{i}"], beam_size=1, nbest=1, attention=False)
-              for i in range(3))), timeout=10)
+              for i in range(3))), timeout=HANG)
         assert [r[0][0].text for r in results] == ["S0", "S1", "S2"]
         assert batcher._thread.is_alive()
         await batcher.close()
@@ -245,11 +301,45 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def post(url: str, payload: dict, timeout: float = 60) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.status, json.loads(response.read())
+class HeldRequest:
+    """A POST whose body is held back: the server has started it (and is waiting for the body)
+    once it answers ``100 Continue``, so it is in flight for as long as the test likes."""
+
+    def __init__(self, port: int, path: str, payload: dict) -> None:
+        self.body = json.dumps(payload).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=HANG)
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n"
+                "Expect: 100-continue\r\n\r\n")
+        self.sock.sendall(head.encode())
+        interim = self._read_until(b"\r\n\r\n")
+        assert interim.startswith(b"HTTP/1.1 100 "), interim
+
+    def _read_until(self, end: bytes) -> bytes:
+        data = b""
+        while end not in data:
+            chunk = self.sock.recv(4096)
+            assert chunk, f"the server closed the connection after {data!r}"
+            data += chunk
+        return data
+
+    def finish(self) -> tuple[int, dict]:
+        """Sends the body; returns the response's status and JSON (the server then closes)."""
+        with closing(self.sock):
+            self.sock.sendall(self.body)
+            response = b""
+            while chunk := self.sock.recv(65536):
+                response += chunk
+        head, _, body = response.partition(b"\r\n\r\n")
+        return int(head.split()[1]), json.loads(body)
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=HANG).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 @pytest.mark.slow
@@ -257,10 +347,9 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
                                                            run_python):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    # A long collection window keeps the request in flight while SIGTERM arrives.
     process = run_python.start(
         [ROOT / "serve.py", f"checkpoint={trained_checkpoint}", f"port={port}", "device=cpu",
-         "num_threads=1", "batching.window_ms=1500"], cwd=tmp_path, env=ENV,
+         "num_threads=1"], cwd=tmp_path, env=ENV,
     )
     try:
         deadline = time.monotonic() + 60
@@ -274,20 +363,15 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
                 pass
             assert time.monotonic() < deadline, "the server did not start in 60 s"
             time.sleep(0.2)
-        answer: dict = {}
-        thread = threading.Thread(
-            target=lambda: answer.update(result=post(f"{url}/v1/translate", {"text": ["red cat"]}))
-        )
-        thread.start()
-        time.sleep(0.5)  # the request waits in the batcher's window
+        in_flight = HeldRequest(port, "/v1/translate", {"text": ["red cat"]})
         process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        with pytest.raises(OSError):  # no new connections
-            post(f"{url}/v1/translate", {"text": ["moon"]}, timeout=2)
-        thread.join(30)
-        assert answer["result"][0] == 200
-        assert answer["result"][1]["translations"][0]["text"] == "red cat"
-        process.wait(timeout=30)
+        wait_until(lambda: refuses_connections(port), "new connections refused after SIGTERM")
+        assert process.poll() is None  # still running: it waits for the request in flight
+        status, body = in_flight.finish()
+        assert status == 200, body
+        expected = Translator.from_checkpoint(trained_checkpoint, beam_size=5)  # serve's default
+        assert body["translations"][0]["text"] == best_text(expected, "red cat")
+        process.wait(timeout=HANG)
         ended = process.result()
         assert ended.returncode == 0, ended.stderr
     finally:
