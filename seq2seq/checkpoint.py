@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,21 @@ import torch
 from seq2seq.atomic import atomic_write
 
 FORMAT_VERSION = 1
+# The encoder's RNN parameters as one bidirectional nn.GRU/LSTM named them, before #41 gave
+# each layer and direction its own module.
+_OLD_ENCODER_RNN_KEY = re.compile(r"encoder\.rnn\.(weight|bias)_(ih|hh)_l(\d+)(_reverse)?")
+
+
+def upgrade_model_keys(state: dict) -> dict:
+    """A model ``state_dict`` with the keys of earlier versions renamed to today's, in order."""
+    def new_key(key: str) -> str:
+        match = _OLD_ENCODER_RNN_KEY.fullmatch(key)
+        if match is None:
+            return key
+        kind, gate, layer, reverse = match.groups()
+        return f"encoder.layers.{layer}.{1 if reverse else 0}.{kind}_{gate}_l0"
+
+    return {new_key(key): value for key, value in state.items()}
 
 
 class CheckpointError(Exception):
@@ -75,6 +91,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"{path} has checkpoint format version {version}; this seq2seq reads version "
             f"{FORMAT_VERSION}"
         )
+    if isinstance(checkpoint["model"], dict):
+        checkpoint["model"] = upgrade_model_keys(checkpoint["model"])
     return checkpoint
 
 

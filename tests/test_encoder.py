@@ -48,7 +48,7 @@ def test_final_state_is_each_directions_last_step(rnn_type):
     src, lengths = padded_batch()
     with torch.no_grad():
         out = encoder(src, lengths)
-    hidden = encoder.rnn.hidden_size
+    hidden = encoder.output_size // 2
     last = (lengths - 1).tolist()
     forward_ends = torch.stack([out.memory[row, end, :hidden] for row, end in enumerate(last)])
     torch.testing.assert_close(out.final[:, :hidden], forward_ends)
@@ -68,3 +68,27 @@ def test_padding_gets_no_gradient_and_changes_nothing():
     torch.testing.assert_close(second.final, first.final)
     second.memory.sum().backward()
     assert torch.isfinite(encoder.embedding.weight.grad).all()
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_two_layer_bidirectional_encoder_is_torchs_bidirectional_rnn(rnn_type):
+    """The per-direction layers compute what one bidirectional nn.GRU/LSTM computes on each
+    unpadded sentence, with the same weights (the names its checkpoints used, upgraded)."""
+    from torch import nn
+
+    from seq2seq.checkpoint import upgrade_model_keys
+
+    encoder = make_encoder(rnn_type, 2, True).eval()
+    reference = getattr(nn, rnn_type.upper())(8, 6, num_layers=2, bidirectional=True,
+                                               batch_first=True)
+    old_keys = {f"encoder.rnn.{name}": value for name, value in reference.state_dict().items()}
+    upgraded = {key.removeprefix("encoder."): value
+                for key, value in upgrade_model_keys(old_keys).items()}
+    missing, unexpected = encoder.load_state_dict(upgraded, strict=False)
+    assert missing == ["embedding.weight"] and unexpected == []
+    src, lengths = padded_batch()
+    with torch.no_grad():
+        out = encoder(src, lengths)
+        for row, length in enumerate(lengths.tolist()):
+            expected = reference(encoder.embedding(src[row : row + 1, :length]))[0]
+            torch.testing.assert_close(out.memory[row, :length], expected[0], atol=1e-6, rtol=0)
