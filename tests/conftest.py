@@ -550,3 +550,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) -> list[str]:
+    """translate.py's output lines for ``lines``, made with the Translator API: tests compare
+    the command's output with it rather than with strings a trained model happens to give."""
+    from seq2seq.cli.translate import format_translations
+    from seq2seq.inference.translator import Translator
+
+    translator = Translator.from_checkpoint(checkpoint, nbest=nbest, **options)
+    return [line for n_best in translator.translate(lines, return_attention=False)
+            for line in format_translations(n_best, nbest=nbest)]

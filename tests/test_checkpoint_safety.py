@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import api_lines
 
 from seq2seq.checkpoint import (
     CheckpointError,
@@ -198,7 +199,7 @@ def test_checkpoint_naming_a_trusted_class_loads_and_translates(
 
 
 def test_translate_command_refuses_an_untrusted_class_and_accepts_a_trusted_one(
-    plugin_checkpoint, run_python
+    plugin_checkpoint, trained_checkpoint, run_python
 ):
     plugins = plugin_checkpoint.parent / "plugins"
     env = {**os.environ, "OMP_NUM_THREADS": "1",
@@ -218,5 +219,6 @@ def test_translate_command_refuses_an_untrusted_class_and_accepts_a_trusted_one(
 
     accepted = run(env={**env, "SEQ2SEQ_TRUSTED_TARGETS": f"{PLUGIN_MODULE}."})
     assert accepted.returncode == 0, accepted.stderr
-    assert accepted.stdout == "red cat\n"
+    # The plugin scorer is the additive one under another name, on the same weights.
+    assert accepted.stdout.splitlines() == api_lines(trained_checkpoint, ["red cat"], beam_size=2)
     assert (plugins / "imported").exists()

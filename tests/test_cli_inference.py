@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import api_lines
 
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-from seq2seq.cli.translate import format_translations
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,13 +49,6 @@ def workdir(tmp_path, trained_checkpoint) -> Path:
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     shutil.copy(checkpoint, tmp_path / "run" / "checkpoints" / "best.pt")
     return tmp_path
-
-
-def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) -> list[str]:
-    """translate.py's output lines for ``lines``, made with the Translator API."""
-    translator = Translator.from_checkpoint(checkpoint, nbest=nbest, **options)
-    return [line for n_best in translator.translate(lines, return_attention=False)
-            for line in format_translations(n_best, nbest=nbest)]
 
 
 def assert_no_hydra_folders(directory: Path) -> None:

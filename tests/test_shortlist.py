@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import api_lines
 
 from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
@@ -258,7 +259,8 @@ def test_build_shortlist_and_translate_cli(tmp_path, trained_checkpoint, capsys,
                "device=cpu"]
     result = run_python([*command, f"shortlist={output}"], env=ENV, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "green bird sun\n"
+    expected = api_lines(trained_checkpoint, ["green bird sun"], shortlist=Shortlist.load(output))
+    assert result.stdout.splitlines() == expected
     assert "restricted by shortlist" in result.stderr
     result = run_python([*command, f"shortlist={tmp_path / 'missing.pt'}"], env=ENV, cwd=tmp_path,
                         timeout=120)

@@ -136,6 +136,21 @@ def test_two_runs_with_the_same_seed_give_identical_checkpoints(tiny_train_confi
         assert torch.equal(tensor, models[1][key]), f"{key} differs between two seeded runs"
 
 
+@pytest.mark.slow
+def test_compiled_training_matches_eager(tiny_train_config, tmp_path):
+    """trainer.compile=true trains through torch.compile (inductor: a C++ compiler on CPUs);
+    without dropout its steps give the eager steps' weights, up to float rounding."""
+    overrides = {"trainer.max_steps": 3, "trainer.valid_every": 3, "model.dropout": 0.0,
+                 "trainer.valid.max_sentences": 4}
+    models = []
+    for compile_model in (False, True):
+        run_dir = tmp_path / f"compile={compile_model}"
+        train(tiny_train_config(**overrides, **{"trainer.compile": compile_model}), run_dir)
+        models.append(load_checkpoint(run_dir / "checkpoints" / "last.pt")["model"])
+    for key, tensor in models[0].items():
+        torch.testing.assert_close(models[1][key], tensor, atol=1e-4, rtol=1e-4, msg=key)
+
+
 def test_resume_with_another_model_shape_says_what_differs(tiny_train_config, tmp_path):
     run_dir = tmp_path / "run"
     train(tiny_train_config(**{"trainer.max_steps": 20}), run_dir)

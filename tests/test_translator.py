@@ -127,6 +127,11 @@ def test_invalid_options_are_clear_errors(translator):
         Translator(translator.model, translator.tokenizers, device="cpu", max_tokens=0)
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16"):
         Translator(translator.model, translator.tokenizers, device="cpu", precision="fp8")
+    with pytest.raises(ValueError, match="quantize must be one of none, int8"):
+        Translator(translator.model, translator.tokenizers, device="cpu", quantize="int4")
+    with pytest.raises(ValueError, match=r"quantize=int8 is not available.*ONNX Runtime") as info:
+        Translator(translator.model, translator.tokenizers, device="cpu", quantize="int8")
+    assert "\n" not in str(info.value)  # one line, as the command-line tools print it
 
 
 @pytest.mark.parametrize("bf16_units", [True, False])

@@ -51,16 +51,16 @@ QUANTIZE_MODES = ("none", "int8")
 def check_quantize_mode(mode: str) -> str:
     """``mode`` if this version decodes with it, else a one-line ValueError.
 
-    int8 decoding went through ``torch.ao.quantization``, which PyTorch deprecated for removal;
-    it returns through an ONNX Runtime export.
+    int8 decoding went through PyTorch's eager dynamic quantization, which PyTorch deprecated
+    for removal; it returns through an ONNX Runtime export.
     """
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
     if mode == "int8":
         raise ValueError(
-            "quantize=int8 is not available in this version: it used torch.ao.quantization, "
-            "which PyTorch deprecated; int8 decoding returns through ONNX Runtime export. "
-            "Use quantize=none"
+            "quantize=int8 is not available in this version: it used PyTorch's dynamic "
+            "quantization, which PyTorch deprecated; int8 decoding returns through ONNX Runtime "
+            "export. Use quantize=none"
         )
     return mode
 
