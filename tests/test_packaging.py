@@ -10,7 +10,6 @@ dependencies come from the running environment, and PYTHONPATH=SITE puts the whe
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,9 +33,11 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None):
 def wheel(tmp_path_factory) -> Path:
     """The wheel built from a copy of pyproject.toml, README.md, seq2seq/ and the top-level
     configs symlink into it."""
-    # find_spec, not importorskip: importing setuptools under pytest trips its distutils hack.
+    # Asked in a child process: even find_spec("pip") in this one makes setuptools' distutils
+    # shim stand down for the rest of the worker, and torch.compile's C++ builds then fail.
     for module in ("pip", "setuptools"):
-        if importlib.util.find_spec(module) is None:
+        found = run([sys.executable, "-c", f"import {module}"], cwd=ROOT)
+        if found.returncode != 0:
             pytest.skip(f"building the wheel offline needs {module} in this environment")
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md"):
