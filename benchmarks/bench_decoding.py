@@ -107,7 +107,8 @@ def format_table(results: Sequence[dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint file")
+    parser.add_argument("--checkpoint", required=True,
+                        help="a checkpoint file, or a folder written by seq2seq-export")
     parser.add_argument("--split", default="test", choices=["valid", "test"])
     parser.add_argument("--max-sentences", type=int, default=None, help="use the first N only")
     parser.add_argument("--beam-sizes", type=int, nargs="+", default=[1, 5])
@@ -128,13 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     bound_onednn_caches(kernels=None)  # as seq2seq-translate and seq2seq-evaluate do
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    from seq2seq.checkpoint import CheckpointError, load_checkpoint
+    from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
+    from seq2seq.inference.onnx_model import load_model_payload
 
     try:
         data_started = time.perf_counter()
-        config = load_checkpoint(args.checkpoint)["config"]
+        config = load_model_payload(args.checkpoint)["config"]
         src_path, ref_path = split_files(config, args.split)
         sources, references = read_parallel(src_path, ref_path)
         if args.max_sentences is not None:

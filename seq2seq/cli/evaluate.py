@@ -50,6 +50,7 @@ from seq2seq.cli.common import (
     check_options,
     checkpoint_paths,
     fail,
+    is_exported_folder,
     translator_options,
 )
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -61,13 +62,14 @@ MODULE_LOADED = time.perf_counter()
 
 
 def find_checkpoints(spec: str) -> list[Path]:
-    """Checkpoint files named by a file, a run folder or a glob, sorted, without duplicates.
+    """Checkpoint files named by a file, a run folder or a glob, sorted, without duplicates;
+    an exported folder (``seq2seq-export``) stands for itself.
 
     Raises:
         FileNotFoundError: when nothing matches (its message says what was looked for).
     """
     path = Path(spec).expanduser()
-    if path.is_file():
+    if path.is_file() or is_exported_folder(path):
         return [path]
     if path.is_dir():
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -107,12 +109,12 @@ def evaluate_checkpoint(
         started: ``time.perf_counter()`` value the startup time counts from (default: now).
     """
     started = time.perf_counter() if started is None else started
-    from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
+    from seq2seq.inference.onnx_model import load_model_payload
     from seq2seq.inference.translator import Translator
 
     members = path if isinstance(path, list) else [path]
-    payloads = [load_checkpoint(member) for member in members]
+    payloads = [load_model_payload(member) for member in members]
     checkpoint = payloads[0]
     translator = Translator.from_payloads(
         payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg)

@@ -36,7 +36,8 @@ class Ensemble(nn.Module):
     """Several models decoded as one; see the module docstring.
 
     Args:
-        models: the members, on one device, with the same vocabularies.
+        models: the members (PyTorch models or exported ones), on one device, with the same
+            vocabularies.
 
     Raises:
         ValueError: when ``models`` is empty.
@@ -46,7 +47,12 @@ class Ensemble(nn.Module):
         super().__init__()
         if not models:
             raise ValueError("an ensemble needs at least one model")
-        self.members = nn.ModuleList(models)
+        self.members = list(models)
+        # Registered, so eval() and parameters() reach the PyTorch members (an exported
+        # OnnxModel is no nn.Module: it has no parameters and is always in eval mode).
+        for number, model in enumerate(self.members):
+            if isinstance(model, nn.Module):
+                self.add_module(f"member{number}", model)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(model.encode(src, src_lengths) for model in self.members)

@@ -20,7 +20,9 @@ Decisions worth knowing:
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
 - The model decoded is the model trained: the searches call its ``encode``, ``init_state``
-  and ``decode_step`` (:class:`~seq2seq.inference.search.DecodingModel`).
+  and ``decode_step`` (:class:`~seq2seq.inference.search.DecodingModel`), whether it is the
+  PyTorch model of a checkpoint or the ONNX Runtime graphs of an exported folder
+  (:mod:`seq2seq.inference.onnx_model`, chosen by what ``from_checkpoint`` is given).
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
@@ -40,6 +42,7 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.inference.onnx_model import OnnxModel, load_model_payload, model_from_payload
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
@@ -49,20 +52,14 @@ QUANTIZE_MODES = ("none", "int8")
 
 
 def check_quantize_mode(mode: str) -> str:
-    """``mode`` if this version decodes with it, else a one-line ValueError.
-
-    int8 decoding went through PyTorch's eager dynamic quantization, which PyTorch deprecated
-    for removal; it returns through an ONNX Runtime export.
-    """
+    """``mode`` if it names a quantization mode, else a one-line ValueError."""
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
-    if mode == "int8":
-        raise ValueError(
-            "quantize=int8 is not available in this version: it used PyTorch's dynamic "
-            "quantization, which PyTorch deprecated; int8 decoding returns through ONNX Runtime "
-            "export. Use quantize=none"
-        )
     return mode
+
+
+def _members(model) -> list:
+    return list(model.members) if isinstance(model, Ensemble) else [model]
 
 
 class Translation(NamedTuple):
@@ -102,8 +99,9 @@ class Translator:
     """Translates sentences (or piece ids) with greedy or beam search.
 
     Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (or an
-            :class:`~seq2seq.inference.ensemble.Ensemble` of them), already on ``device``.
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
+            :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
+            or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
         tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
         device: where the model lives; source batches are moved there.
         beam_size: beams per sentence; 1 is greedy search.
@@ -118,14 +116,17 @@ class Translator:
             faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
             without them: a warning says so), or ``auto`` (bf16 where the device has them,
             else fp32; ``self.precision`` is the one chosen).
-        quantize: ``none`` (``int8`` is refused with a message, see :func:`check_quantize_mode`).
+        quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
+            model is refused with a message naming ``seq2seq-export``).
         shortlist: restrict each batch's output layer to its
             :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
-            a ``quantize`` mode other than ``none``, or a shortlist built for other vocabularies
-            (a :class:`~seq2seq.inference.shortlist.ShortlistError`).
+            ``quantize=int8`` for a model not exported in int8, a precision other than fp32 for
+            an exported model, or a shortlist built for other vocabularies (a
+            :class:`~seq2seq.inference.shortlist.ShortlistError`) or given with an exported
+            model.
     """
 
     def __init__(
@@ -155,8 +156,30 @@ class Translator:
             raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.tokenizers = tokenizers
         self.device = select_device(device)
-        self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.quantize = check_quantize_mode(quantize)
+        exported = [m for m in _members(model) if isinstance(m, OnnxModel)]
+        if exported:
+            # ONNX Runtime runs the graphs in the types they were exported with.
+            if precision not in ("fp32", "auto"):
+                raise ValueError(
+                    f"an exported model decodes in fp32 (or int8 when exported so), not "
+                    f"precision={precision}: give precision=fp32"
+                )
+            precision = "fp32"
+            if shortlist is not None:
+                raise ValueError(
+                    "a shortlist restricts a PyTorch model's output layer: it does not apply "
+                    "to an exported model; give shortlist=null"
+                )
+        if self.quantize == "int8" and not (
+            exported and all(m.quantize == "int8" for m in exported)
+            and len(exported) == len(_members(model))
+        ):
+            raise ValueError(
+                "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
+                "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
+            )
+        self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         self.parameter_count = (
             sum(p.numel() for p in model.parameters())
@@ -181,11 +204,12 @@ class Translator:
         device: str | torch.device = "cpu",
         **options,
     ) -> Translator:
-        """Load a checkpoint safely (weights only) and wrap its model.
+        """Load a checkpoint safely (weights only), or an exported folder, and wrap its model.
 
         Args:
-            path: a checkpoint file, or a list of files to decode as an ensemble
-                (:mod:`seq2seq.inference.ensemble`; a list of one is that one model).
+            path: a checkpoint file or an exported folder (``seq2seq-export``), or a list of
+                them to decode as an ensemble (:mod:`seq2seq.inference.ensemble`; a list of one
+                is that one model).
             device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
             **options: any keyword argument of :class:`Translator`, e.g. ``beam_size=1``.
 
@@ -193,19 +217,19 @@ class Translator:
             CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
             ValueError: when the checkpoints of an ensemble differ in their vocabularies.
         """
-        from seq2seq.checkpoint import load_checkpoint
-
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         return cls.from_payloads(
-            [load_checkpoint(p) for p in paths], device, names=[str(p) for p in paths], **options
+            [load_model_payload(p) for p in paths], device, names=[str(p) for p in paths],
+            **options,
         )
 
     @classmethod
     def from_payload(
         cls, checkpoint: dict, device: str | torch.device = "cpu", **options
     ) -> Translator:
-        """Wrap the model of a checkpoint already read with
-        :func:`~seq2seq.checkpoint.load_checkpoint` (for callers that also need its config).
+        """Wrap the model of a checkpoint or exported folder already read with
+        :func:`~seq2seq.inference.onnx_model.load_model_payload` (for callers that also need
+        its config).
 
         Raises:
             CheckpointError: when the checkpoint's config or weights do not make a model.
@@ -224,7 +248,8 @@ class Translator:
         """Wrap one checkpoint's model, or several as an :class:`Ensemble`.
 
         Args:
-            checkpoints: checkpoints read with :func:`~seq2seq.checkpoint.load_checkpoint`.
+            checkpoints: checkpoints or exported folders read with
+                :func:`~seq2seq.inference.onnx_model.load_model_payload`.
             device: where the models go.
             names: what to call each checkpoint in an error message (default: its number).
             **options: any keyword argument of :class:`Translator`.
@@ -233,15 +258,13 @@ class Translator:
             CheckpointError: when a checkpoint's config or weights do not make a model.
             ValueError: when there is no checkpoint, or the vocabularies of an ensemble differ.
         """
-        from seq2seq.checkpoint import model_from_checkpoint
-
         if not checkpoints:
             raise ValueError("no checkpoint given")
         device = select_device(device)
         names = list(names) if names is not None else [
             f"checkpoint {number + 1}" for number in range(len(checkpoints))
         ]
-        members = [model_from_checkpoint(checkpoint, device)[:2] for checkpoint in checkpoints]
+        members = [model_from_payload(payload, device) for payload in checkpoints]
         if len(members) == 1:
             model, tokenizers = members[0]
             return cls(model, tokenizers, device=device, **options)

@@ -83,6 +83,12 @@ class AdditiveEnergies(torch.autograd.Function):
 
 
 def additive_energies(query: Tensor, keys: Tensor, v_weight: Tensor) -> Tensor:
-    """:class:`AdditiveEnergies`, with autocast off inside: it computes in its inputs' dtype."""
+    """:class:`AdditiveEnergies`, with autocast off inside: it computes in its inputs' dtype.
+    Under ONNX export, ``v . tanh(q + k)`` written out (the exported graphs are checked
+    against this function)."""
+    if torch.onnx.is_in_onnx_export():
+        # The formula itself: a graph must leave the batch and lengths open, and the chunk
+        # loop would fix them at the traced sizes.
+        return (torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1)) * v_weight[0]).sum(-1)
     with torch.autocast(query.device.type, enabled=False):
         return AdditiveEnergies.apply(query, keys, v_weight)

@@ -52,11 +52,12 @@ def _scorer_of_module(model) -> str | None:
 def load_model(
     path: str | os.PathLike | list[str | os.PathLike], *, device: str = "cpu", **options
 ) -> ServedModel:
-    """Load a checkpoint (weights only) into a Translator and describe it.
+    """Load a checkpoint (weights only) or an exported folder into a Translator and describe it.
 
     Args:
-        path: a checkpoint file, or a list of files served as one ensemble (its scorer is the
-            members' scorers joined by ``+``, its parameters their sum; no training summary).
+        path: a checkpoint file or an exported folder, or a list of them served as one
+            ensemble (its scorer is the members' scorers joined by ``+``, its parameters their
+            sum; no training summary).
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
         **options: keyword arguments of :class:`~seq2seq.inference.translator.Translator`.
 
@@ -64,11 +65,11 @@ def load_model(
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
-    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.inference.onnx_model import load_model_payload, parameter_count
     from seq2seq.inference.translator import Translator
 
     paths = list(path) if isinstance(path, list | tuple) else [path]
-    checkpoints = [load_checkpoint(p) for p in paths]
+    checkpoints = [load_model_payload(p) for p in paths]
     translator = Translator.from_payloads(
         checkpoints, device, names=[str(p) for p in paths], **options
     )
@@ -89,6 +90,6 @@ def load_model(
         translator,
         scorer=scorer,
         # Counted from the checkpoints, so an ensemble counts every member.
-        parameters=sum(int(t.numel()) for c in checkpoints for t in c["model"].values()),
+        parameters=sum(parameter_count(c) for c in checkpoints),
         training=training,
     )

@@ -1,0 +1,74 @@
+"""``python export.py checkpoint=PATH output=DIR [overrides]`` / ``seq2seq-export``: export a
+checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`).
+
+    python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x
+    python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x-int8 quantize=int8
+    echo "Ein Hund läuft." | python translate.py checkpoint=exported/x-int8
+
+Options are documented in ``seq2seq/configs/export.yaml``. Exits with status 1 and a one-line
+``error: ...`` on a missing or unsafe checkpoint, a model part that cannot be exported (named),
+an existing output folder without ``overwrite=true`` or an invalid option.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.config_types import ConfigError, check_value
+
+log = logging.getLogger("seq2seq.export")
+OPTION_TYPES = {"checkpoint": str, "output": str, "quantize": str, "opset": int,
+                "overwrite": bool}
+
+
+def run(cfg: DictConfig) -> dict:
+    """Export as configured; returns the manifest written."""
+    for key in ("checkpoint", "output"):
+        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
+            fail(f"no {key} given: add {key}={'PATH' if key == 'checkpoint' else 'DIR'}")
+    for key, annotation in OPTION_TYPES.items():
+        try:
+            check_value(cfg[key], annotation, key)
+        except ConfigError as error:
+            fail(error)
+    if cfg.quantize not in ("none", "int8"):
+        fail(f"quantize must be none or int8, got {cfg.quantize!r}")
+    if not Path(cfg.checkpoint).is_file():
+        fail(f"checkpoint not found: {cfg.checkpoint}")
+    # torch loads from here on: a bad option or a mistyped path above is refused without it.
+    from seq2seq.checkpoint import CheckpointError
+
+    try:
+        from seq2seq.export.onnx_export import ExportError, export_checkpoint
+    except ImportError as error:
+        fail(f"exporting needs the export extra ({error.name} is missing): pip install '.[export]'")
+    started = time.perf_counter()
+    log.info("exporting %s to %s (quantize=%s, opset %d)", cfg.checkpoint, cfg.output,
+             cfg.quantize, cfg.opset)
+    try:
+        manifest = export_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
+                                     opset=cfg.opset, overwrite=cfg.overwrite)
+    except (CheckpointError, ExportError) as error:
+        fail(error)
+    except OSError as error:
+        fail(f"cannot write {cfg.output}: {error.strerror or error}")
+    size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
+    log.info("wrote %s (%.1f MB) in %.1fs; decode it with checkpoint=%s", cfg.output,
+             size / 1e6, time.perf_counter() - started, cfg.output)
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
+def main(cfg: DictConfig) -> None:
+    """Entry point; see the module docstring."""
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

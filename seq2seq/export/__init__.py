@@ -1,0 +1,1 @@
+"""Export: a trained model as a folder an inference runtime decodes (ONNX Runtime)."""

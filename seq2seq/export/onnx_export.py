@@ -1,0 +1,449 @@
+"""Export a trained model to a folder that ONNX Runtime decodes: two graphs and a manifest.
+
+The model is traced as it decodes (``torch.onnx.export``, the ``torch.export``-based exporter):
+
+- the **encoder graph** is ``encode`` followed by ``init_state``:
+  ``src (B, S), src_lengths (B,) -> memory, mask, keys, *initial state``;
+- the **decoder-step graph** is one ``decode_step``:
+  ``prev_tokens (N,), memory, mask, keys, *state -> logits (N, V), weights (N, S), *new state``.
+
+Every size a batch changes (sentences, beams, source length) stays open in both graphs. The
+folder's layout and manifest are described in :mod:`seq2seq.inference.onnx_model`, which
+decodes it. Before the folder is published, its fp32 graphs are run at sizes other than the
+traced ones and compared with the PyTorch model: a model that does not export faithfully (a
+user's scorer whose Python code fixes a size, say) is refused, not written. ``quantize=int8``
+then quantizes the weights of the graphs' matrix products with ONNX Runtime's dynamic
+quantization (``onnxruntime.quantization.quantize_dynamic``).
+
+The folder appears whole or not at all: it is written beside its destination and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+import seq2seq
+from seq2seq.atomic import default_permissions, fsync_directory
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.inference.onnx_model import (
+    ENCODED_NAMES,
+    ENCODER_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    STEP_FILE,
+    OnnxModel,
+)
+from seq2seq.models.seq2seq import EncodedSource
+
+DEFAULT_OPSET = 20
+# Sizes of the example batch the graphs are traced with, and of the batch they are checked
+# with: different from each other and from any size a model is likely to have, so that no
+# open size is mistaken for a fixed one.
+TRACE_SENTENCES, TRACE_ROWS, TRACE_LENGTH = 3, 7, 11
+CHECK_SENTENCES, CHECK_ROWS, CHECK_LENGTH = 5, 13, 9
+CHECK_STEPS = 4
+# fp32 graphs must give the PyTorch model's logits to this tolerance, relative to their size.
+RELATIVE_TOLERANCE = 1e-4
+
+
+class ExportError(Exception):
+    """A model that cannot be exported, or an export that cannot be written; one line."""
+
+
+class EncoderGraph(nn.Module):
+    """``encode`` and ``init_state`` as one graph (the step graph then needs no final state)."""
+
+    def __init__(self, model: nn.Module, state_names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.state_names = state_names
+
+    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, ...]:
+        encoded = self.model.encode(src, src_lengths)
+        state = self.model.init_state(encoded)
+        return (encoded.memory, encoded.mask, encoded.keys,
+                *(state[name] for name in self.state_names))
+
+
+class StepGraph(nn.Module):
+    """One ``decode_step`` with the encoded source and the state as explicit tensors."""
+
+    def __init__(self, model: nn.Module, state_names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.state_names = state_names
+
+    def forward(self, prev_tokens: Tensor, memory: Tensor, mask: Tensor, keys: Tensor,
+                *state: Tensor) -> tuple[Tensor, ...]:
+        # A step never reads the encoder's final state: init_state is in the encoder graph.
+        encoded = EncodedSource(memory=memory, mask=mask, final=None, keys=keys)
+        logits, weights, new_state = self.model.decode_step(
+            prev_tokens, dict(zip(self.state_names, state, strict=True)), encoded
+        )
+        return (logits, weights, *(new_state[name] for name in self.state_names))
+
+
+def example_sources(sentences: int, length: int, vocab_size: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Random padded sources ending in EOS, the first one of the full ``length``.
+
+    Shape:
+        - output: src (sentences, length), src_lengths (sentences,)
+    """
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, length + 1, (sentences,), generator=generator)
+    lengths[0] = length
+    src = torch.full((sentences, length), PAD_ID, dtype=torch.long)
+    for row, size in enumerate(lengths.tolist()):
+        src[row, : size - 1] = torch.randint(4, max(vocab_size, 5), (size - 1,), generator=generator)
+        src[row, size - 1] = EOS_ID
+    return src, lengths
+
+
+def _step_inputs(model: nn.Module, src: Tensor, lengths: Tensor, rows: int, seed: int):
+    """The step's inputs for ``rows`` decoder rows over the sentences of ``src`` (as beams)."""
+    with torch.no_grad():
+        encoded = model.encode(src, lengths)
+        state = model.init_state(encoded)
+    beams = torch.arange(rows) % src.size(0)  # (rows,) each row's sentence
+    encoded = encoded.index_select(beams)
+    state = {name: value.index_select(0, beams) for name, value in state.items()}
+    generator = torch.Generator().manual_seed(seed)
+    vocab_size = model.generator.out_features
+    prev_tokens = torch.randint(4, max(vocab_size, 5), (rows,), generator=generator)
+    prev_tokens[0] = BOS_ID
+    return prev_tokens, encoded, state
+
+
+def length_axes(model: nn.Module, vocab_size: int) -> list[int]:
+    """For memory, mask and keys, the axis that has the source length (the scorer decides the
+    keys' layout: (B, S, *) for most, (B, H, S, *) for a multi-head one)."""
+    shapes = []
+    for length in (TRACE_LENGTH, CHECK_LENGTH):
+        src, lengths = example_sources(TRACE_SENTENCES, length, vocab_size, seed=0)
+        with torch.no_grad():
+            encoded = model.encode(src, lengths)
+        shapes.append([t.shape for t in (encoded.memory, encoded.mask, encoded.keys)])
+    axes = []
+    for name, first, second in zip(ENCODED_NAMES, *shapes, strict=True):
+        changed = [axis for axis, (a, b) in enumerate(zip(first, second, strict=True)) if a != b]
+        if len(changed) != 1:
+            raise ExportError(f"the encoded source's {name} has shape {tuple(first)} for "
+                              f"{TRACE_LENGTH} source positions: no single axis follows the "
+                              "source length")
+        axes.append(changed[0])
+    return axes
+
+
+@contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporter's own notes (its optimizer's INFO lines, its deprecation warnings) are
+    about its internals, not the user's model: errors still come through as exceptions."""
+    loggers = [logging.getLogger(name) for name in ("onnxscript", "onnx_ir", "torch.onnx")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _export(module: nn.Module, args: tuple, path: Path, *, dynamic: tuple,
+            input_names: list[str], output_names: list[str], opset: int, what: str) -> None:
+    # torch 2.13's exporter swaps the RNN operators' kernels for its own while it traces and
+    # back, without clearing their dispatch caches: a later export in the process (after a
+    # failed one, or several) would then trace the RNNs for the example's source length.
+    for rnn in (torch.ops.aten.gru.input, torch.ops.aten.lstm.input):
+        rnn._dispatch_cache.clear()
+    try:
+        with _quiet_exporter():
+            torch.onnx.export(
+                module, args, str(path), input_names=input_names, output_names=output_names,
+                opset_version=opset, dynamo=True, external_data=False, verbose=False,
+                dynamic_shapes=dynamic,
+            )
+    except Exception as error:  # the exporter raises many types; the reason is in the text
+        raise ExportError(f"cannot export the {what}: {_reason(error)}") from None
+
+
+def _reason(error: BaseException) -> str:
+    """The line of an exporter's message that names what failed."""
+    text = str(error)
+    operation = re.search(r"No ONNX function found for <OpOverload\(op='([^']+)'", text)
+    if operation:
+        return f"the operation {operation.group(1)} has no ONNX translation"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "## Exception summary" in lines[:-1]:  # torch.onnx's report: the cause follows
+        cause = lines[lines.index("## Exception summary") + 1]
+        return re.sub(r"^<class '[^']*'>: ", "", cause)[:300]
+    for marker in ("Unsupported", "unsupported", "not supported", "Could not", "Cannot",
+                   "cannot", "Failed"):
+        for line in lines:
+            if marker in line:
+                return line[:300]
+    return lines[0][:300] if lines else type(error).__name__
+
+
+def _max_relative_difference(got: np.ndarray, want: Tensor) -> float:
+    want_array = want.detach().float().numpy()
+    if want_array.size == 0:
+        return 0.0
+    difference = np.abs(got.astype(np.float64) - want_array.astype(np.float64)).max()
+    return float(difference / (1.0 + np.abs(want_array).max()))
+
+
+def check_against_model(model: nn.Module, folder: Path, manifest: dict[str, Any]) -> float:
+    """Decode a batch unlike the traced one with the folder's graphs and with ``model``; the
+    largest relative difference of their outputs.
+
+    Raises:
+        ExportError: when the graphs do not run on that batch, or differ beyond
+            :data:`RELATIVE_TOLERANCE` (they were traced for fixed sizes or other values).
+    """
+    vocab_size = manifest["vocabulary"]["source_size"]
+    src, lengths = example_sources(CHECK_SENTENCES, CHECK_LENGTH, vocab_size, seed=2)
+    prev_tokens, encoded, state = _step_inputs(model, src, lengths, CHECK_ROWS, seed=3)
+    exported = OnnxModel(folder, manifest, num_threads=1)
+    worst = 0.0
+    try:
+        with torch.no_grad():
+            got = exported.encode(src, lengths)
+            want = model.encode(src, lengths)
+            worst = max(worst, *(_max_relative_difference(g.numpy(), w) for g, w in
+                                 zip((got.memory, got.mask, got.keys),
+                                     (want.memory, want.mask, want.keys), strict=True)))
+            got_encoded = got.index_select(torch.arange(CHECK_ROWS) % CHECK_SENTENCES)
+            got_state = exported.init_state(got_encoded)
+            for _ in range(CHECK_STEPS):
+                logits, weights, state = model.decode_step(prev_tokens, state, encoded)
+                got_logits, got_weights, got_state = exported.decode_step(
+                    prev_tokens, got_state, got_encoded
+                )
+                worst = max(worst, _max_relative_difference(got_logits.numpy(), logits),
+                            _max_relative_difference(got_weights.numpy(), weights))
+                prev_tokens = logits.argmax(dim=-1)
+    except Exception as error:  # onnxruntime's own error types
+        raise ExportError(
+            f"the exported graphs do not run on a batch of other sizes than the traced one "
+            f"({_reason(error)}): a part of the model fixes a size while tracing"
+        ) from None
+    if not worst <= RELATIVE_TOLERANCE:
+        raise ExportError(
+            f"the exported graphs differ from the model by {worst:.2g} (relative) on a batch of "
+            "other sizes than the traced one: a part of the model (e.g. Python code that "
+            "reads a tensor's size or values) was traced for the example batch only"
+        )
+    return worst
+
+
+def _open_declared_sizes(path: Path, observed: dict[str, list[tuple[int, ...]]]) -> None:
+    """Declare open the output sizes that ran at other values than the graph states (some
+    exporter translations record the traced size of an output that is open)."""
+    import onnx
+
+    graph_model = onnx.load(str(path))
+    changed = False
+    for output in graph_model.graph.output:
+        shapes = observed.get(output.name, [])
+        for axis, dim in enumerate(output.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and any(s[axis] != dim.dim_value for s in shapes):
+                dim.dim_param = f"{output.name}_{axis}"
+                changed = True
+    if changed:
+        onnx.save(graph_model, str(path))
+
+
+def _observed_shapes(folder: Path, manifest: dict[str, Any], vocab_size: int):
+    """Output shapes of both graphs at the traced and at the checking sizes."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    shapes: dict[str, dict[str, list[tuple[int, ...]]]] = {ENCODER_FILE: {}, STEP_FILE: {}}
+    for sentences, length, rows in ((TRACE_SENTENCES, TRACE_LENGTH, TRACE_ROWS),
+                                    (CHECK_SENTENCES, CHECK_LENGTH, CHECK_ROWS)):
+        src, lengths = example_sources(sentences, length, vocab_size, seed=4)
+        encoder = onnxruntime.InferenceSession(str(folder / ENCODER_FILE), options,
+                                               providers=["CPUExecutionProvider"])
+        outputs = encoder.run(None, {"src": src.numpy(), "src_lengths": lengths.numpy()})
+        for output, array in zip(encoder.get_outputs(), outputs, strict=True):
+            shapes[ENCODER_FILE].setdefault(output.name, []).append(array.shape)
+        beams = (np.arange(rows) % sentences)
+        step = onnxruntime.InferenceSession(str(folder / STEP_FILE), options,
+                                            providers=["CPUExecutionProvider"])
+        feeds = [np.full(rows, BOS_ID, dtype=np.int64), *(a[beams] for a in outputs)]
+        names = [i.name for i in step.get_inputs()]
+        for output, array in zip(step.get_outputs(), step.run(None, dict(zip(names, feeds, strict=True))),
+                                 strict=True):
+            shapes[STEP_FILE].setdefault(output.name, []).append(array.shape)
+    return shapes
+
+
+def quantize_graphs(folder: Path) -> None:
+    """Replace both graphs by their int8 versions: weights of matrix products in int8,
+    activations quantized on the fly (ONNX Runtime's dynamic quantization)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    for name in (ENCODER_FILE, STEP_FILE):
+        path = folder / name
+        quantized = folder / f"{name}.int8"
+        quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul", "Gemm"])
+        quantized.replace(path)
+
+
+def export_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: str = "none",
+                      opset: int = DEFAULT_OPSET, overwrite: bool = False) -> dict[str, Any]:
+    """Export a checkpoint file to the folder ``output``; returns the manifest written.
+
+    Raises:
+        CheckpointError: on a missing, corrupted or unsafe checkpoint.
+        ExportError: see :func:`export_model`.
+    """
+    check_export_options(output, quantize=quantize, overwrite=overwrite)
+    payload = load_checkpoint(checkpoint)
+    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
+    return export_model(model, tokenizers, config, output, quantize=quantize, opset=opset,
+                        overwrite=overwrite, trainer_state=payload.get("trainer_state"),
+                        source=str(checkpoint))
+
+
+def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
+    """Refuse an unknown ``quantize`` or an existing ``output`` (without ``overwrite``) before
+    any work is done.
+
+    Raises:
+        ExportError: naming the option.
+    """
+    if quantize not in ("none", "int8"):
+        raise ExportError(f"quantize must be none or int8, got {quantize!r}")
+    if Path(output).exists() and not overwrite:
+        raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
+                          "another output")
+
+
+def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
+                 quantize: str = "none", opset: int = DEFAULT_OPSET, overwrite: bool = False,
+                 trainer_state: dict[str, Any] | None = None,
+                 source: str | None = None) -> dict[str, Any]:
+    """Export ``model`` (with the tokenizers and run config it was trained with) to the folder
+    ``output``; returns the manifest written.
+
+    Args:
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (any encoder, decoder and scorer
+            whose operations ONNX has), on the CPU.
+        tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
+        config: the run config (the manifest keeps it, for the data splits and the page).
+        output: the folder to write (it must not exist, unless ``overwrite``).
+        quantize: ``none`` (fp32 graphs) or ``int8``.
+        opset: the ONNX opset of the graphs.
+        overwrite: replace an existing ``output`` folder.
+        trainer_state: the trainer's summary, kept in the manifest.
+        source: what the model was read from, kept in the manifest.
+
+    Raises:
+        ExportError: when a part of the model cannot be exported (its reason names the
+            operation), the graphs do not reproduce the model, or an option is invalid.
+        OSError: when the folder cannot be written.
+    """
+    check_export_options(output, quantize=quantize, overwrite=overwrite)
+    started = time.perf_counter()
+    model = model.eval()
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        manifest = _write_folder(model, tokenizers, config, trainer_state, staging, opset=opset)
+        if quantize == "int8":
+            quantize_graphs(staging)
+        manifest["export"].update(quantize=quantize, source=source,
+                                  seconds=round(time.perf_counter() - started, 1))
+        # A checkpoint holds plain containers; anything else would be written as its repr.
+        text = json.dumps(manifest, indent=1, default=repr)
+        (staging / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
+        default_permissions(staging, directory=True)
+        if output.exists():
+            shutil.rmtree(output)
+        staging.rename(output)
+        fsync_directory(output.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
+                  trainer_state: dict[str, Any] | None, folder: Path, *,
+                  opset: int) -> dict[str, Any]:
+    """Write the graphs, the sentencepiece models and the manifest (fp32) into ``folder``."""
+    import onnx
+    import onnxruntime
+
+    src_vocab, tgt_vocab = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
+    src, lengths = example_sources(TRACE_SENTENCES, TRACE_LENGTH, src_vocab, seed=0)
+    prev_tokens, encoded, state = _step_inputs(model, src, lengths, TRACE_ROWS, seed=1)
+    state_names = tuple(state)
+    encoded_values = (encoded.memory, encoded.mask, encoded.keys)
+    # The open sizes: sentences (encoder) or decoder rows (step), and the source length.
+    sentences, rows = torch.export.Dim("sentences"), torch.export.Dim("rows")
+    length = torch.export.Dim("source_length")
+    encoded_dynamic = [{0: rows, axis: length} for axis in length_axes(model, src_vocab)]
+    with torch.no_grad():
+        _export(EncoderGraph(model, state_names).eval(), (src, lengths), folder / ENCODER_FILE,
+                dynamic=({0: sentences, 1: length}, {0: sentences}),
+                input_names=["src", "src_lengths"],
+                output_names=[*ENCODED_NAMES, *state_names], opset=opset, what="encoder")
+        _export(StepGraph(model, state_names).eval(),
+                (prev_tokens, *encoded_values, *state.values()), folder / STEP_FILE,
+                dynamic=({0: rows}, *encoded_dynamic, tuple({0: rows} for _ in state_names)),
+                input_names=["prev_tokens", *ENCODED_NAMES, *state_names],
+                output_names=["logits", "weights", *(f"new_{n}" for n in state_names)],
+                opset=opset, what="decoder step")
+
+    token_payload = tokenizers_to_payload(tokenizers)
+    files = {"src": "source.model"}
+    (folder / files["src"]).write_bytes(token_payload["src"].numpy().tobytes())
+    if not token_payload["joint"]:
+        files["tgt"] = "target.model"
+        (folder / files["tgt"]).write_bytes(token_payload["tgt"].numpy().tobytes())
+    kept = token_payload.get("tgt_kept_ids")
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "package_version": seq2seq.__version__,
+        "config": config,
+        "parameters": sum(int(p.numel()) for p in model.parameters()),
+        "trainer_state": trainer_state,
+        "vocabulary": {"source_size": src_vocab, "target_size": tgt_vocab, "pad_id": PAD_ID,
+                       "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
+        "tokenizers": {"joint": bool(token_payload["joint"]), "files": files,
+                       "tgt_kept_ids": kept.tolist() if kept is not None else None},
+        "graphs": {"encoder": ENCODER_FILE, "decoder_step": STEP_FILE, "state": list(state_names)},
+        "export": {"quantize": "none", "opset": opset, "torch_version": torch.__version__,
+                   "onnx_version": onnx.__version__,
+                   "onnxruntime_version": onnxruntime.__version__},
+    }
+    check_against_model(model, folder, manifest)
+    shapes = _observed_shapes(folder, manifest, src_vocab)
+    for name, observed in shapes.items():
+        _open_declared_sizes(folder / name, observed)
+    return manifest

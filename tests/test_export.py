@@ -1,0 +1,317 @@
+"""Export to ONNX and decoding with ONNX Runtime: the exported graphs decode as the model does.
+
+Every comparison is between implementations on fixed random weights (or the shared copy-task
+model): the searches over the exported graphs against the same searches over the PyTorch
+model, the server and the command-line tools on an exported folder against the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from filelock import FileLock
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+onnx = pytest.importorskip("onnx")
+
+from conftest import (  # noqa: E402
+    api_lines,
+    assert_same_hypotheses,
+    copy_tokenizers,
+    padded_random_sources,
+    random_luong_model,
+)
+
+from seq2seq.checkpoint import CheckpointError  # noqa: E402
+from seq2seq.export.onnx_export import ExportError, export_model  # noqa: E402
+from seq2seq.inference.ensemble import Ensemble  # noqa: E402
+from seq2seq.inference.onnx_model import (  # noqa: E402
+    ENCODER_FILE,
+    MANIFEST_NAME,
+    OnnxModel,
+    load_model_payload,
+    model_from_payload,
+)
+from seq2seq.inference.search import beam_search, greedy_search  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.models.attention import Scorer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 39  # the copy tokenizers' vocabulary: a folder carries them with the graphs
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog"]
+SEARCH = {"max_len_a": 1.0, "max_len_b": 5.0}
+
+# Each scorer once, each (encoder RNN, decoder) pair at least once, softmax and sparsemax,
+# one and two layers, one and two directions. The scorer's part of the step graph is the same
+# whichever decoder reads it, so the 42 products of the three would repeat these graphs.
+COMBINATIONS = {
+    "gru-luong-additive": dict(rnn_type="gru", decoder="luong", attention="additive"),
+    "lstm-bahdanau-dot": dict(rnn_type="lstm", decoder="bahdanau", attention="dot"),
+    "gru-luong_no_feed-multihead": dict(rnn_type="gru", decoder="luong", input_feeding=False,
+                                        attention="multihead", attention_options={"heads": 2}),
+    "lstm-luong-general-2layers": dict(rnn_type="lstm", decoder="luong", attention="general",
+                                       num_layers=2, encoder_layers=2),
+    "gru-bahdanau-scaled_dot": dict(rnn_type="gru", decoder="bahdanau", attention="scaled_dot",
+                                    attention_options={"project_keys": True}),
+    "lstm-luong_no_feed-location": dict(rnn_type="lstm", decoder="luong", input_feeding=False,
+                                        attention="location"),
+    "gru-luong-gaussian-unidirectional": dict(rnn_type="gru", decoder="luong",
+                                              attention="gaussian", bidirectional=False,
+                                              attention_options={"kernel": "epanechnikov"}),
+    "lstm-bahdanau-additive-sparsemax": dict(rnn_type="lstm", decoder="bahdanau",
+                                             attention="additive",
+                                             attention_options={"normalizer": "sparsemax"}),
+}
+
+
+def export_random(tmp_path: Path, name: str = "gru-luong-additive", *, seed: int = 0,
+                  **options) -> tuple[torch.nn.Module, Path]:
+    """A random tiny model of the ``COMBINATIONS`` entry ``name`` and its exported folder."""
+    model = random_luong_model(vocab=VOCAB, seed=seed, **COMBINATIONS[name])
+    folder = tmp_path / f"{name}-{seed}-{options.get('quantize', 'none')}"
+    export_model(model, copy_tokenizers(), {"model": {}}, folder, **options)
+    return model, folder
+
+
+@pytest.fixture(scope="session")
+def exported_random(tmp_path_factory):
+    """Returns export(name="gru-luong-additive", quantize="none") -> (model, folder): each
+    export made once per test worker (an export takes seconds), to be read, not changed."""
+    made: dict[tuple[str, str], tuple[torch.nn.Module, Path]] = {}
+    root = tmp_path_factory.mktemp("exported_random")
+
+    def export(name: str = "gru-luong-additive", quantize: str = "none"):
+        if (name, quantize) not in made:
+            made[name, quantize] = export_random(root, name, quantize=quantize)
+        return made[name, quantize]
+
+    return export
+
+
+def exported_model(folder: Path) -> OnnxModel:
+    model, _ = model_from_payload(load_model_payload(folder), torch.device("cpu"))
+    return model
+
+
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_exported_graphs_search_as_the_model(exported_random, name):
+    model, folder = exported_random(name)
+    exported = exported_model(folder)
+    src, src_lengths = padded_random_sources(6, vocab=VOCAB, max_len=9, seed=5)
+    for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 4, "nbest": 2})):
+        want = search(model, src, src_lengths, return_attention=True, **options, **SEARCH)
+        got = search(exported, src, src_lengths, return_attention=True, **options, **SEARCH)
+        assert_same_hypotheses(got, want, score_tolerance=1e-4)
+
+
+def test_ensemble_of_exported_models_is_the_ensemble_of_the_models(exported_random):
+    first, first_folder = exported_random("gru-luong-additive")
+    second, second_folder = exported_random("lstm-bahdanau-dot")
+    translator = Translator.from_checkpoint([first_folder, second_folder], beam_size=3, nbest=2,
+                                            device="cpu")
+    assert isinstance(translator.model, Ensemble)
+    src, src_lengths = padded_random_sources(5, vocab=VOCAB, max_len=8, seed=2)
+    options = {"beam_size": 3, "nbest": 2, "return_attention": True, **SEARCH}
+    want = beam_search(Ensemble([first, second]).eval(), src, src_lengths, **options)
+    got = beam_search(translator.model, src, src_lengths, **options)
+    assert_same_hypotheses(got, want, score_tolerance=1e-4)
+
+
+def test_int8_export_quantizes_the_products_and_stays_close(exported_random):
+    _, fp32_folder = exported_random()
+    _, int8_folder = exported_random(quantize="int8")
+    manifest = json.loads((int8_folder / MANIFEST_NAME).read_text())
+    assert manifest["export"]["quantize"] == "int8"
+    ops = {node.op_type for node in onnx.load(str(int8_folder / "decoder_step.onnx")).graph.node}
+    assert "DynamicQuantizeMatMul" in ops or "MatMulInteger" in ops, ops
+    src, src_lengths = padded_random_sources(4, vocab=VOCAB, max_len=7, seed=3)
+    fp32, int8 = exported_model(fp32_folder), exported_model(int8_folder)
+    with torch.no_grad():
+        encoded = [m.encode(src, src_lengths) for m in (fp32, int8)]
+        prev = torch.full((4,), 1)  # BOS
+        logits = [m.decode_step(prev, m.init_state(e), e)[0]
+                  for m, e in zip((fp32, int8), encoded, strict=True)]
+    difference = (logits[0] - logits[1]).abs().max() / logits[0].abs().max()
+    assert 0 < difference < 0.1  # quantized, and still the same model
+    # The Translator takes quantize=int8 for it, and refuses it for anything else in one line.
+    assert Translator.from_checkpoint(int8_folder, quantize="int8", device="cpu").quantize == "int8"
+    for other in (fp32_folder,):
+        with pytest.raises(ValueError, match="seq2seq-export .* quantize=int8"):
+            Translator.from_checkpoint(other, quantize="int8", device="cpu")
+
+
+def test_exported_folder_refuses_other_precisions_devices_and_shortlists(exported_random):
+    _, folder = exported_random()
+    with pytest.raises(ValueError, match="precision=fp32"):
+        Translator.from_checkpoint(folder, precision="bf16", device="cpu")
+    with pytest.raises(ValueError, match="device=cpu"):
+        model_from_payload(load_model_payload(folder), torch.device("meta"))
+    assert Translator.from_checkpoint(folder, precision="auto", device="cpu").precision == "fp32"
+
+
+class CumulativeMaxScorer(Scorer):
+    """A user's scorer with an operation ONNX has no translation for."""
+
+    def __init__(self, *, query_dim: int, key_dim: int) -> None:
+        super().__init__()
+
+    def score(self, query, keys):
+        return torch.cummax(query @ keys.transpose(1, 2), dim=-1).values
+
+
+class SizeReadingScorer(Scorer):
+    """A user's scorer whose Python code reads a size: traced, the graph fixes it."""
+
+    def __init__(self, *, query_dim: int, key_dim: int) -> None:
+        super().__init__()
+
+    def score(self, query, keys):
+        return (query @ keys.transpose(1, 2)) / int(keys.size(1))
+
+
+@pytest.mark.parametrize(("scorer", "message"), [
+    (CumulativeMaxScorer,
+     "cannot export the decoder step: the operation aten.cummax has no ONNX translation"),
+    (SizeReadingScorer, "(do not run|differ from the model)"),
+])
+def test_a_scorer_that_does_not_export_is_named_in_one_line(tmp_path, scorer, message):
+    model = random_luong_model(vocab=VOCAB, attention="dot")
+    model.decoder.attention.scorer = scorer(query_dim=16, key_dim=16)
+    with pytest.raises(ExportError, match=message) as raised:
+        export_model(model, copy_tokenizers(), {}, tmp_path / "out")
+    assert "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, beside the output either
+    if scorer is CumulativeMaxScorer:
+        return
+    # A failed export leaves nothing behind that changes the next one in the process.
+    good, folder = export_random(tmp_path)
+    src, src_lengths = padded_random_sources(3, vocab=VOCAB, max_len=12, seed=4)
+    want = greedy_search(good, src, src_lengths, **SEARCH)
+    assert_same_hypotheses(greedy_search(exported_model(folder), src, src_lengths, **SEARCH), want,
+                           score_tolerance=1e-4)
+
+
+def test_existing_output_needs_overwrite(exported_random):
+    model, folder = exported_random()
+    with pytest.raises(ExportError, match="overwrite=true"):
+        export_model(model, copy_tokenizers(), {}, folder)
+    assert (folder / MANIFEST_NAME).is_file()
+
+
+# -- the command-line tools and the server on an exported folder --------------------------------
+@pytest.fixture(scope="session")
+def exported_copy_model(trained_checkpoint, tmp_path_factory, preloaded_python) -> Path:
+    """The shared copy-task checkpoint, exported once per test session by ``export.py``
+    (under pytest-xdist: by the first worker to get here, in the folder the workers share);
+    ``export.log`` beside it holds the command's stderr. Tests must not change it."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        shared = shared.parent
+    folder = shared / "exported_copy" / "copy"
+    log = folder.parent / "export.log"
+    with FileLock(str(shared / "exported_copy.lock")):
+        if not log.is_file():
+            result = preloaded_python.run(
+                [ROOT / "export.py", f"checkpoint={trained_checkpoint}", f"output={folder}"],
+                cwd=shared, env=ENV, timeout=300)
+            assert result.returncode == 0, result.stderr
+            log.write_text(result.stderr)
+    return folder
+
+
+def test_export_py_writes_the_folder_and_translate_py_reads_it(trained_checkpoint,
+                                                               exported_copy_model, tmp_path,
+                                                               run_python):
+    log = (exported_copy_model.parent / "export.log").read_text()
+    assert "Traceback" not in log and "[INFO] wrote" in log
+    assert sorted(p.name for p in exported_copy_model.iterdir()) == [
+        "decoder_step.onnx", "encoder.onnx", MANIFEST_NAME, "source.model"]
+    translated = run_python([ROOT / "translate.py", f"checkpoint={exported_copy_model}",
+                             "beam_size=3", "nbest=2", "device=cpu"],
+                            input="".join(f"{line}\n" for line in LINES), cwd=tmp_path, env=ENV,
+                            timeout=120)
+    assert translated.returncode == 0, translated.stderr
+    expected = api_lines(trained_checkpoint, LINES, nbest=2, beam_size=3, device="cpu")
+    assert translated.stdout.splitlines() == expected
+
+
+def test_evaluate_py_scores_the_folder_as_the_checkpoint(trained_checkpoint, exported_copy_model,
+                                                         tmp_path, run_python):
+    scores = {}
+    for name, path in (("checkpoint", trained_checkpoint), ("exported", exported_copy_model)):
+        result = run_python([ROOT / "evaluate.py", f"checkpoint={path}", "beam_size=3",
+                             "device=cpu", f"output_dir={tmp_path / name}"],
+                            cwd=trained_checkpoint.parents[1], env=ENV, timeout=120)
+        assert result.returncode == 0, result.stderr
+        (summary,) = (tmp_path / name).glob("*.json")
+        scores[name] = json.loads(summary.read_text())
+    assert scores["exported"]["bleu"] == scores["checkpoint"]["bleu"]
+    hypotheses = {name: Path(s["hypotheses"]).read_text() for name, s in scores.items()}
+    assert hypotheses["exported"] == hypotheses["checkpoint"]
+
+
+@pytest.mark.parametrize("damage", ["format_version", "truncated_graph", "missing_graph"])
+def test_damaged_folder_gives_one_line_error(exported_copy_model, tmp_path, run_python, damage):
+    folder = tmp_path / "damaged"
+    shutil.copytree(exported_copy_model, folder)
+    if damage == "format_version":
+        manifest = json.loads((folder / MANIFEST_NAME).read_text())
+        manifest["format_version"] = 99
+        (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+        expected = "format version 99; this seq2seq reads version 1"
+    elif damage == "truncated_graph":
+        graph = folder / ENCODER_FILE
+        graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+        expected = f"cannot load .*{ENCODER_FILE}"
+    else:
+        (folder / ENCODER_FILE).unlink()
+        expected = f"lacks its file {ENCODER_FILE}"
+    with pytest.raises(CheckpointError, match=expected):
+        Translator.from_checkpoint(folder, device="cpu")
+    result = run_python([ROOT / "translate.py", f"checkpoint={folder}", "text=red cat",
+                         "device=cpu"], cwd=tmp_path, env=ENV, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_server_answers_from_the_folder_as_from_the_checkpoint(trained_checkpoint,
+                                                               exported_copy_model):
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving.app import create_app
+    from seq2seq.serving.models import load_model
+
+    bodies = {}
+    for name, path in (("checkpoint", trained_checkpoint), ("exported", exported_copy_model)):
+        served = load_model(path, device="cpu", beam_size=3)
+        assert served.scorer == "AdditiveScorer" and served.parameters > 1000
+        with TestClient(create_app({"copy": served})) as client:
+            response = client.post("/v1/translate",
+                                   json={"text": LINES, "nbest": 2, "attention": True})
+            assert response.status_code == 200, response.text
+            bodies[name] = response.json()
+    for got, want in zip(bodies["exported"]["translations"], bodies["checkpoint"]["translations"],
+                         strict=True):
+        assert [h["text"] for h in got["hypotheses"]] == [h["text"] for h in want["hypotheses"]]
+        for a, b in zip(got["hypotheses"], want["hypotheses"], strict=True):
+            assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+            if b.get("attention") is not None:
+                torch.testing.assert_close(torch.tensor(a["attention"]),
+                                           torch.tensor(b["attention"]), atol=1e-5, rtol=1e-4)
+
+
+def test_manifest_names_what_a_service_needs(exported_copy_model):
+    manifest = json.loads((exported_copy_model / MANIFEST_NAME).read_text())
+    assert manifest["format"] == "seq2seq-onnx" and manifest["format_version"] == 1
+    assert manifest["vocabulary"]["source_size"] == VOCAB
+    assert manifest["graphs"]["state"] == ["hidden"]
+    assert manifest["export"]["quantize"] == "none" and manifest["export"]["opset"] >= 17
+    assert manifest["config"]["model"]["attention"]["_target_"].endswith("AdditiveScorer")
