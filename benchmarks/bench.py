@@ -19,7 +19,9 @@ of ``--memory-steps`` steps of ``multi30k_luong_fast`` gives the peak of a longe
 
 Decoding: greedy and beam-5 sentences/s and BLEU on test_2016 in each of
 ``--decode-variants`` (fp32, bf16 autocast), with a trained checkpoint (``--checkpoint``),
-through :mod:`benchmarks.bench_decoding`.
+through :mod:`benchmarks.bench_decoding`; then the checkpoint exported (``seq2seq-export``, fp32
+and int8) and the same searches on ONNX Runtime, with the export's time and folder size. Each
+row also translates 100 sentences one per call (the server's case, "1 by 1/s").
 
 Where the time goes (``--profile-steps 0`` skips it): each training row and each decoding
 variant profiled briefly (:mod:`benchmarks.profile_training`, :mod:`benchmarks.profile_decoding`),
@@ -202,18 +204,38 @@ def training_ratios(rows: list[dict]) -> dict[str, float]:
     return ratios
 
 
-def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str) -> dict:
+def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, *,
+                   count_flops: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
         command = [sys.executable, "-m", "benchmarks.bench_decoding",
                    "--checkpoint", str(checkpoint), "--split", "test", "--json", str(output),
-                   "--precision", precision, "--count-flops"]
+                   "--precision", precision, "--single-sentences", str(SINGLE_SENTENCES)]
+        if count_flops:
+            command.append("--count-flops")
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if result.returncode != 0:
             raise SystemExit(f"decoding benchmark failed:\n{result.stderr[-3000:]}")
         return json.loads(output.read_text())
+
+
+# Sentences of test_2016 each decoding row also translates one per call (the server's case).
+SINGLE_SENTENCES = 100
+# The exported rows: seq2seq-export's quantize option of each.
+EXPORTS = ("none", "int8")
+
+
+def export_for_bench(checkpoint: Path, folder: Path, quantize: str) -> dict:
+    """Export ``checkpoint`` to ``folder``; the export's seconds and the folder's size."""
+    from seq2seq.export.onnx_export import export_checkpoint
+
+    started = time.perf_counter()
+    export_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
+    seconds = time.perf_counter() - started
+    size = sum(path.stat().st_size for path in folder.iterdir())
+    return {"quantize": quantize, "export_seconds": seconds, "folder_mb": size / 1e6}
 
 
 # Sentences of test_2016 each decoding profile of "where the time goes" translates.
@@ -272,6 +294,13 @@ def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) 
             print(products_line(f"decoding beam {beam} {variant}", summary), flush=True)
 
 
+def print_decoding_row(row: dict, counted: str) -> None:
+    single = row.get("single_sentences_per_second")
+    print(f"{row['search']:<8} {row['runtime']:<13} {row['sentences_per_second']:>8.1f} "
+          f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} {counted} "
+          + (f"{single:>9.1f}" if single else f"{'-':>9}"), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-steps", type=int, default=150)
@@ -326,8 +355,8 @@ def main() -> None:
     if args.checkpoint.is_file():
         results["decoding"] = []
         print(f"\ndecoding {args.checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
-        print(f"{'search':<8} {'precision':<9} {'sent/s':>8} {'sent/s with start-up':>21} "
-              f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10}")
+        print(f"{'search':<8} {'runtime':<13} {'sent/s':>8} {'sent/s with start-up':>21} "
+              f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10} {'1 by 1/s':>9}")
         for variant in args.decode_variants:
             if variant not in runs["decoding"]:
                 print(f"{'-':<8} {variant:<9} skipped: {skip_reason(variant)}")
@@ -342,9 +371,34 @@ def main() -> None:
                 share = row["percent_of_ceiling"]
                 counted = (f"{flops / 1e6:>10.1f} " if flops is not None else f"{'-':>10} ") + (
                     f"{share:>9.0f}%" if share is not None else f"{'-':>10}")
-                print(f"{row['search']:<8} {variant:<9} {row['sentences_per_second']:>8.1f} "
-                      f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} "
-                      f"{counted}", flush=True)
+                row["runtime"] = f"PyTorch {variant}"
+                print_decoding_row(row, counted)
+        fp32_flops = {row["search"]: row.get("flops_per_sentence")
+                      for row in results["decoding"] if row["precision"] == "fp32"}
+        try:
+            import onnxruntime  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError:
+            print("ONNX Runtime rows skipped: pip install '.[export]'")
+        with tempfile.TemporaryDirectory() as exports:
+            for quantize in EXPORTS if "onnxruntime" in sys.modules else ():
+                folder = Path(exports) / quantize
+                export = export_for_bench(args.checkpoint, folder, quantize)
+                results.setdefault("exports", []).append(export)
+                rows = bench_decoding(folder, args.max_sentences, "fp32", count_flops=False)
+                for row in rows["results"]:
+                    # The graphs run the model's products: the fp32 search's FLOP per sentence.
+                    flops = fp32_flops.get(row["search"]) if quantize == "none" else None
+                    row["percent_of_ceiling"] = None if flops is None else (
+                        100 * row["sentences_per_second"] * flops / (ceilings["fp32"] * 1e9))
+                    row["runtime"] = f"ONNX RT {'fp32' if quantize == 'none' else quantize}"
+                    results["decoding"].append(row)
+                    share = row["percent_of_ceiling"]
+                    print_decoding_row(row, f"{'-':>10} " + (
+                        f"{share:>9.0f}%" if share is not None else f"{'-':>10}"))
+        print("exports: " + "; ".join(
+            f"{e['quantize']}: {e['export_seconds']:.0f} s, {e['folder_mb']:.1f} MB"
+            for e in results.get("exports", [])), flush=True)
     else:
         print(f"\nno checkpoint at {args.checkpoint}: decoding skipped "
               "(train one with `python train.py experiment=multi30k_gru_additive "

@@ -11,7 +11,12 @@ files ``seq2seq-evaluate`` scores). For each search (``--beam-sizes``, default g
   warm-up translation of a few sentences (CUDA kernels, allocator), each search on its own
   fresh model so that both pay the same startup;
 - *generation*: translating all sentences (tokenize, batched search, detokenize);
-- sentences/s from generation alone and from startup + generation.
+- sentences/s from generation alone and from startup + generation;
+- with ``--single-sentences N``: sentences/s of the first N translated one per call (the
+  server's case: no batch to share the steps with).
+
+``--checkpoint`` may name a folder written by ``seq2seq-export``: the same searches then run on
+ONNX Runtime (``--count-flops`` counts PyTorch's products only: leave it out there).
 
 Prints a table on stdout, then the results as JSON (or writes the JSON to ``--json FILE``).
 BLEU is reported too, as a check that the fast settings still translate.
@@ -49,6 +54,7 @@ def bench_one(
     max_tokens: int,
     precision: str = "fp32",
     count_flops: bool = False,
+    single_sentences: int = 0,
 ) -> dict:
     """Time one search setting on a freshly loaded model (and count its FLOP, untimed)."""
     from seq2seq.inference.evaluation import evaluate_translations
@@ -63,6 +69,13 @@ def bench_one(
 
     evaluation = evaluate_translations(translator, sources, references)
     generation = evaluation.generation_seconds
+    single = None
+    if single_sentences:
+        # The server's case: one sentence per call, no batch to share the steps with.
+        started = time.perf_counter()
+        for sentence in sources[:single_sentences]:
+            translator.translate([sentence], return_attention=False)
+        single = min(single_sentences, len(sources)) / (time.perf_counter() - started)
     flops_per_sentence = None
     if count_flops:
         from torch.utils.flop_counter import FlopCounterMode
@@ -82,6 +95,7 @@ def bench_one(
         "generation_seconds": generation,
         "sentences_per_second": evaluation.sentences_per_second,
         "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
+        "single_sentences_per_second": single,
         "bleu": evaluation.scores["bleu"],
         "flops_per_sentence": flops_per_sentence,
         "device": str(translator.device),
@@ -92,7 +106,7 @@ def bench_one(
 def format_table(results: Sequence[dict]) -> str:
     lines = [
         f"{'search':<8} {'sentences':>9} {'startup s':>9} {'generation s':>12} "
-        f"{'sent/s':>8} {'sent/s total':>12} {'BLEU':>6} {'MFLOP/sent':>10}"
+        f"{'sent/s':>8} {'sent/s total':>12} {'BLEU':>6} {'MFLOP/sent':>10} {'1 by 1/s':>9}"
     ]
     for r in results:
         flops = r.get("flops_per_sentence")
@@ -101,6 +115,8 @@ def format_table(results: Sequence[dict]) -> str:
             f"{r['generation_seconds']:>12.2f} {r['sentences_per_second']:>8.1f} "
             f"{r['sentences_per_second_with_startup']:>12.1f} {r['bleu']:>6.2f} "
             + (f"{flops / 1e6:>10.1f}" if flops is not None else f"{'-':>10}")
+            + (f" {r['single_sentences_per_second']:>9.1f}"
+               if r.get("single_sentences_per_second") else f" {'-':>9}")
         )
     return "\n".join(lines)
 
@@ -119,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="autocast dtype of the search")
     parser.add_argument("--count-flops", action="store_true",
                         help="also count matrix-product FLOP per sentence (one more, untimed pass)")
+    parser.add_argument("--single-sentences", type=int, default=0,
+                        help="also translate the first N sentences one per call (the server's "
+                             "case) and report their sentences/s")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -153,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_tokens=args.max_tokens,
                 precision=args.precision,
                 count_flops=args.count_flops,
+                single_sentences=args.single_sentences,
             )
             for beam_size in args.beam_sizes
         ]
