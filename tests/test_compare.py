@@ -48,9 +48,11 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     (sweep / "9").mkdir()
     shutil.copy(sweep / "0" / "config.yaml", sweep / "9" / "config.yaml")
 
-    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200"])
+    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
+                                  "aso_iterations=50"])
     table = capsys.readouterr().out
-    assert "| group |" in table and "p vs best" in table
+    assert "| group |" in table and "p vs best (sentences)" in table
+    assert "ASO eps_min vs best" in table
 
     rows = {row.label: row for row in comparison.rows}
     assert set(rows) == {"model/attention=dot", "model/attention=general"}
@@ -84,11 +86,15 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
         assert group["steps"] == 16 and group["train_tokens_per_second"] > 0
         if group["best"]:
             assert group["p_value"] is None and record["p_value"] == ""
+            assert group["aso_eps_min_vs_best"] is None
         else:
             assert 0.0 <= group["p_value"] <= 1.0 and 0.0 <= float(record["p_value"]) <= 1.0
+            if importlib.util.find_spec("deepsig"):  # ASO over the two seeds of each group
+                assert 0.0 <= group["aso_eps_min_vs_best"] <= 1.0
     assert "paired bootstrap" in document["significance_test"]
     markdown = (sweep / "comparison.md").read_text()
     assert "## Failed runs" in markdown and "p vs best" in markdown
+    assert "## Significance over seeds (Almost Stochastic Order)" in markdown
     for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png"):
         assert_png(sweep / name)
 
@@ -100,7 +106,7 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
 
     monkeypatch.setattr(evaluation, "evaluate_translations", no_translation)
     again = compare_cli.run([str(sweep / "*"), "split=valid", "beam_size=2", "plots=false",
-                             f"output_dir={tmp_path / 'report'}"])
+                             "aso_iterations=0", f"output_dir={tmp_path / 'report'}"])
     assert {row.label: row.bleu for row in again.rows} == {k: r.bleu for k, r in rows.items()}
     assert (tmp_path / "report" / "comparison.json").is_file()
 

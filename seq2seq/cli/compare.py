@@ -18,6 +18,8 @@ Options:
     test=bs                   significance test: bs (paired bootstrap) | ar (approximate
                               randomization) | none
     samples=0                 resamples/trials (0: sacreBLEU's default: 1000 bs, 10000 ar)
+    aso_iterations=1000       bootstrap iterations of the significance over seeds (Almost
+                              Stochastic Order between every pair of groups; 0: skip it)
     heatmap_sentence=0        the sentence (line of the split, from 0) of the heatmaps
     refresh=false             re-score runs whose cached scores are still valid
     plots=true                draw the PNGs
@@ -42,7 +44,7 @@ log = logging.getLogger("seq2seq.compare")
 USAGE = "usage: compare.py RUN_OR_SWEEP_DIR [...] [split=test] [beam_size=5] [output_dir=DIR] ..."
 _EXTRA_OPTIONS: dict[str, Any] = {
     "num_threads": None, "output_dir": None, "test": "bs", "samples": 0, "refresh": False,
-    "plots": True,
+    "plots": True, "aso_iterations": 1000,
 }
 
 
@@ -90,6 +92,8 @@ def parse_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
         fail(f"split must be valid or test, got {options['split']!r}")
     if options["beam_size"] < 1:
         fail(f"beam_size must be at least 1, got {options['beam_size']}")
+    if options["aso_iterations"] < 0:
+        fail(f"aso_iterations must be 0 (skip) or more, got {options['aso_iterations']}")
     if options["test"] not in ("bs", "ar", "none"):
         fail(f"test must be bs, ar or none, got {options['test']!r}")
     if not specs:
@@ -115,6 +119,7 @@ def run(argv: Sequence[str]):
         comparison = compare(
             specs, scoring, output_dir=options["output_dir"], test=options["test"],
             samples=options["samples"], refresh=options["refresh"], plots=options["plots"],
+            aso_iterations=options["aso_iterations"],
         )
     except (StudyError, CheckpointError, DataError, ValueError, OSError) as error:
         fail(error)

@@ -22,6 +22,12 @@ from seq2seq.study.report import (
 )
 from seq2seq.study.runs import Group, StudyError, discover_runs, group_runs
 from seq2seq.study.scoring import ScoringOptions, score_run
+from seq2seq.study.seed_significance import (
+    DEFAULT_ITERATIONS,
+    RECOMMENDED_SEEDS,
+    aso_between_groups,
+    markdown_section,
+)
 
 log = logging.getLogger("seq2seq.compare")
 
@@ -59,6 +65,7 @@ def compare(
     samples: int = 0,
     refresh: bool = False,
     plots: bool = True,
+    aso_iterations: int = DEFAULT_ITERATIONS,
 ) -> Comparison:
     """Compare the runs named by ``specs`` (sweep folders, run folders, globs).
 
@@ -95,6 +102,18 @@ def compare(
             description = _describe_test(test, samples, seeds)
     elif test != "none":
         description = "needs two groups"
+    seed_test = None
+    sections: list[str] = []
+    if aso_iterations > 0 and scored:
+        seed_test = aso_between_groups(
+            {row.label: [r["bleu"] for r in row.per_run] for _, row in scored},
+            iterations=aso_iterations)
+        for _, row in scored:
+            row.aso_vs_best = None if row.best else seed_test.eps(scored[0][1].label, row.label)
+        for label in seed_test.few_seeds + seed_test.left_out:
+            log.warning("group %s has fewer than %d seeds: ASO's error rates were measured from "
+                        "%d seeds per group up", label, RECOMMENDED_SEEDS, RECOMMENDED_SEEDS)
+        sections = markdown_section(seed_test)
     rows = [row for _, row in scored] + [row for row in rows if not row.runs]
 
     failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
@@ -102,12 +121,14 @@ def compare(
     output = Path(output_dir) if output_dir else common_parent([r.path for r in runs])
     meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
             "differing_keys": keys, "significance_test": description,
+            "seed_significance": asdict(seed_test) if seed_test else None,
             "options": asdict(options)}
     files = [output / "comparison.md", output / "comparison.csv", output / "comparison.json"]
     plot_files: list[Path] = []
     if plots:
         plot_files = _plots(output, groups, scored, logs, scores, options)
-    write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files]))
+    write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files],
+                                         sections))
     write_text(files[1], csv_text(rows))
     write_text(files[2], json_text(rows, failed, meta))
     return Comparison(rows=rows, failed=failed, differing_keys=keys,

@@ -2,7 +2,10 @@
 
 * Mean ± standard deviation: over the group's complete runs (one per seed); the standard
   deviation is the sample one (n - 1 in the denominator), shown as ``-`` for a single run.
-* Significance: every group against the best one (highest mean BLEU) with sacreBLEU's paired
+* Significance over seeds: every pair of groups with Almost Stochastic Order on their runs'
+  BLEU (:mod:`seq2seq.study.seed_significance`); the table shows each group's ``eps_min`` of
+  "the best group beats it" (below 0.2: it does).
+* Sentence-level significance (secondary): every group against the best one with sacreBLEU's paired
   test (:class:`sacrebleu.significance.PairedTest`; paired bootstrap resampling by default, 1000
   resamples, or approximate randomization) on *pooled outputs*: a group's hypotheses of its
   first ``n`` seeds (sorted by seed) concatenated, against the references repeated ``n`` times,
@@ -54,6 +57,7 @@ class GroupRow:
     attention_entropy: float
     attention_max_weight: float
     p_value: float | None = None
+    aso_vs_best: float | None = None
     best: bool = False
     per_run: list[dict[str, Any]] = field(default_factory=list)
 
@@ -123,7 +127,8 @@ def significance(
 
 # -- formatting ------------------------------------------------------------------------------
 COLUMNS = ["group", "runs", "failed", "params", "train tok/s", "steps", "BLEU", "chrF",
-           "sent/s", "attn entropy", "attn max weight", "p vs best"]
+           "sent/s", "attn entropy", "attn max weight", "ASO eps_min vs best",
+           "p vs best (sentences)"]
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -143,6 +148,12 @@ def _p(row: GroupRow) -> str:
     return "-" if row.p_value is None else f"{row.p_value:.4f}"
 
 
+def _aso(row: GroupRow) -> str:
+    if row.best:
+        return "best"
+    return "-" if row.aso_vs_best is None else f"{row.aso_vs_best:.3f}"
+
+
 def markdown_table(rows: Sequence[GroupRow]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
@@ -150,7 +161,8 @@ def markdown_table(rows: Sequence[GroupRow]) -> str:
                  f"{row.parameters:,}" if row.parameters else "-",
                  _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
                  _pm(row.chrf), _number(row.sentences_per_second, 1),
-                 _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3), _p(row)]
+                 _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3),
+                 _aso(row), _p(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -175,7 +187,7 @@ def row_dict(row: GroupRow) -> dict[str, Any]:
         "sentences_per_second": row.sentences_per_second,
         "attention_entropy": row.attention_entropy,
         "attention_max_weight": row.attention_max_weight,
-        "p_value": row.p_value, "best": row.best,
+        "aso_eps_min_vs_best": row.aso_vs_best, "p_value": row.p_value, "best": row.best,
     }
 
 
@@ -199,7 +211,8 @@ def json_text(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
 
 
 def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
-                    meta: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
+                    meta: Mapping[str, Any], plots: Sequence[str] = (),
+                    sections: Sequence[str] = ()) -> str:
     lines = [f"# Comparison: {meta.get('split')} split, beam {meta.get('beam_size')}", "",
              f"Runs: {meta.get('runs')}; differing keys: "
              f"{', '.join(meta.get('differing_keys') or []) or 'none'} (seed left out).", "",
@@ -207,7 +220,9 @@ def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]
              "BLEU/chrF: mean ± sample standard deviation over seeds (sacreBLEU defaults). "
              "attn entropy: mean entropy (nats) of a target step's attention; attn max weight: "
              "mean largest weight of a target step (1 = one source piece). "
-             f"p vs best: {meta.get('significance_test')}.", ""]
+             "ASO eps_min vs best: significance over seeds (next section). "
+             f"p vs best (sentences): {meta.get('significance_test')}; a sentence-level test "
+             "that ignores how much a group moves between seeds.", "", *sections]
     if failed:
         lines += ["## Failed runs", ""]
         lines += [f"- `{f['run']}` ({f['group']}): {f['reason']}" for f in failed]

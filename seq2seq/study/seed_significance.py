@@ -1,0 +1,173 @@
+"""Significance over seeds: Almost Stochastic Order between every pair of groups.
+
+The unit of evidence is the training run. Each group contributes its runs' BLEU scores (one
+per seed), and every pair of groups is compared with Almost Stochastic Order (ASO; del Barrio
+et al. 2018, Dror et al. 2019), through the ``deepsig`` package (``multi_aso``).
+
+- ``eps_min[a][b]`` is an upper bound, at the stated confidence, on how far group a's score
+  distribution violates stochastic dominance over group b's. 0 means a is always better than b.
+  0.5 means neither is better.
+- **Decision rule.** "a beats b" when ``eps_min[a][b] < TAU``, with ``TAU = 0.2``. This is the
+  threshold deepsig's authors recommend (Ulmer et al. 2022); the test's original 0.5 admits
+  too many false positives.
+- **Multiple comparisons.** The confidence level gets Bonferroni's correction over the
+  ``m = k (k - 1) / 2`` pairs of ``k`` groups: ``1 - 0.05 / m``. The report states the corrected
+  level. deepsig's own ``use_bonferroni`` is turned off: it raises the level to
+  ``0.95 + 0.05 / m``, which is weaker than Bonferroni's for more than two pairs, and 1.0 for
+  two groups.
+- A group needs at least :data:`MIN_SEEDS` runs to be tested. ASO's error rates were measured
+  from :data:`RECOMMENDED_SEEDS` scores per group up, so the report warns about a group with
+  fewer.
+
+Unlike a paired bootstrap over sentences with the seeds' outputs pooled, ASO counts how much a
+group moves from one seed to the next. Two groups whose seeds overlap are not declared
+different however many sentences the test set holds.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+TAU = 0.2
+CONFIDENCE = 0.95
+MIN_SEEDS = 2
+RECOMMENDED_SEEDS = 5
+DEFAULT_ITERATIONS = 1000
+
+
+@dataclass
+class SeedSignificance:
+    """The ASO comparison of the groups (see the module docstring).
+
+    Attributes:
+        labels: the groups tested, in the order of ``eps_min``'s rows and columns.
+        eps_min: ``eps_min[i][j]``, the violation bound of "group i beats group j".
+        confidence: the confidence level after the Bonferroni correction.
+        wins: ``(a, b, eps_min)`` for every ordered pair where a beats b.
+        note: why no test was run (deepsig missing, fewer than two groups with enough runs).
+        left_out: the groups with fewer than :data:`MIN_SEEDS` runs.
+        few_seeds: the groups tested with fewer than :data:`RECOMMENDED_SEEDS` runs.
+    """
+
+    labels: list[str] = field(default_factory=list)
+    eps_min: list[list[float]] = field(default_factory=list)
+    confidence: float | None = None
+    wins: list[tuple[str, str, float]] = field(default_factory=list)
+    note: str | None = None
+    left_out: list[str] = field(default_factory=list)
+    few_seeds: list[str] = field(default_factory=list)
+
+    def eps(self, a: str, b: str) -> float | None:
+        """``eps_min`` of "a beats b", or None when either was not tested."""
+        if a not in self.labels or b not in self.labels:
+            return None
+        return self.eps_min[self.labels.index(a)][self.labels.index(b)]
+
+
+def corrected_confidence(groups: int, confidence: float = CONFIDENCE) -> float:
+    """Bonferroni's corrected confidence level for all pairs of ``groups`` groups."""
+    comparisons = max(groups * (groups - 1) // 2, 1)
+    return 1 - (1 - confidence) / comparisons
+
+
+def aso_between_groups(scores: Mapping[str, Sequence[float]], *,
+                       iterations: int = DEFAULT_ITERATIONS, seed: int = 0) -> SeedSignificance:
+    """ASO between every pair of groups of ``scores`` (group -> one score per run).
+
+    Args:
+        scores: each group's run scores, e.g. BLEU per seed.
+        iterations: deepsig's bootstrap iterations per pair (its default, 1000; each pair
+            takes seconds).
+        seed: deepsig's random seed, so a report is reproducible.
+    """
+    tested = {label: [float(s) for s in values] for label, values in scores.items()
+              if len(values) >= MIN_SEEDS}
+    result = SeedSignificance(left_out=[label for label in scores if label not in tested])
+    if len(tested) < 2:
+        result.note = (f"needs two groups with at least {MIN_SEEDS} runs (seeds) each; "
+                       f"{len(tested)} group(s) have them")
+        return result
+    try:
+        import deepsig
+    except ImportError:
+        result.note = "needs the deepsig package: pip install '.[study]'"
+        return result
+    result.confidence = corrected_confidence(len(tested))
+    with warnings.catch_warnings():
+        # Two groups with the very same scores: their violation ratio is 0 / 0, eps_min 1.
+        warnings.filterwarnings("ignore", message="Division by zero encountered")
+        matrix = deepsig.multi_aso(tested, confidence_level=result.confidence,
+                                   use_bonferroni=False, num_bootstrap_iterations=iterations,
+                                   seed=seed, show_progress=False, return_df=False)
+    result.labels = list(tested)
+    result.eps_min = [[float(value) for value in row] for row in matrix]
+    result.wins = [(a, b, result.eps_min[i][j])
+                   for i, a in enumerate(result.labels) for j, b in enumerate(result.labels)
+                   if i != j and result.eps_min[i][j] < TAU]
+    result.few_seeds = [label for label, values in tested.items()
+                        if len(values) < RECOMMENDED_SEEDS]
+    return result
+
+
+def markdown_section(result: SeedSignificance) -> list[str]:
+    """The report's section on significance over seeds, as markdown lines."""
+    lines = ["## Significance over seeds (Almost Stochastic Order)", ""]
+    if result.note:
+        lines += [f"Not computed: {result.note}.", ""]
+        return lines
+    lines += [
+        f"The unit is the training run: each group's test BLEU per seed. Rule: a group beats "
+        f"another when ASO's eps_min < {TAU} (deepsig, Dror et al. 2019), at confidence "
+        f"{result.confidence:.4f} (0.95 with Bonferroni's correction over the "
+        f"{len(result.labels) * (len(result.labels) - 1) // 2} pairs). Row beats column:", "",
+        "| eps_min | " + " | ".join(result.labels) + " |",
+        "|---|" + "---|" * len(result.labels),
+    ]
+    for label, row in zip(result.labels, result.eps_min, strict=True):
+        cells = ["-" if other == label else f"{value:.3f}"
+                 for other, value in zip(result.labels, row, strict=True)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if result.wins:
+        lines += ["Differences that survive:", ""]
+        lines += [f"- {a} beats {b} (eps_min {eps:.3f})" for a, b, eps in result.wins]
+    else:
+        lines.append("No difference survives: no group beats another at this threshold.")
+    lines.append("")
+    if result.left_out:
+        lines += [f"Not tested (fewer than {MIN_SEEDS} runs): {', '.join(result.left_out)}.",
+                  ""]
+    if result.few_seeds:
+        lines += [f"Fewer than {RECOMMENDED_SEEDS} seeds, the smallest sample ASO's error rates "
+                  f"were measured with: {', '.join(result.few_seeds)}.", ""]
+    return lines
+
+
+def scores_from_report(path: str) -> dict[str, list[float]]:
+    """Each group's per-run BLEU from a ``comparison.json`` that ``compare.py`` wrote."""
+    import json
+    from pathlib import Path
+
+    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {group["group"]: [run["bleu"] for run in group["per_run"]]
+            for group in document["groups"] if group["per_run"]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m seq2seq.study.seed_significance comparison.json [--iterations N]``: the
+    significance over seeds of an existing report's groups, as markdown, without scoring again."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("report", help="a comparison.json written by compare.py")
+    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    args = parser.parse_args(argv)
+    result = aso_between_groups(scores_from_report(args.report), iterations=args.iterations)
+    print("\n".join(markdown_section(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
