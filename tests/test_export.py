@@ -28,6 +28,7 @@ from conftest import (  # noqa: E402
 )
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
+from seq2seq.data.corpus import DataError  # noqa: E402
 from seq2seq.export.onnx_export import ExportError, export_model  # noqa: E402
 from seq2seq.inference.ensemble import Ensemble  # noqa: E402
 from seq2seq.inference.onnx_model import (  # noqa: E402
@@ -64,8 +65,10 @@ COMBINATIONS = {
     "gru-bahdanau-gaussian-unidirectional": dict(rnn_type="gru", decoder="bahdanau",
                                                  attention="gaussian", bidirectional=False,
                                                  attention_options={"kernel": "epanechnikov"}),
+    # max_length 10: traced at 11 source positions, checked at 9, searched at up to 12.
     "lstm-luong_no_feed-location": dict(rnn_type="lstm", decoder="luong", input_feeding=False,
-                                        attention="location"),
+                                        attention="location",
+                                        attention_options={"max_length": 10}),
 }
 
 
@@ -102,7 +105,7 @@ def exported_model(folder: Path) -> OnnxModel:
 def test_exported_graphs_search_as_the_model(exported_random, name):
     model, folder = exported_random(name)
     exported = exported_model(folder)
-    src, src_lengths = padded_random_sources(6, vocab=VOCAB, max_len=9, seed=5)
+    src, src_lengths = padded_random_sources(6, vocab=VOCAB, max_len=12, seed=5)
     for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 4, "nbest": 2})):
         want = search(model, src, src_lengths, return_attention=True, **options, **SEARCH)
         got = search(exported, src, src_lengths, return_attention=True, **options, **SEARCH)
@@ -144,8 +147,10 @@ def test_int8_export_quantizes_the_products_and_stays_close(exported_random):
                   for m, e in zip((fp32, int8), encoded, strict=True)]
     difference = (logits[0] - logits[1]).abs().max() / logits[0].abs().max()
     assert 0 < difference < 0.1  # quantized, and still the same model
-    # The Translator takes quantize=int8 for it, and refuses it for anything else in one line.
+    # The Translator takes quantize=int8 for it, and refuses it for anything else in one line;
+    # without the option it still reports what runs.
     assert Translator.from_checkpoint(int8_folder, quantize="int8", device="cpu").quantize == "int8"
+    assert Translator.from_checkpoint(int8_folder, device="cpu").quantize == "int8"
     for other in (fp32_folder,):
         with pytest.raises(ValueError, match="seq2seq-export .* quantize=int8"):
             Translator.from_checkpoint(other, quantize="int8", device="cpu")
@@ -158,6 +163,15 @@ def test_exported_folder_refuses_other_precisions_devices_and_shortlists(exporte
     with pytest.raises(ValueError, match="device=cpu"):
         model_from_payload(load_model_payload(folder), torch.device("meta"))
     assert Translator.from_checkpoint(folder, precision="auto", device="cpu").precision == "fp32"
+    # device=auto (the tools' default) is the CPU for an exported model, even beside a GPU.
+    translator = Translator.from_checkpoint(folder, device="auto")
+    assert translator.device.type == "cpu"
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    assert translator.parameter_count == manifest["parameters"] > 1000
+    # An input the graphs cannot take is one line (a DataError, which the tools print).
+    with pytest.raises(DataError, match="could not decode a batch") as raised:
+        exported_model(folder).encode(torch.tensor([[VOCAB + 50, 2]]), torch.tensor([2]))
+    assert "\n" not in str(raised.value)
 
 
 class CumulativeMaxScorer(Scorer):
@@ -209,7 +223,12 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
         export_model(model, copy_tokenizers(), {}, tmp_path / "out")
     with pytest.raises(ExportError, match="quantize must be none or int8"):
         export_model(model, copy_tokenizers(), {}, tmp_path / "new", quantize="int4")
+    # overwrite=true replaces an earlier export only, never another folder.
+    (tmp_path / "out" / "best.pt").write_bytes(b"a checkpoint")
+    with pytest.raises(ExportError, match="replaces only an earlier export"):
+        export_model(model, copy_tokenizers(), {}, tmp_path / "out", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (tmp_path / "out" / "best.pt").read_bytes() == b"a checkpoint"
 
 
 # -- the command-line tools and the server on an exported folder --------------------------------
@@ -290,7 +309,8 @@ def test_evaluate_py_scores_the_folder_as_the_checkpoint(trained_checkpoint, exp
     assert hypotheses["exported"] == hypotheses["checkpoint"]
 
 
-@pytest.mark.parametrize("damage", ["format_version", "truncated_graph", "missing_graph"])
+@pytest.mark.parametrize("damage", ["format_version", "manifest_entry", "truncated_graph",
+                                    "missing_graph"])
 def test_damaged_folder_gives_one_line_error(exported_copy_model, tmp_path, run_python, damage):
     folder = tmp_path / "damaged"
     shutil.copytree(exported_copy_model, folder)
@@ -299,6 +319,11 @@ def test_damaged_folder_gives_one_line_error(exported_copy_model, tmp_path, run_
         manifest["format_version"] = 99
         (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
         expected = "format version 99; this seq2seq reads version 1"
+    elif damage == "manifest_entry":
+        manifest = json.loads((folder / MANIFEST_NAME).read_text())
+        del manifest["graphs"]
+        (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+        expected = "is damaged: it lacks 'graphs'"
     elif damage == "truncated_graph":
         graph = folder / ENCODER_FILE
         graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])

@@ -79,3 +79,10 @@ def test_an_existing_report_is_tested_again_from_its_json(tmp_path, capsys):
     assert main([str(tmp_path / "comparison.json"), "--iterations", str(ITERATIONS)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("## Significance over seeds") and "strong beats weak" in out
+
+
+def test_the_command_refuses_a_bad_report_in_one_line(tmp_path, capsys):
+    from seq2seq.study.seed_significance import main
+
+    assert main([str(tmp_path / "missing.json")]) == 1
+    assert capsys.readouterr().err.startswith("error: cannot read")

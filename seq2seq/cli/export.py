@@ -42,12 +42,17 @@ def run(cfg: DictConfig) -> dict:
     if not Path(cfg.checkpoint).is_file():
         fail(f"checkpoint not found: {cfg.checkpoint}")
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
+    import importlib.util
+
     from seq2seq.checkpoint import CheckpointError
 
-    try:
-        from seq2seq.export.onnx_export import ExportError, export_checkpoint
-    except ImportError as error:
-        fail(f"exporting needs the export extra ({error.name} is missing): pip install '.[export]'")
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"exporting needs the export extra ({', '.join(missing)} missing): "
+             "pip install '.[export]'")
+    from seq2seq.export.onnx_export import ExportError, export_checkpoint
+
     started = time.perf_counter()
     log.info("exporting %s to %s (quantize=%s, opset %d)", cfg.checkpoint, cfg.output,
              cfg.quantize, cfg.opset)

@@ -222,7 +222,7 @@ def check_against_model(model: nn.Module, folder: Path, manifest: dict[str, Any]
     vocab_size = manifest["vocabulary"]["source_size"]
     src, lengths = example_sources(CHECK_SENTENCES, CHECK_LENGTH, vocab_size, seed=2)
     prev_tokens, encoded, state = _step_inputs(model, src, lengths, CHECK_ROWS, seed=3)
-    exported = OnnxModel(folder, manifest, num_threads=1)
+    exported = OnnxModel(folder, manifest, num_threads=1, reuse_sessions=False)
     worst = 0.0
     try:
         with torch.no_grad():
@@ -343,9 +343,14 @@ def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) 
     """
     if quantize not in ("none", "int8"):
         raise ExportError(f"quantize must be none or int8, got {quantize!r}")
-    if Path(output).exists() and not overwrite:
+    output = Path(output)
+    if output.exists() and not overwrite:
         raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
                           "another output")
+    if output.exists() and not (output.is_dir() and (
+            (output / MANIFEST_NAME).is_file() or not any(output.iterdir()))):
+        raise ExportError(f"{output} is not an exported model (no {MANIFEST_NAME}): "
+                          "overwrite=true replaces only an earlier export")
 
 
 def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
@@ -382,20 +387,54 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
         manifest = _write_folder(model, tokenizers, config, trainer_state, staging, opset=opset)
         if quantize == "int8":
             quantize_graphs(staging)
+            _check_runs(staging, manifest)
         manifest["export"].update(quantize=quantize, source=source,
                                   seconds=round(time.perf_counter() - started, 1))
         # A checkpoint holds plain containers; anything else would be written as its repr.
         text = json.dumps(manifest, indent=1, default=repr)
         (staging / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
         default_permissions(staging, directory=True)
-        if output.exists():
-            shutil.rmtree(output)
-        staging.rename(output)
-        fsync_directory(output.parent)
+        _publish(staging, output, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _publish(staging: Path, output: Path, *, overwrite: bool) -> None:
+    """Rename ``staging`` to ``output``; an earlier export there is moved aside first and
+    removed only once the new one is in place."""
+    check_export_options(output, quantize="none", overwrite=overwrite)  # it may have appeared
+    old = None
+    if output.exists():
+        old = staging.with_name(f"{staging.name}.old")
+        output.rename(old)
+    try:
+        staging.rename(output)
+    except BaseException:
+        if old is not None:
+            old.rename(output)
+        raise
+    fsync_directory(output.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_runs(folder: Path, manifest: dict[str, Any]) -> None:
+    """Load the (quantized) graphs and run a batch through the encoder and one step.
+
+    Raises:
+        ExportError: when they do not load or run.
+    """
+    vocab_size = manifest["vocabulary"]["source_size"]
+    src, lengths = example_sources(CHECK_SENTENCES, CHECK_LENGTH, vocab_size, seed=2)
+    try:
+        model = OnnxModel(folder, manifest, num_threads=1, reuse_sessions=False)
+        encoded = model.encode(src, lengths)
+        model.decode_step(torch.full((CHECK_SENTENCES,), BOS_ID), model.init_state(encoded),
+                          encoded)
+    except Exception as error:
+        raise ExportError(f"the quantized graphs do not run: {_reason(error)}") from None
 
 
 def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],

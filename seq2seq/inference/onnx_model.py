@@ -35,6 +35,7 @@ from seq2seq.checkpoint import (
     model_from_checkpoint,
     tokenizers_from_payload,
 )
+from seq2seq.data.corpus import DataError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "seq2seq-onnx"
@@ -74,7 +75,18 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
             f"{folder} is an exported model of format version {version}; this seq2seq reads "
             f"version {FORMAT_VERSION}: export the checkpoint again with this version"
         )
-    for name in (ENCODER_FILE, STEP_FILE, *manifest["tokenizers"]["files"].values()):
+    try:
+        files = manifest["tokenizers"]["files"]
+        checks = (isinstance(manifest["config"], dict), isinstance(files, dict), "src" in files,
+                  manifest["tokenizers"]["joint"] or "tgt" in files,
+                  isinstance(manifest["graphs"]["state"], list),
+                  manifest["export"]["quantize"] in ("none", "int8"),
+                  isinstance(manifest["parameters"], int))
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(f"{path} is damaged: it lacks {error}") from None
+    if not all(checks):
+        raise CheckpointError(f"{path} is damaged: an entry has the wrong type")
+    for name in (ENCODER_FILE, STEP_FILE, *files.values()):
         if not (folder / name).is_file():
             raise CheckpointError(f"the exported model {folder} lacks its file {name}")
     return manifest
@@ -127,7 +139,8 @@ def parameter_count(payload: dict[str, Any]) -> int:
 
 def model_from_payload(payload: dict[str, Any], device: torch.device):
     """The decodable model and tokenizers of a payload from :func:`load_model_payload`: a
-    checkpoint's PyTorch model on ``device``, or an exported folder's :class:`OnnxModel`.
+    checkpoint's PyTorch model on ``device``, or an exported folder's :class:`OnnxModel` (which
+    runs on the CPU whatever ``device``: callers resolve ``auto`` to the CPU for it).
 
     Raises:
         CheckpointError: when a checkpoint's config or weights do not make a model, or an
@@ -147,7 +160,7 @@ def model_from_payload(payload: dict[str, Any], device: torch.device):
 
 
 @functools.lru_cache(maxsize=16)
-def _session(path: str, modified: float, threads: int):
+def _session(path: str, version: tuple[int, int, int], threads: int):
     """One ONNX Runtime session per graph file (and version of it) and thread count, reused
     by every model of the process that reads that file."""
     try:
@@ -213,11 +226,13 @@ class OnnxModel:
     """
 
     def __init__(self, folder: str | os.PathLike, manifest: dict[str, Any], *,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, reuse_sessions: bool = True) -> None:
         self.folder = Path(folder)
         self.manifest = manifest
         self.state_names = tuple(manifest["graphs"]["state"])
         self.quantize = manifest["export"]["quantize"]  # none | int8
+        self.parameter_count = int(manifest["parameters"])
+        self.reuse_sessions = reuse_sessions
         threads = num_threads or torch.get_num_threads()
         self.encoder = self._load(ENCODER_FILE, threads)
         self.step = self._load(STEP_FILE, threads)
@@ -226,14 +241,26 @@ class OnnxModel:
 
     def _load(self, name: str, threads: int):
         path = self.folder / name
-        return _session(str(path.resolve()), path.stat().st_mtime, threads)
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)  # a changed file: a new session
+        load = _session if self.reuse_sessions else _session.__wrapped__
+        return load(str(path.resolve()), version, threads)
+
+    def _run(self, session, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return session.run(None, feeds)
+        except Exception as error:  # onnxruntime's own error types
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else \
+                type(error).__name__
+            raise DataError(f"the exported model {self.folder} could not decode a batch: "
+                            f"{reason}") from None
 
     def eval(self) -> OnnxModel:
         return self
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> ExportedEncoded:
-        outputs = self.encoder.run(None, {"src": src.cpu().numpy(),
-                                          "src_lengths": src_lengths.cpu().numpy()})
+        outputs = self._run(self.encoder, {"src": src.cpu().numpy(),
+                                           "src_lengths": src_lengths.cpu().numpy()})
         tensors = [torch.from_numpy(array) for array in outputs]
         return ExportedEncoded(*tensors[:3], tuple(tensors[3:]))
 
@@ -245,6 +272,6 @@ class OnnxModel:
     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """Logits (N, V), attention weights (N, S) and the new state."""
         values = [prev_tokens, *encoded[:3], *(state[name] for name in self.state_names)]
-        outputs = self.step.run(None, dict(zip(self._step_inputs, _arrays(values), strict=True)))
+        outputs = self._run(self.step, dict(zip(self._step_inputs, _arrays(values), strict=True)))
         logits, weights, *new_state = (torch.from_numpy(array) for array in outputs)
         return logits, weights, dict(zip(self.state_names, new_state, strict=True))

@@ -62,6 +62,13 @@ def _members(model) -> list:
     return list(model.members) if isinstance(model, Ensemble) else [model]
 
 
+def _parameter_count(model) -> int:
+    """A model's parameters: an exported one's from its manifest."""
+    if isinstance(model, OnnxModel):
+        return model.parameter_count
+    return sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
+
+
 class Translation(NamedTuple):
     """One translation of one input sentence.
 
@@ -157,7 +164,14 @@ class Translator:
         self.tokenizers = tokenizers
         self.device = select_device(device)
         self.quantize = check_quantize_mode(quantize)
-        exported = [m for m in _members(model) if isinstance(m, OnnxModel)]
+        members = _members(model)
+        exported = [m for m in members if isinstance(m, OnnxModel)]
+        all_int8 = len(exported) == len(members) and all(m.quantize == "int8" for m in exported)
+        if exported and self.device.type != "cpu":
+            raise ValueError(
+                f"an exported model runs on the CPU (ONNX Runtime's CPU provider), not "
+                f"{self.device}: give device=cpu"
+            )
         if exported:
             # ONNX Runtime runs the graphs in the types they were exported with.
             if precision not in ("fp32", "auto"):
@@ -171,20 +185,16 @@ class Translator:
                     "a shortlist restricts a PyTorch model's output layer: it does not apply "
                     "to an exported model; give shortlist=null"
                 )
-        if self.quantize == "int8" and not (
-            exported and all(m.quantize == "int8" for m in exported)
-            and len(exported) == len(_members(model))
-        ):
+        if self.quantize == "int8" and not all_int8:
             raise ValueError(
                 "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
                 "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
             )
+        if all_int8:
+            self.quantize = "int8"  # what runs, as reports read it, whatever was asked
         self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
-        self.parameter_count = (
-            sum(p.numel() for p in model.parameters())
-            if isinstance(model, torch.nn.Module) else None
-        )
+        self.parameter_count = sum(_parameter_count(m) for m in members)
         self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
@@ -260,6 +270,8 @@ class Translator:
         """
         if not checkpoints:
             raise ValueError("no checkpoint given")
+        if device == "auto" and any("exported" in payload for payload in checkpoints):
+            device = "cpu"  # ONNX Runtime's CPU provider runs exported models
         device = select_device(device)
         names = list(names) if names is not None else [
             f"checkpoint {number + 1}" for number in range(len(checkpoints))

@@ -354,6 +354,6 @@ class LocationScorer(Scorer):
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         S = keys.size(1)
         energies = self.position_proj(query)[..., :S]  # (B, T, min(S, max_length))
-        if self.max_length < S:  # positions past max_length: zero weight
-            energies = nn.functional.pad(energies, (0, S - self.max_length), value=float("-inf"))
-        return energies  # (B, T, S)
+        # Positions past max_length (none for shorter sources) get zero weight.
+        past = S - energies.size(-1)
+        return nn.functional.pad(energies, (0, past), value=float("-inf"))  # (B, T, S)

@@ -26,6 +26,7 @@ different however many sentences the test set holds.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,7 +97,7 @@ def aso_between_groups(scores: Mapping[str, Sequence[float]], *,
         return result
     result.confidence = corrected_confidence(len(tested))
     with warnings.catch_warnings():
-        # Two groups with the very same scores: their violation ratio is 0 / 0, eps_min 1.
+        # Two groups with the very same scores: their violation ratio is 0 / 0.
         warnings.filterwarnings("ignore", message="Division by zero encountered")
         matrix = deepsig.multi_aso(tested, confidence_level=result.confidence,
                                    use_bonferroni=False, num_bootstrap_iterations=iterations,
@@ -164,7 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("report", help="a comparison.json written by compare.py")
     parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
     args = parser.parse_args(argv)
-    result = aso_between_groups(scores_from_report(args.report), iterations=args.iterations)
+    if args.iterations < 1:
+        parser.error(f"--iterations must be at least 1, got {args.iterations}")
+    try:
+        scores = scores_from_report(args.report)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"error: cannot read {args.report}: {error}", file=sys.stderr)
+        return 1
+    result = aso_between_groups(scores, iterations=args.iterations)
     print("\n".join(markdown_section(result)))
     return 0
 
