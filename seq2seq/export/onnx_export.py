@@ -272,29 +272,34 @@ def _open_declared_sizes(path: Path, observed: dict[str, list[tuple[int, ...]]])
         onnx.save(graph_model, str(path))
 
 
-def _observed_shapes(folder: Path, manifest: dict[str, Any], vocab_size: int):
-    """Output shapes of both graphs at the traced and at the checking sizes."""
-    import onnxruntime
+def encoder_output_names(state_names) -> list[str]:
+    return [*ENCODED_NAMES, *state_names]
 
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
+
+def step_output_names(state_names) -> list[str]:
+    return ["logits", "weights", *(f"new_{name}" for name in state_names)]
+
+
+def _observed_shapes(folder: Path, manifest: dict[str, Any], vocab_size: int):
+    """Each graph's output shapes, by output name, at the traced and at the checking sizes."""
+    model = OnnxModel(folder, manifest, num_threads=1, reuse_sessions=False)
     shapes: dict[str, dict[str, list[tuple[int, ...]]]] = {ENCODER_FILE: {}, STEP_FILE: {}}
     for sentences, length, rows in ((TRACE_SENTENCES, TRACE_LENGTH, TRACE_ROWS),
                                     (CHECK_SENTENCES, CHECK_LENGTH, CHECK_ROWS)):
         src, lengths = example_sources(sentences, length, vocab_size, seed=4)
-        encoder = onnxruntime.InferenceSession(str(folder / ENCODER_FILE), options,
-                                               providers=["CPUExecutionProvider"])
-        outputs = encoder.run(None, {"src": src.numpy(), "src_lengths": lengths.numpy()})
-        for output, array in zip(encoder.get_outputs(), outputs, strict=True):
-            shapes[ENCODER_FILE].setdefault(output.name, []).append(array.shape)
-        beams = (np.arange(rows) % sentences)
-        step = onnxruntime.InferenceSession(str(folder / STEP_FILE), options,
-                                            providers=["CPUExecutionProvider"])
-        feeds = [np.full(rows, BOS_ID, dtype=np.int64), *(a[beams] for a in outputs)]
-        names = [i.name for i in step.get_inputs()]
-        for output, array in zip(step.get_outputs(), step.run(None, dict(zip(names, feeds, strict=True))),
-                                 strict=True):
-            shapes[STEP_FILE].setdefault(output.name, []).append(array.shape)
+        encoded = model.encode(src, lengths)
+        beams = encoded.index_select(torch.arange(rows) % sentences)
+        logits, weights, state = model.decode_step(torch.full((rows,), BOS_ID),
+                                                   model.init_state(beams), beams)
+        outputs = {
+            ENCODER_FILE: zip(encoder_output_names(model.state_names),
+                              [*encoded[:3], *encoded.initial_state], strict=True),
+            STEP_FILE: zip(step_output_names(model.state_names),
+                           [logits, weights, *state.values()], strict=True),
+        }
+        for graph, named in outputs.items():
+            for name, tensor in named:
+                shapes[graph].setdefault(name, []).append(tuple(tensor.shape))
     return shapes
 
 
@@ -457,12 +462,12 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
         _export(EncoderGraph(model, state_names).eval(), (src, lengths), folder / ENCODER_FILE,
                 dynamic=({0: sentences, 1: length}, {0: sentences}),
                 input_names=["src", "src_lengths"],
-                output_names=[*ENCODED_NAMES, *state_names], opset=opset, what="encoder")
+                output_names=encoder_output_names(state_names), opset=opset, what="encoder")
         _export(StepGraph(model, state_names).eval(),
                 (prev_tokens, *encoded_values, *state.values()), folder / STEP_FILE,
                 dynamic=({0: rows}, *encoded_dynamic, tuple({0: rows} for _ in state_names)),
                 input_names=["prev_tokens", *ENCODED_NAMES, *state_names],
-                output_names=["logits", "weights", *(f"new_{n}" for n in state_names)],
+                output_names=step_output_names(state_names),
                 opset=opset, what="decoder step")
 
     token_payload = tokenizers_to_payload(tokenizers)

@@ -130,11 +130,18 @@ def load_model_payload(path: str | os.PathLike) -> dict[str, Any]:
     return read_exported(path) if Path(path).is_dir() else load_checkpoint(path)
 
 
-def parameter_count(payload: dict[str, Any]) -> int:
-    """The model's parameter count, from a checkpoint's weights or an export's manifest."""
-    if "exported" in payload:
-        return int(payload["exported"]["manifest"]["parameters"])
-    return sum(int(t.numel()) for t in payload["model"].values())
+def require_cpu(device: torch.device) -> None:
+    """Raise a one-line ValueError unless ``device`` is the CPU, where exported models run."""
+    if device.type != "cpu":
+        raise ValueError(
+            f"an exported model runs on the CPU (ONNX Runtime's CPU provider), not {device}: "
+            "give device=cpu"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def model_from_payload(payload: dict[str, Any], device: torch.device):
@@ -149,13 +156,8 @@ def model_from_payload(payload: dict[str, Any], device: torch.device):
     """
     if "exported" not in payload:
         return model_from_checkpoint(payload, device)[:2]
-    folder = payload["exported"]["folder"]
-    if device.type != "cpu":
-        raise ValueError(
-            f"an exported model runs on the CPU (ONNX Runtime's CPU provider), not {device}: "
-            "give device=cpu"
-        )
-    model = OnnxModel(folder, payload["exported"]["manifest"])
+    require_cpu(device)
+    model = OnnxModel(payload["exported"]["folder"], payload["exported"]["manifest"])
     return model, tokenizers_from_payload(payload["tokenizers"])
 
 
@@ -181,8 +183,7 @@ def _session(path: str, version: tuple[int, int, int], threads: int):
             path, options, providers=["CPUExecutionProvider"]
         )
     except Exception as error:  # onnxruntime raises its own exception types, one per cause
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot load {path}: {reason}") from None
+        raise CheckpointError(f"cannot load {path}: {_first_line(error)}") from None
 
 
 class ExportedEncoded(NamedTuple):
@@ -250,10 +251,8 @@ class OnnxModel:
         try:
             return session.run(None, feeds)
         except Exception as error:  # onnxruntime's own error types
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else \
-                type(error).__name__
             raise DataError(f"the exported model {self.folder} could not decode a batch: "
-                            f"{reason}") from None
+                            f"{_first_line(error)}") from None
 
     def eval(self) -> OnnxModel:
         return self

@@ -42,7 +42,12 @@ from torch import Tensor
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.onnx_model import OnnxModel, load_model_payload, model_from_payload
+from seq2seq.inference.onnx_model import (
+    OnnxModel,
+    load_model_payload,
+    model_from_payload,
+    require_cpu,
+)
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
@@ -167,12 +172,8 @@ class Translator:
         members = _members(model)
         exported = [m for m in members if isinstance(m, OnnxModel)]
         all_int8 = len(exported) == len(members) and all(m.quantize == "int8" for m in exported)
-        if exported and self.device.type != "cpu":
-            raise ValueError(
-                f"an exported model runs on the CPU (ONNX Runtime's CPU provider), not "
-                f"{self.device}: give device=cpu"
-            )
         if exported:
+            require_cpu(self.device)
             # ONNX Runtime runs the graphs in the types they were exported with.
             if precision not in ("fp32", "auto"):
                 raise ValueError(

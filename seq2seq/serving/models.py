@@ -65,7 +65,7 @@ def load_model(
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
-    from seq2seq.inference.onnx_model import load_model_payload, parameter_count
+    from seq2seq.inference.onnx_model import load_model_payload
     from seq2seq.inference.translator import Translator
 
     paths = list(path) if isinstance(path, list | tuple) else [path]
@@ -89,7 +89,6 @@ def load_model(
     return ServedModel(
         translator,
         scorer=scorer,
-        # Counted from the checkpoints, so an ensemble counts every member.
-        parameters=sum(parameter_count(c) for c in checkpoints),
+        parameters=translator.parameter_count,  # every member's, an exported one's included
         training=training,
     )
