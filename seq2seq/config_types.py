@@ -68,7 +68,8 @@ def _describe(members: set[Any]) -> str:
     return " or ".join(words[:2]) if words else "another type"
 
 
-def _locate(path: str) -> Any:
+def locate_target(path: str) -> Any:
+    """The class or function a ``_target_`` names, or ``None`` when it cannot be imported."""
     module_name, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name), name)
@@ -83,7 +84,7 @@ def check_target_arguments(node: Mapping[str, Any], key: str) -> None:
     :class:`ConfigError`. A target that cannot be imported is left to the instantiation,
     which reports it.
     """
-    target = _locate(str(node["_target_"]))
+    target = locate_target(str(node["_target_"]))
     if target is None:
         return
     try:

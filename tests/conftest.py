@@ -167,8 +167,8 @@ class TinyTrainConfig:
     """The real train config over ``corpus``, shrunk to a run of seconds on one CPU thread.
 
     ``config(**extra)`` composes it (``extra``: dotted keys, e.g.
-    ``**{"trainer.max_steps": 20}``), ``config.overrides(**extra)`` lists the same as
-    ``key=value`` arguments of ``train.py``.
+    ``**{"trainer.max_steps": 20}``; a value of None leaves the key out),
+    ``config.overrides(**extra)`` lists the same as ``key=value`` arguments of ``train.py``.
     """
 
     def __init__(self, corpus: dict[str, tuple[Path, Path]], data_dir: Path) -> None:
@@ -202,7 +202,8 @@ class TinyTrainConfig:
             "optimizer.lr": 0.01,
         }
         values.update(extra)
-        return [f"{key}={value}" for key, value in values.items()]
+        # None drops a key (a group without it, e.g. model/encoder=transformer's hidden_size).
+        return [f"{key}={value}" for key, value in values.items() if value is not None]
 
     def __call__(self, **extra) -> DictConfig:
         return compose_train_config(self.overrides(**extra))

@@ -24,9 +24,14 @@ SCORERS = ["additive", "dot", "scaled_dot", "general", "multihead"]
 # product (and the learning test's minute) small; the encoder does not touch attention.
 NEW_SCORERS = ["gaussian", "epanechnikov", "location", "additive+sparsemax",
                "multihead+sparsemax", "gaussian+sparsemax"]
+# The Transformer: with its own decoder (which takes no scorer: "-"), its encoder under an RNN
+# decoder with a scorer, and an RNN encoder under its decoder.
+TRANSFORMERS = [("transformer", "transformer", "-"), ("transformer", "luong", "additive"),
+                ("transformer", "bahdanau", "multihead"), ("lstm", "transformer", "-")]
 COMBINATIONS = [
     *itertools.product(ENCODERS, DECODERS, SCORERS),
     *itertools.product(["gru"], DECODERS, NEW_SCORERS),
+    *TRANSFORMERS,
 ]
 # Learning is slow (seconds each): every scorer with one encoder and decoder, every decoder and
 # encoder with one scorer. The structural tests above cover the full product.
@@ -34,6 +39,8 @@ LEARNING = [
     *itertools.product(["gru"], ["luong"], SCORERS + NEW_SCORERS),
     *itertools.product(["gru"], ["bahdanau", "luong_no_feed"], ["additive"]),
     *itertools.product(["lstm"], DECODERS, ["general"]),
+    ("transformer", "transformer", "-"),
+    ("transformer", "luong", "general"),
 ]
 VOCAB = 12  # 0-3 are special, 4-11 are "words"
 
@@ -42,12 +49,14 @@ def model_config(encoder_type: str, decoder_type: str, scorer_type: str, **overr
     """The real YAML files of the three groups, shrunk to a tiny model.
 
     ``scorer_type`` names an attention YAML, or ``epanechnikov`` (gaussian.yaml with that
-    kernel), optionally with ``+sparsemax`` for that normalizer.
+    kernel), optionally with ``+sparsemax`` for that normalizer; ``-`` for the Transformer
+    decoder, which does not use one (the additive file stands in the unused node).
     """
     encoder, decoder = encoder_type, decoder_type
     scorer, _, normalizer = scorer_type.partition("+")
     kernel = "epanechnikov" if scorer == "epanechnikov" else None
     scorer = "gaussian" if kernel else scorer
+    scorer = "additive" if scorer == "-" else scorer
     decoder_file = "luong" if decoder.startswith("luong") else decoder
     cfg = OmegaConf.create(
         {
@@ -59,8 +68,12 @@ def model_config(encoder_type: str, decoder_type: str, scorer_type: str, **overr
             "attention": OmegaConf.load(CONFIGS / f"model/attention/{scorer}.yaml"),
         }
     )
-    cfg.encoder.hidden_size = 8  # bidirectional: memory vectors of 16
-    cfg.decoder.hidden_size = 16
+    # Bidirectional 8: memory vectors of 16, like the Transformer's d_model (embed_dim).
+    for node, hidden_size in ((cfg.encoder, 8), (cfg.decoder, 16)):
+        if "transformer" in node._target_:
+            node.update(num_heads=2, num_layers=2, ffn_dim=32)
+        else:
+            node.hidden_size = hidden_size
     if decoder == "luong_no_feed":
         cfg.decoder.input_feeding = False
     if scorer == "multihead":
@@ -176,9 +189,12 @@ def test_learns_to_reverse(encoder, decoder, scorer):
     enough for sequences this short: this proves learning, not the attention's share in it.
     """
     torch.set_num_threads(1)  # tiny tensors: threads only add overhead
+    sizes = {"transformer": {"ffn_dim": 64}, "encoder": {"hidden_size": 32},
+             "decoder": {"hidden_size": 64}}
     model = make_model(
         encoder, decoder, scorer, embed_dim=32,
-        encoder={"hidden_size": 32}, decoder={"hidden_size": 64},
+        encoder=sizes["transformer" if encoder == "transformer" else "encoder"],
+        decoder=sizes["transformer" if decoder == "transformer" else "decoder"],
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(0)

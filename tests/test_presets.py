@@ -37,13 +37,16 @@ def differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
 
 
 def test_the_presets_are_the_ones_documented():
-    assert PRESETS == ["multi30k_best", "multi30k_gru_additive", "multi30k_luong_fast"]
+    assert PRESETS == ["multi30k_best", "multi30k_gru_additive", "multi30k_luong_fast",
+                       "multi30k_transformer"]
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_each_preset_builds_a_model_that_trains_a_step(name):
-    config = preset(name, "model.embed_dim=8", "model.encoder.hidden_size=4",
-                    "model.decoder.hidden_size=8")
+    # Shrunk: an RNN by its hidden sizes, a Transformer by its feed-forward sizes.
+    sizes = ("model.encoder.ffn_dim=8", "model.decoder.ffn_dim=8") if "transformer" in name \
+        else ("model.encoder.hidden_size=4", "model.decoder.hidden_size=8")
+    config = preset(name, "model.embed_dim=8", *sizes)
     torch.manual_seed(0)
     model = build_model(config["model"], src_vocab_size=20, tgt_vocab_size=30)
     objective = SequenceLoss(model, label_smoothing=config["trainer"]["label_smoothing"])

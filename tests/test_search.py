@@ -30,7 +30,9 @@ from seq2seq.models.seq2seq import EncodedSource
 CONFIGS = CONFIG_DIR
 VOCAB = 16
 # (encoder, decoder, scorer, seed of the EOS table that gives a mix of output lengths)
-ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihead", 0)]
+# The Transformer's state is its growing key/value cache ("-": it takes no scorer).
+ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihead", 0),
+                 ("transformer", "transformer", "-", 1)]
 
 
 class EosAfterToken:
@@ -72,11 +74,15 @@ def tiny_model(
             "tie_embeddings": False,
             "encoder": OmegaConf.load(CONFIGS / f"model/encoder/{encoder}.yaml"),
             "decoder": OmegaConf.load(CONFIGS / f"model/decoder/{decoder}.yaml"),
-            "attention": OmegaConf.load(CONFIGS / f"model/attention/{scorer}.yaml"),
+            "attention": OmegaConf.load(CONFIGS / "model/attention"
+                                        / f"{'additive' if scorer == '-' else scorer}.yaml"),
         }
     )
-    cfg.encoder.hidden_size = 8
-    cfg.decoder.hidden_size = 16
+    for node, hidden_size in ((cfg.encoder, 8), (cfg.decoder, 16)):
+        if "transformer" in node._target_:
+            node.update(num_heads=2, num_layers=2, ffn_dim=32)
+        else:
+            node.hidden_size = hidden_size
     if scorer == "multihead":
         cfg.attention.heads = 2
     model_cfg = OmegaConf.create({"model": cfg}).model  # resolves the ${model.*} interpolations

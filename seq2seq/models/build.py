@@ -7,11 +7,12 @@ user plugs in their own encoder, decoder or scorer class by naming it in an over
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 
 from hydra.utils import instantiate
 
-from seq2seq.config_types import ConfigError, check_config
+from seq2seq.config_types import ConfigError, check_config, locate_target
 from seq2seq.data.vocab import PAD_ID
 from seq2seq.models.attention import NORMALIZERS, Attention
 from seq2seq.models.seq2seq import Seq2Seq
@@ -33,17 +34,20 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     tie = bool(model_cfg.get("tie_embeddings", False))
     encoder = instantiate(model_cfg["encoder"], vocab_size=src_vocab_size, padding_idx=PAD_ID)
     decoder_cfg = model_cfg["decoder"]
-    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
-    scorer = instantiate(
-        scorer_cfg,
-        query_dim=decoder_cfg["hidden_size"],
-        key_dim=encoder.output_size,
-    )
-    extra = {"output_dim": decoder_cfg["embed_dim"]} if tie else {}
+    extra = {}
+    if uses_scorer(decoder_cfg):
+        scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
+        scorer = instantiate(
+            scorer_cfg,
+            query_dim=decoder_cfg["hidden_size"],
+            key_dim=encoder.output_size,
+        )
+        extra["attention"] = Attention(scorer, normalizer=normalizer)
+        if tie:
+            extra["output_dim"] = decoder_cfg["embed_dim"]
     decoder = instantiate(
         decoder_cfg,
         vocab_size=tgt_vocab_size,
-        attention=Attention(scorer, normalizer=normalizer),
         encoder_output_size=encoder.output_size,
         encoder_final_size=encoder.output_size,
         padding_idx=PAD_ID,
@@ -51,6 +55,16 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     )
     word_dropout = float(model_cfg.get("word_dropout", 0.0))
     return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie, word_dropout=word_dropout)
+
+
+def uses_scorer(decoder_cfg: Mapping) -> bool:
+    """Whether the decoder takes an ``attention`` (the RNN decoders, a scorer from
+    ``model.attention``) or brings its own (the Transformer's multi-head attention, which then
+    leaves the ``model.attention`` node unused)."""
+    decoder_class = locate_target(str(decoder_cfg["_target_"]))
+    if decoder_class is None:  # not importable: instantiate reports it
+        return True
+    return "attention" in inspect.signature(decoder_class).parameters
 
 
 def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:

@@ -82,6 +82,10 @@ class AttentionDecoder(nn.Module):
             else None
         )
 
+    def precompute_keys(self, memory: Tensor) -> Tensor:
+        """The scorer's once-per-batch work on the memory (B, S, D_enc) (see the scorer contract)."""
+        return self.attention.precompute_keys(memory)
+
     # -- state ---------------------------------------------------------------------------
     def init_state(self, final: Tensor) -> State:
         """The initial state from the encoder's final state ``final`` (B, D_enc)."""
@@ -134,8 +138,11 @@ class AttentionDecoder(nn.Module):
         features, weights, state = self._step(embedded, state, encoded)
         return features.squeeze(1), weights.squeeze(1), state
 
-    def forward(self, tgt_in: Tensor, encoded) -> tuple[Tensor, Tensor]:
+    def forward(self, tgt_in: Tensor, encoded, need_weights: bool = True) -> tuple[Tensor, Tensor]:
         """Teacher-forced decoding of whole targets.
+
+        The weights come with the context whatever ``need_weights`` says (it is there for the
+        Transformer decoder, which can skip them).
 
         Shape:
             - tgt_in: (B, T) BOS followed by the target tokens
@@ -287,7 +294,7 @@ class LuongDecoder(AttentionDecoder):
             new_state["feed"] = features.squeeze(1)
         return features, weights, new_state
 
-    def forward(self, tgt_in: Tensor, encoded) -> tuple[Tensor, Tensor]:
+    def forward(self, tgt_in: Tensor, encoded, need_weights: bool = True) -> tuple[Tensor, Tensor]:
         if self.input_feeding:
             return super().forward(tgt_in, encoded)
         # Fast path: one RNN call over all T steps, then one batched attention.

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.models.decoders import AttentionDecoder, State
 from seq2seq.models.encoder import RNNEncoder
+from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
 
 
 class EncodedSource(NamedTuple):
@@ -29,7 +30,9 @@ class EncodedSource(NamedTuple):
         memory: encoder outputs, the attention values. Shape (B, S, D).
         mask: True at real source positions. Shape (B, S).
         final: the encoder's final state. Shape (B, D).
-        keys: the scorer's precomputed keys (e.g. W_k k for additive attention). Shape (B, S, *).
+        keys: the decoder's precomputed keys (e.g. W_k k for additive attention, every layer's
+            cross-attention keys and values for the Transformer). Batch first, then
+            decoder-specific: (B, S, *) for most scorers.
     """
 
     memory: Tensor
@@ -67,7 +70,9 @@ class Seq2Seq(nn.Module):
 
     Args:
         encoder: the source encoder.
-        decoder: an attention decoder (its ``attention`` precomputes the keys).
+        decoder: an attention decoder (:mod:`seq2seq.models.decoders`) or a Transformer
+            decoder (:mod:`seq2seq.models.transformer`); its ``precompute_keys`` runs once per
+            source batch.
         tie_embeddings: share the decoder's embedding matrix with the output projection
             (requires ``decoder.output_dim == decoder.embed_dim``).
         word_dropout: in training, the probability that a source or target input piece is
@@ -82,8 +87,8 @@ class Seq2Seq(nn.Module):
     def __init__(
         self,
         *,
-        encoder: RNNEncoder,
-        decoder: AttentionDecoder,
+        encoder: RNNEncoder | TransformerEncoder,
+        decoder: AttentionDecoder | TransformerDecoder,
         tie_embeddings: bool = False,
         word_dropout: float = 0.0,
     ) -> None:
@@ -112,14 +117,19 @@ class Seq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncodedSource:
         memory, mask, final = self.encoder(src, src_lengths)
-        keys = self.decoder.attention.precompute_keys(memory)
+        keys = self.decoder.precompute_keys(memory)
         return EncodedSource(memory=memory, mask=mask, final=final, keys=keys)
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher-forced features and attention weights for a batch of pairs."""
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Teacher-forced features and attention weights for a batch of pairs.
+
+        ``need_weights=False`` lets a decoder skip computing weights it does not otherwise need
+        (the Transformer's fused attention); it may then return ``None`` for them.
+        """
         if self.training and self.word_dropout > 0:
             src, tgt_in = drop_words(src, self.word_dropout), drop_words(tgt_in, self.word_dropout)
-        return self.decoder(tgt_in, self.encode(src, src_lengths))
+        return self.decoder(tgt_in, self.encode(src, src_lengths), need_weights=need_weights)
 
     def project(self, features: Tensor) -> Tensor:
         """Output layer: features (..., D) -> logits (..., V)."""

@@ -29,7 +29,7 @@ class SequenceLoss(nn.Module):
     def forward(
         self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor
     ) -> tuple[Tensor, Tensor]:
-        features, _ = self.model(src, src_lengths, tgt_in)  # (B, T, D)
+        features, _ = self.model(src, src_lengths, tgt_in, need_weights=False)  # (B, T, D)
         real = tgt_out != PAD_ID  # (B, T)
         logits = self.model.project(features[real]).float()  # (N, V)
         targets = tgt_out[real]  # (N,)
