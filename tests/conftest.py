@@ -324,6 +324,34 @@ def random_luong_model(rnn_type: str = "gru", *, vocab: int = 20, input_feeding:
     return model
 
 
+def transformer_model_config(*, num_layers: int = 2, tie_embeddings: bool = True) -> dict:
+    """The real Transformer YAML groups, made tiny (d_model 12, 2 heads), resolved."""
+    cfg = OmegaConf.create({"model": {
+        "embed_dim": 12, "dropout": 0.0, "tie_embeddings": tie_embeddings,
+        "encoder": OmegaConf.load(CONFIG_DIR / "model/encoder/transformer.yaml"),
+        "decoder": OmegaConf.load(CONFIG_DIR / "model/decoder/transformer.yaml"),
+        # Not used by the Transformer decoder; there as in every composed config.
+        "attention": OmegaConf.load(CONFIG_DIR / "model/attention/additive.yaml"),
+    }})
+    for node in (cfg.model.encoder, cfg.model.decoder):
+        node.update(num_heads=2, num_layers=num_layers, ffn_dim=24)
+    return OmegaConf.to_container(cfg, resolve=True)["model"]
+
+
+def random_transformer_model(*, vocab: int = 20, num_layers: int = 2, seed: int = 0,
+                             tie_embeddings: bool = True, **_) -> torch.nn.Module:
+    """A random tiny Transformer (:func:`transformer_model_config`) in eval mode, with flat
+    outputs."""
+    from seq2seq.models.build import build_model
+
+    torch.manual_seed(seed)
+    model_cfg = transformer_model_config(num_layers=num_layers, tie_embeddings=tie_embeddings)
+    model = build_model(model_cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).eval()
+    with torch.no_grad():  # flatter outputs: many near-competitive continuations
+        model.generator.weight.mul_(3.0)
+    return model
+
+
 def assert_same_hypotheses(got, expected, *, score_tolerance: float = 1e-5) -> None:
     """Two searches' n-best lists: the same tokens, scores within ``score_tolerance`` and, where
     both have them, the same attention weights."""

@@ -25,11 +25,13 @@ from conftest import (  # noqa: E402
     copy_tokenizers,
     padded_random_sources,
     random_luong_model,
+    random_transformer_model,
 )
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.data.corpus import DataError  # noqa: E402
-from seq2seq.export.onnx_export import ExportError, export_model  # noqa: E402
+from seq2seq.export.folder import ExportError  # noqa: E402
+from seq2seq.export.onnx_export import export_model  # noqa: E402
 from seq2seq.inference.ensemble import Ensemble  # noqa: E402
 from seq2seq.inference.onnx_model import (  # noqa: E402
     ENCODER_FILE,
@@ -69,13 +71,17 @@ COMBINATIONS = {
     "lstm-luong_no_feed-location": dict(rnn_type="lstm", decoder="luong", input_feeding=False,
                                         attention="location",
                                         attention_options={"max_length": 10}),
+    # Its state is a key/value cache that grows by a position a step.
+    "transformer": dict(builder=random_transformer_model),
 }
 
 
 def export_random(tmp_path: Path, name: str = "gru-luong-additive", *, seed: int = 0,
                   **options) -> tuple[torch.nn.Module, Path]:
     """A random tiny model of the ``COMBINATIONS`` entry ``name`` and its exported folder."""
-    model = random_luong_model(vocab=VOCAB, seed=seed, **COMBINATIONS[name])
+    options_of_model = dict(COMBINATIONS[name])
+    build = options_of_model.pop("builder", random_luong_model)
+    model = build(vocab=VOCAB, seed=seed, **options_of_model)
     folder = tmp_path / f"{name}-{seed}-{options.get('quantize', 'none')}"
     export_model(model, copy_tokenizers(), {"model": {}}, folder, **options)
     return model, folder

@@ -1,9 +1,12 @@
 """``python export.py checkpoint=PATH output=DIR [overrides]`` / ``seq2seq-export``: export a
-checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`).
+checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`), or a
+Transformer as a CTranslate2 model (``format=ctranslate2``,
+:mod:`seq2seq.export.ctranslate2_export`).
 
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x-int8 quantize=int8
     echo "Ein Hund läuft." | python translate.py checkpoint=exported/x-int8
+    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-ct2 format=ctranslate2
 
 Options are documented in ``seq2seq/configs/export.yaml``. Exits with status 1 and a one-line
 ``error: ...`` on a missing or unsafe checkpoint, a model part that cannot be exported (named),
@@ -23,8 +26,10 @@ from seq2seq.cli.common import CONFIG_DIR, fail
 from seq2seq.config_types import ConfigError, check_value
 
 log = logging.getLogger("seq2seq.export")
-OPTION_TYPES = {"checkpoint": str, "output": str, "quantize": str, "opset": int,
+OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str, "opset": int,
                 "overwrite": bool}
+# The packages each format needs (the export extra has them all).
+FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",)}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -37,6 +42,8 @@ def run(cfg: DictConfig) -> dict:
             check_value(cfg[key], annotation, key)
         except ConfigError as error:
             fail(error)
+    if cfg.format not in FORMAT_PACKAGES:
+        fail(f"format must be one of {', '.join(FORMAT_PACKAGES)}, got {cfg.format!r}")
     if cfg.quantize not in ("none", "int8"):
         fail(f"quantize must be none or int8, got {cfg.quantize!r}")
     if not Path(cfg.checkpoint).is_file():
@@ -46,26 +53,36 @@ def run(cfg: DictConfig) -> dict:
 
     from seq2seq.checkpoint import CheckpointError
 
-    missing = [name for name in ("onnx", "onnxscript", "onnxruntime")
+    missing = [name for name in FORMAT_PACKAGES[cfg.format]
                if importlib.util.find_spec(name) is None]
     if missing:
-        fail(f"exporting needs the export extra ({', '.join(missing)} missing): "
+        fail(f"format={cfg.format} needs the export extra ({', '.join(missing)} missing): "
              "pip install '.[export]'")
-    from seq2seq.export.onnx_export import ExportError, export_checkpoint
+    from seq2seq.export.folder import ExportError
 
     started = time.perf_counter()
-    log.info("exporting %s to %s (quantize=%s, opset %d)", cfg.checkpoint, cfg.output,
-             cfg.quantize, cfg.opset)
+    log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,
+             cfg.format, cfg.quantize)
     try:
-        manifest = export_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
-                                     opset=cfg.opset, overwrite=cfg.overwrite)
+        if cfg.format == "ctranslate2":
+            from seq2seq.export.ctranslate2_export import convert_checkpoint
+
+            manifest = convert_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
+                                          overwrite=cfg.overwrite)
+        else:
+            from seq2seq.export.onnx_export import export_checkpoint
+
+            manifest = export_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
+                                         opset=cfg.opset, overwrite=cfg.overwrite)
     except (CheckpointError, ExportError) as error:
         fail(error)
     except OSError as error:
         fail(f"cannot write {cfg.output}: {error.strerror or error}")
     size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
-    log.info("wrote %s (%.1f MB) in %.1fs; decode it with checkpoint=%s", cfg.output,
-             size / 1e6, time.perf_counter() - started, cfg.output)
+    use = (f"ctranslate2.Translator('{cfg.output}')" if cfg.format == "ctranslate2"
+           else f"checkpoint={cfg.output}")
+    log.info("wrote %s (%.1f MB) in %.1fs; decode it with %s", cfg.output, size / 1e6,
+             time.perf_counter() - started, use)
     return manifest
 
 

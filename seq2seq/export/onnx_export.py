@@ -20,11 +20,8 @@ The folder appears whole or not at all: it is written beside its destination and
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -37,15 +34,20 @@ import torch
 from torch import Tensor, nn
 
 import seq2seq
-from seq2seq.atomic import default_permissions, fsync_directory
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.export.folder import (
+    ExportError,
+    check_export_options,
+    staged_folder,
+    write_manifest,
+    write_tokenizers,
+)
 from seq2seq.inference.onnx_model import (
     ENCODED_NAMES,
     ENCODER_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
-    MANIFEST_NAME,
     STEP_FILE,
     OnnxModel,
 )
@@ -58,12 +60,11 @@ DEFAULT_OPSET = 20
 TRACE_SENTENCES, TRACE_ROWS, TRACE_LENGTH = 3, 7, 11
 CHECK_SENTENCES, CHECK_ROWS, CHECK_LENGTH = 5, 13, 9
 CHECK_STEPS = 4
+# Steps decoded before the step graph is traced: a cache that grows is traced at this length
+# (0 and 1 would be taken as fixed sizes); the check starts from an empty one.
+TRACE_STEPS = 3
 # fp32 graphs must give the PyTorch model's logits to this tolerance, relative to their size.
 RELATIVE_TOLERANCE = 1e-4
-
-
-class ExportError(Exception):
-    """A model that cannot be exported, or an export that cannot be written; one line."""
 
 
 class EncoderGraph(nn.Module):
@@ -115,8 +116,10 @@ def example_sources(sentences: int, length: int, vocab_size: int, seed: int) -> 
     return src, lengths
 
 
-def _step_inputs(model: nn.Module, src: Tensor, lengths: Tensor, rows: int, seed: int):
-    """The step's inputs for ``rows`` decoder rows over the sentences of ``src`` (as beams)."""
+def _step_inputs(model: nn.Module, src: Tensor, lengths: Tensor, rows: int, seed: int,
+                 steps: int = 0):
+    """The step's inputs for ``rows`` decoder rows over the sentences of ``src`` (as beams),
+    after ``steps`` decoding steps (a Transformer's cache then holds that many positions)."""
     with torch.no_grad():
         encoded = model.encode(src, lengths)
         state = model.init_state(encoded)
@@ -127,7 +130,22 @@ def _step_inputs(model: nn.Module, src: Tensor, lengths: Tensor, rows: int, seed
     vocab_size = model.generator.out_features
     prev_tokens = torch.randint(4, max(vocab_size, 5), (rows,), generator=generator)
     prev_tokens[0] = BOS_ID
+    with torch.no_grad():
+        for _ in range(steps):
+            logits, _, state = model.decode_step(prev_tokens, state, encoded)
+            prev_tokens = logits.argmax(dim=-1)
     return prev_tokens, encoded, state
+
+
+def growing_axes(model: nn.Module, prev_tokens: Tensor, encoded: EncodedSource,
+                 state: dict[str, Tensor]) -> dict[str, list[int]]:
+    """For each state entry, the axes that grow by a step (a Transformer's cache: the decoded
+    positions); none for an RNN's state, whose size is fixed."""
+    with torch.no_grad():
+        _, _, after = model.decode_step(prev_tokens, state, encoded)
+    return {name: [axis for axis, (a, b) in enumerate(zip(value.shape, after[name].shape,
+                                                          strict=True)) if a != b]
+            for name, value in state.items()}
 
 
 def length_axes(model: nn.Module, vocab_size: int) -> list[int]:
@@ -339,25 +357,6 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: s
                         source=str(checkpoint))
 
 
-def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
-    """Refuse an unknown ``quantize`` or an existing ``output`` (without ``overwrite``) before
-    any work is done.
-
-    Raises:
-        ExportError: naming the option.
-    """
-    if quantize not in ("none", "int8"):
-        raise ExportError(f"quantize must be none or int8, got {quantize!r}")
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
-                          "another output")
-    if output.exists() and not (output.is_dir() and (
-            (output / MANIFEST_NAME).is_file() or not any(output.iterdir()))):
-        raise ExportError(f"{output} is not an exported model (no {MANIFEST_NAME}): "
-                          "overwrite=true replaces only an earlier export")
-
-
 def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
                  quantize: str = "none", opset: int = DEFAULT_OPSET, overwrite: bool = False,
                  trainer_state: dict[str, Any] | None = None,
@@ -385,44 +384,15 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
     check_export_options(output, quantize=quantize, overwrite=overwrite)
     started = time.perf_counter()
     model = model.eval()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    try:
+    with staged_folder(Path(output), overwrite=overwrite) as staging:
         manifest = _write_folder(model, tokenizers, config, trainer_state, staging, opset=opset)
         if quantize == "int8":
             quantize_graphs(staging)
             _check_runs(staging, manifest)
         manifest["export"].update(quantize=quantize, source=source,
                                   seconds=round(time.perf_counter() - started, 1))
-        # A checkpoint holds plain containers; anything else would be written as its repr.
-        text = json.dumps(manifest, indent=1, default=repr)
-        (staging / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
-        default_permissions(staging, directory=True)
-        _publish(staging, output, overwrite=overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        write_manifest(staging, manifest)
     return manifest
-
-
-def _publish(staging: Path, output: Path, *, overwrite: bool) -> None:
-    """Rename ``staging`` to ``output``; an earlier export there is moved aside first and
-    removed only once the new one is in place."""
-    check_export_options(output, quantize="none", overwrite=overwrite)  # it may have appeared
-    old = None
-    if output.exists():
-        old = staging.with_name(f"{staging.name}.old")
-        output.rename(old)
-    try:
-        staging.rename(output)
-    except BaseException:
-        if old is not None:
-            old.rename(output)
-        raise
-    fsync_directory(output.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _check_runs(folder: Path, manifest: dict[str, Any]) -> None:
@@ -451,13 +421,17 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
 
     src_vocab, tgt_vocab = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
     src, lengths = example_sources(TRACE_SENTENCES, TRACE_LENGTH, src_vocab, seed=0)
-    prev_tokens, encoded, state = _step_inputs(model, src, lengths, TRACE_ROWS, seed=1)
+    prev_tokens, encoded, state = _step_inputs(model, src, lengths, TRACE_ROWS, seed=1,
+                                               steps=TRACE_STEPS)
     state_names = tuple(state)
     encoded_values = (encoded.memory, encoded.mask, encoded.keys)
-    # The open sizes: sentences (encoder) or decoder rows (step), and the source length.
+    # The open sizes: sentences (encoder) or decoder rows (step), the source length and the
+    # decoded positions a cache holds.
     sentences, rows = torch.export.Dim("sentences"), torch.export.Dim("rows")
-    length = torch.export.Dim("source_length")
+    length, steps = torch.export.Dim("source_length"), torch.export.Dim("decoded_positions")
     encoded_dynamic = [{0: rows, axis: length} for axis in length_axes(model, src_vocab)]
+    state_dynamic = tuple({0: rows, **{axis: steps for axis in axes}}
+                          for axes in growing_axes(model, prev_tokens, encoded, state).values())
     with torch.no_grad():
         _export(EncoderGraph(model, state_names).eval(), (src, lengths), folder / ENCODER_FILE,
                 dynamic=({0: sentences, 1: length}, {0: sentences}),
@@ -465,18 +439,11 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
                 output_names=encoder_output_names(state_names), opset=opset, what="encoder")
         _export(StepGraph(model, state_names).eval(),
                 (prev_tokens, *encoded_values, *state.values()), folder / STEP_FILE,
-                dynamic=({0: rows}, *encoded_dynamic, tuple({0: rows} for _ in state_names)),
+                dynamic=({0: rows}, *encoded_dynamic, state_dynamic),
                 input_names=["prev_tokens", *ENCODED_NAMES, *state_names],
                 output_names=step_output_names(state_names),
                 opset=opset, what="decoder step")
 
-    token_payload = tokenizers_to_payload(tokenizers)
-    files = {"src": "source.model"}
-    (folder / files["src"]).write_bytes(token_payload["src"].numpy().tobytes())
-    if not token_payload["joint"]:
-        files["tgt"] = "target.model"
-        (folder / files["tgt"]).write_bytes(token_payload["tgt"].numpy().tobytes())
-    kept = token_payload.get("tgt_kept_ids")
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -486,8 +453,7 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
         "trainer_state": trainer_state,
         "vocabulary": {"source_size": src_vocab, "target_size": tgt_vocab, "pad_id": PAD_ID,
                        "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
-        "tokenizers": {"joint": bool(token_payload["joint"]), "files": files,
-                       "tgt_kept_ids": kept.tolist() if kept is not None else None},
+        "tokenizers": write_tokenizers(folder, tokenizers),
         "graphs": {"encoder": ENCODER_FILE, "decoder_step": STEP_FILE, "state": list(state_names)},
         "export": {"quantize": "none", "opset": opset, "torch_version": torch.__version__,
                    "onnx_version": onnx.__version__,

@@ -1,0 +1,260 @@
+"""Convert a Transformer to a CTranslate2 model folder (``seq2seq-export format=ctranslate2``).
+
+CTranslate2 is the inference engine most Transformer translation services run. Our Transformer
+(:mod:`seq2seq.models.transformer`) is its ``TransformerSpec`` as it stands: pre-norm layers
+with a final layer norm, ReLU feed-forward blocks, ``sqrt(d_model)``-scaled embeddings plus
+sinusoidal positions (given to it as a table, in our interleaved layout), and the output layer.
+The query, key and value projections are joined into the fused matrices the engine reads.
+
+The folder holds CTranslate2's own files (``model.bin``, ``config.json`` and the vocabularies,
+ready for ``ctranslate2.Translator``), our sentencepiece model(s) and ``manifest.json``. Before
+it is published, CTranslate2 scores a batch of random translations and its log-probabilities
+must be the model's (within :data:`LOG_PROB_TOLERANCE` in float32): a converted model that
+would translate differently is refused, not written. ``quantize=int8`` stores int8 weights,
+which CTranslate2 multiplies with its own int8 kernels.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+import seq2seq
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, UNK_PIECE
+from seq2seq.export.folder import (
+    ExportError,
+    check_export_options,
+    staged_folder,
+    write_manifest,
+    write_tokenizers,
+)
+from seq2seq.models.transformer import (
+    MultiHeadAttention,
+    TransformerDecoder,
+    TransformerEncoder,
+    sinusoidal_positions,
+)
+
+FORMAT_NAME = "seq2seq-ctranslate2"
+FORMAT_VERSION = 1
+# Rows of the position tables: the longest source, and the longest output, the engine decodes.
+MAX_POSITIONS = 1024
+# Largest difference of a token's log-probability, CTranslate2 against the model (float32).
+LOG_PROB_TOLERANCE = 1e-3
+CHECK_SENTENCES, CHECK_LENGTH = 6, 9
+
+
+def _array(tensor: Tensor) -> np.ndarray:
+    """A float32 copy: CTranslate2's quantization works on the arrays in place, and a view would
+    quantize the model's own weights."""
+    return tensor.detach().to(torch.float32).cpu().numpy().copy()
+
+
+def _set_linear(spec, *layers: nn.Linear) -> None:
+    """One linear layer of the spec from ours; several are stacked into one fused matrix."""
+    spec.weight = _array(torch.cat([layer.weight for layer in layers]))
+    if layers[0].bias is not None:
+        spec.bias = _array(torch.cat([layer.bias for layer in layers]))
+
+
+def _set_layer_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _set_self_attention(spec, norm: nn.LayerNorm, attention: MultiHeadAttention) -> None:
+    _set_layer_norm(spec.layer_norm, norm)
+    _set_linear(spec.linear[0], attention.query_proj, attention.key_proj, attention.value_proj)
+    _set_linear(spec.linear[1], attention.out_proj)
+
+
+def _set_feed_forward(spec, norm: nn.LayerNorm, feed_forward: nn.Sequential) -> None:
+    _set_layer_norm(spec.layer_norm, norm)
+    _set_linear(spec.linear_0, feed_forward[0])
+    _set_linear(spec.linear_1, feed_forward[-1])
+
+
+def _vocabulary(tokenizer) -> list[str]:
+    return [tokenizer.id_to_piece(token_id) for token_id in range(tokenizer.vocab_size)]
+
+
+def transformer_spec(model: nn.Module, tokenizers):
+    """The ``ctranslate2.specs.TransformerSpec`` of ``model``, with its vocabularies.
+
+    Raises:
+        ExportError: when the model is not a Transformer encoder and decoder.
+    """
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    encoder, decoder = model.encoder, model.decoder
+    if not (isinstance(encoder, TransformerEncoder) and isinstance(decoder, TransformerDecoder)):
+        raise ExportError(
+            "format=ctranslate2 converts a Transformer (model/encoder=transformer "
+            f"model/decoder=transformer), not a {type(encoder).__name__} with a "
+            f"{type(decoder).__name__}: export it with format=onnx"
+        )
+    num_heads = decoder.num_heads
+    if encoder.layers[0].self_attention.num_heads != num_heads:
+        raise ExportError("format=ctranslate2 needs as many heads in the encoder as in the "
+                          "decoder (CTranslate2 takes one number)")
+    spec = transformer_spec.TransformerSpec.from_config(
+        (len(encoder.layers), len(decoder.layers)), num_heads, pre_norm=True,
+        activation=common_spec.Activation.RELU)
+    spec.config.layer_norm_epsilon = encoder.final_norm.eps
+    spec.config.add_source_eos = True  # our sources end with </s>, as in training
+    spec.config.unk_token, spec.config.bos_token = UNK_PIECE, BOS_PIECE
+    spec.config.eos_token, spec.config.decoder_start_token = EOS_PIECE, BOS_PIECE
+    positions = _array(sinusoidal_positions(torch.arange(MAX_POSITIONS), encoder.output_size))
+
+    spec.encoder.embeddings[0].weight = _array(encoder.embedding.weight)
+    spec.encoder.position_encodings.encodings = positions
+    for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention_norm,
+                            layer.self_attention)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward_norm, layer.feed_forward)
+    _set_layer_norm(spec.encoder.layer_norm, encoder.final_norm)
+
+    spec.decoder.embeddings.weight = _array(decoder.embedding.weight)
+    spec.decoder.position_encodings.encodings = positions
+    for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention_norm,
+                            layer.self_attention)
+        cross = layer.cross_attention
+        _set_layer_norm(layer_spec.attention.layer_norm, layer.cross_attention_norm)
+        _set_linear(layer_spec.attention.linear[0], cross.query_proj)
+        _set_linear(layer_spec.attention.linear[1], cross.key_proj, cross.value_proj)
+        _set_linear(layer_spec.attention.linear[2], cross.out_proj)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward_norm, layer.feed_forward)
+    _set_layer_norm(spec.decoder.layer_norm, decoder.final_norm)
+    _set_linear(spec.decoder.projection, model.generator)
+
+    spec.register_source_vocabulary(_vocabulary(tokenizers.src))
+    spec.register_target_vocabulary(_vocabulary(tokenizers.tgt))
+    return spec
+
+
+def _random_pairs(model: nn.Module, tokenizers) -> tuple[list[list[int]], list[list[int]]]:
+    """Random source and target ids (no special pieces), of several lengths."""
+    generator = torch.Generator().manual_seed(4)
+    sources, targets = [], []
+    for row in range(CHECK_SENTENCES):
+        for ids, size in ((sources, tokenizers.src.vocab_size),
+                          (targets, tokenizers.tgt.vocab_size)):
+            length = CHECK_LENGTH - row % 4
+            ids.append(torch.randint(4, max(size, 5), (length,), generator=generator).tolist())
+    return sources, targets
+
+
+def _model_log_probs(model: nn.Module, sources: list[list[int]], targets: list[list[int]]
+                     ) -> list[np.ndarray]:
+    """The model's log-probability of each target piece and of the final </s>."""
+    log_probs = []
+    with torch.no_grad():
+        for source, target in zip(sources, targets, strict=True):
+            src = torch.tensor([[*source, EOS_ID]])
+            tgt_in = torch.tensor([[BOS_ID, *target]])
+            features, _ = model(src, torch.tensor([src.size(1)]), tgt_in, need_weights=False)
+            logits = model.project(features)[0].float().log_softmax(dim=-1)  # (T, V)
+            gold = torch.tensor([*target, EOS_ID])
+            log_probs.append(logits.gather(1, gold.unsqueeze(1)).squeeze(1).numpy())
+    return log_probs
+
+
+def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize: str) -> float:
+    """Score random translations with CTranslate2 and with the model; the largest difference of
+    a token's log-probability.
+
+    Raises:
+        ExportError: when the folder does not load, or (float32) differs beyond
+            :data:`LOG_PROB_TOLERANCE`.
+    """
+    import ctranslate2
+
+    sources, targets = _random_pairs(model, tokenizers)
+    try:
+        translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+        results = translator.score_batch(
+            [tokenizers.src.pieces(ids) for ids in sources],
+            [tokenizers.tgt.pieces(ids) for ids in targets])
+    except Exception as error:  # ctranslate2's own errors
+        raise ExportError(f"CTranslate2 cannot load or run the converted model: "
+                          f"{str(error).splitlines()[0]}") from None
+    want = _model_log_probs(model, sources, targets)
+    worst = max(float(np.abs(np.asarray(result.log_probs) - expected).max())
+                for result, expected in zip(results, want, strict=True))
+    if quantize == "none" and not worst <= LOG_PROB_TOLERANCE:
+        raise ExportError(f"CTranslate2's log-probabilities differ from the model's by "
+                          f"{worst:.2g}: the model is not the Transformer CTranslate2 runs")
+    return worst
+
+
+def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
+                  quantize: str = "none", overwrite: bool = False,
+                  trainer_state: dict[str, Any] | None = None,
+                  source: str | None = None) -> dict[str, Any]:
+    """Convert ``model`` (a Transformer, on the CPU) to the CTranslate2 folder ``output``;
+    returns the manifest written. Arguments as for
+    :func:`seq2seq.export.onnx_export.export_model`.
+
+    Raises:
+        ExportError: when the model is not a Transformer, the conversion does not reproduce
+            it, or an option is invalid.
+        OSError: when the folder cannot be written.
+    """
+    import ctranslate2
+    from ctranslate2.converters.converter import Converter
+
+    check_export_options(output, quantize=quantize, overwrite=overwrite)
+    started = time.perf_counter()
+    model = model.eval()
+    spec = transformer_spec(model, tokenizers)
+
+    class SpecConverter(Converter):  # the library's conversion steps, from a ready spec
+        def _load(self):
+            return spec
+
+    with staged_folder(Path(output), overwrite=overwrite) as staging:
+        quantization = "int8" if quantize == "int8" else "float32"
+        SpecConverter().convert(str(staging), quantization=quantization, force=True)
+        difference = check_against_model(model, tokenizers, staging, quantize=quantize)
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "package_version": seq2seq.__version__,
+            "config": config,
+            "parameters": sum(int(p.numel()) for p in model.parameters()),
+            "trainer_state": trainer_state,
+            "vocabulary": {"source_size": tokenizers.src.vocab_size,
+                           "target_size": tokenizers.tgt.vocab_size, "pad_id": PAD_ID,
+                           "bos_id": BOS_ID, "eos_id": EOS_ID},
+            "tokenizers": write_tokenizers(staging, tokenizers),
+            "export": {"format": "ctranslate2", "quantize": quantize, "source": source,
+                       "max_positions": MAX_POSITIONS,
+                       "largest_log_prob_difference": difference,
+                       "ctranslate2_version": ctranslate2.__version__,
+                       "torch_version": torch.__version__,
+                       "seconds": round(time.perf_counter() - started, 1)},
+        }
+        write_manifest(staging, manifest)
+    return manifest
+
+
+def convert_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: str = "none",
+                       overwrite: bool = False) -> dict[str, Any]:
+    """Convert a checkpoint file of a Transformer to the CTranslate2 folder ``output``.
+
+    Raises:
+        CheckpointError: on a missing, corrupted or unsafe checkpoint.
+        ExportError: see :func:`convert_model`.
+    """
+    check_export_options(output, quantize=quantize, overwrite=overwrite)
+    payload = load_checkpoint(checkpoint)
+    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
+    return convert_model(model, tokenizers, config, output, quantize=quantize,
+                         overwrite=overwrite, trainer_state=payload.get("trainer_state"),
+                         source=str(checkpoint))

@@ -1,0 +1,95 @@
+"""What every export format shares: its one-line error, the checks of its options and the
+folder written beside its destination and renamed into place (whole or absent)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import default_permissions, fsync_directory
+from seq2seq.checkpoint import tokenizers_to_payload
+from seq2seq.inference.onnx_model import MANIFEST_NAME
+
+QUANTIZE_CHOICES = ("none", "int8")
+
+
+class ExportError(Exception):
+    """A model that cannot be exported, or an export that cannot be written; one line."""
+
+
+def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
+    """Refuse an unknown ``quantize`` or an existing ``output`` (without ``overwrite``) before
+    any work is done.
+
+    Raises:
+        ExportError: naming the option.
+    """
+    if quantize not in QUANTIZE_CHOICES:
+        raise ExportError(f"quantize must be none or int8, got {quantize!r}")
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
+                          "another output")
+    if output.exists() and not (output.is_dir() and (
+            (output / MANIFEST_NAME).is_file() or not any(output.iterdir()))):
+        raise ExportError(f"{output} is not an exported model (no {MANIFEST_NAME}): "
+                          "overwrite=true replaces only an earlier export")
+
+
+def publish(staging: Path, output: Path, *, overwrite: bool) -> None:
+    """Rename ``staging`` to ``output``; an earlier export there is moved aside first and
+    removed only once the new one is in place."""
+    check_export_options(output, quantize="none", overwrite=overwrite)  # it may have appeared
+    old = None
+    if output.exists():
+        old = staging.with_name(f"{staging.name}.old")
+        output.rename(old)
+    try:
+        staging.rename(output)
+    except BaseException:
+        if old is not None:
+            old.rename(output)
+        raise
+    fsync_directory(output.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def staged_folder(output: Path, *, overwrite: bool) -> Iterator[Path]:
+    """A new folder beside ``output`` to write an export into: renamed to ``output`` when the
+    block ends, removed when it raises."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        yield staging
+        default_permissions(staging, directory=True)
+        publish(staging, output, overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def write_tokenizers(folder: Path, tokenizers) -> dict[str, Any]:
+    """Write the sentencepiece model(s) into ``folder``; returns the manifest's ``tokenizers``
+    entry (the file names, whether one model serves both sides, the kept target ids)."""
+    token_payload = tokenizers_to_payload(tokenizers)
+    files = {"src": "source.model"}
+    (folder / files["src"]).write_bytes(token_payload["src"].numpy().tobytes())
+    if not token_payload["joint"]:
+        files["tgt"] = "target.model"
+        (folder / files["tgt"]).write_bytes(token_payload["tgt"].numpy().tobytes())
+    kept = token_payload.get("tgt_kept_ids")
+    return {"joint": bool(token_payload["joint"]), "files": files,
+            "tgt_kept_ids": kept.tolist() if kept is not None else None}
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    # A checkpoint holds plain containers; anything else would be written as its repr.
+    text = json.dumps(manifest, indent=1, default=repr)
+    (folder / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
