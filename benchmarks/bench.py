@@ -11,17 +11,20 @@ its ceiling, training rows and decoding rows are skipped, and the line says so. 
 also a percentage of its precision's ceiling, from the matrix-product FLOP of the work
 (``torch.utils.flop_counter``; element-wise work is not counted, so 100% is out of reach).
 
-Training: ``multi30k_gru_additive`` (the like-for-like preset) and ``multi30k_luong_fast``, each
-in fp32 and bf16, run ``train.py`` in a child process for ``--train-steps`` steps; the median of
-the target tokens/s windows after the first is the steady-state speed; then the ratios bf16 /
-fp32 and fast / like-for-like. Peak resident memory is the child's ``ru_maxrss``; one more run
+Training: ``multi30k_gru_additive`` (the like-for-like preset), ``multi30k_luong_fast`` and
+``multi30k_transformer``, each in fp32 and bf16, run ``train.py`` in a child process for
+``--train-steps`` steps; the median of the target tokens/s windows after the first is the
+steady-state speed; then the ratios bf16 / fp32, fast / like-for-like and Transformer /
+like-for-like. Peak resident memory is the child's ``ru_maxrss``; one more run
 of ``--memory-steps`` steps of ``multi30k_luong_fast`` gives the peak of a longer run.
 
 Decoding: greedy and beam-5 sentences/s and BLEU on test_2016 in each of
 ``--decode-variants`` (fp32, bf16 autocast), with a trained checkpoint (``--checkpoint``),
 through :mod:`benchmarks.bench_decoding`; then the checkpoint exported (``seq2seq-export``, fp32
-and int8) and the same searches on ONNX Runtime, with the export's time and folder size. Each
-row also translates 100 sentences one per call (the server's case, "1 by 1/s").
+and int8) and the same searches on ONNX Runtime, with the export's time and folder size. The
+same again for a Transformer (``--transformer-checkpoint``), plus CTranslate2 (``seq2seq-export
+format=ctranslate2``, fp32 and int8). Each row also translates 100 sentences one per call (the
+server's case, "1 by 1/s").
 
 Where the time goes (``--profile-steps 0`` skips it): each training row and each decoding
 variant profiled briefly (:mod:`benchmarks.profile_training`, :mod:`benchmarks.profile_decoding`),
@@ -54,6 +57,8 @@ TRAINING_RUNS = (
     ("multi30k_gru_additive", "bf16"),
     ("multi30k_luong_fast", "fp32"),
     ("multi30k_luong_fast", "bf16"),
+    ("multi30k_transformer", "fp32"),
+    ("multi30k_transformer", "bf16"),
 )
 # A CPU whose bf16 products run at less than this share of its fp32 speed emulates them: bf16
 # rows would take hours there and show nothing, so they are skipped. An AVX-512 CPU without
@@ -195,17 +200,22 @@ def training_ratios(rows: list[dict]) -> dict[str, float]:
     speed = {(row["preset"], row["precision"]): row["tokens_per_second_median"] for row in rows}
     ratios = {}
     like, fast = "multi30k_gru_additive", "multi30k_luong_fast"
-    if (like, "bf16") in speed and (like, "fp32") in speed:
-        ratios[f"{like} bf16/fp32"] = speed[like, "bf16"] / speed[like, "fp32"]
+    transformer = "multi30k_transformer"
+    for preset in (like, transformer):
+        if (preset, "bf16") in speed and (preset, "fp32") in speed:
+            ratios[f"{preset} bf16/fp32"] = speed[preset, "bf16"] / speed[preset, "fp32"]
     for precision in ("fp32", "bf16"):
         if (fast, precision) in speed and (like, precision) in speed:
             ratios[f"fast/like-for-like {precision}"] = (
                 speed[fast, precision] / speed[like, precision])
+        if (transformer, precision) in speed and (like, precision) in speed:
+            ratios[f"transformer/like-for-like {precision}"] = (
+                speed[transformer, precision] / speed[like, precision])
     return ratios
 
 
 def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, *,
-                   count_flops: bool = True) -> dict:
+                   count_flops: bool = True, ctranslate2: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
         command = [sys.executable, "-m", "benchmarks.bench_decoding",
@@ -213,6 +223,8 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, 
                    "--precision", precision, "--single-sentences", str(SINGLE_SENTENCES)]
         if count_flops:
             command.append("--count-flops")
+        if ctranslate2:
+            command += ["--ctranslate2", str(ctranslate2)]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -227,15 +239,22 @@ SINGLE_SENTENCES = 100
 EXPORTS = ("none", "int8")
 
 
-def export_for_bench(checkpoint: Path, folder: Path, quantize: str) -> dict:
+def export_for_bench(checkpoint: Path, folder: Path, quantize: str, *,
+                     output_format: str = "onnx") -> dict:
     """Export ``checkpoint`` to ``folder``; the export's seconds and the folder's size."""
-    from seq2seq.export.onnx_export import export_checkpoint
-
     started = time.perf_counter()
-    export_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
+    if output_format == "ctranslate2":
+        from seq2seq.export.ctranslate2_export import convert_checkpoint
+
+        convert_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
+    else:
+        from seq2seq.export.onnx_export import export_checkpoint
+
+        export_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
     seconds = time.perf_counter() - started
     size = sum(path.stat().st_size for path in folder.iterdir())
-    return {"quantize": quantize, "export_seconds": seconds, "folder_mb": size / 1e6}
+    return {"checkpoint": str(checkpoint), "format": output_format, "quantize": quantize,
+            "export_seconds": seconds, "folder_mb": size / 1e6}
 
 
 # Sentences of test_2016 each decoding profile of "where the time goes" translates.
@@ -296,9 +315,88 @@ def print_profiles(runs: dict, ceilings: dict[str, float], args, results: dict) 
 
 def print_decoding_row(row: dict, counted: str) -> None:
     single = row.get("single_sentences_per_second")
-    print(f"{row['search']:<8} {row['runtime']:<13} {row['sentences_per_second']:>8.1f} "
+    print(f"{row['search']:<8} {row['runtime']:<15} {row['sentences_per_second']:>8.1f} "
           f"{row['sentences_per_second_with_startup']:>21.1f} {row['bleu']:>6.2f} {counted} "
           + (f"{single:>9.1f}" if single else f"{'-':>9}"), flush=True)
+
+
+def bench_checkpoint_decoding(checkpoint: Path, args, runs: dict, ceilings: dict[str, float],
+                              results: dict) -> None:
+    """The decoding rows of one checkpoint: PyTorch in each variant, ONNX Runtime (fp32, int8)
+    and, for a Transformer, CTranslate2 (fp32, int8)."""
+    print(f"\ndecoding {checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
+    print(f"{'search':<8} {'runtime':<15} {'sent/s':>8} {'sent/s with start-up':>21} "
+          f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10} {'1 by 1/s':>9}")
+    first = len(results["decoding"])
+    for variant in args.decode_variants:
+        if variant not in runs["decoding"]:
+            print(f"{'-':<8} {variant:<9} skipped: {skip_reason(variant)}")
+            continue
+        rows = bench_decoding(checkpoint, args.max_sentences, variant)
+        for row in rows["results"]:
+            flops = row.get("flops_per_sentence")
+            # fp16 has no ceiling measured: its rows are not given a share.
+            row["percent_of_ceiling"] = None if flops is None or variant not in ceilings \
+                else 100 * row["sentences_per_second"] * flops / (ceilings[variant] * 1e9)
+            share = row["percent_of_ceiling"]
+            counted = (f"{flops / 1e6:>10.1f} " if flops is not None else f"{'-':>10} ") + (
+                f"{share:>9.0f}%" if share is not None else f"{'-':>10}")
+            record_row(results, row, checkpoint, f"PyTorch {variant}", counted)
+    fp32_flops = {row["search"]: row.get("flops_per_sentence")
+                  for row in results["decoding"][first:] if row["precision"] == "fp32"}
+    try:
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        print("ONNX Runtime rows skipped: pip install '.[export]'")
+    with tempfile.TemporaryDirectory() as exports:
+        for quantize in EXPORTS if "onnxruntime" in sys.modules else ():
+            folder = Path(exports) / quantize
+            export = export_for_bench(checkpoint, folder, quantize)
+            results.setdefault("exports", []).append(export)
+            rows = bench_decoding(folder, args.max_sentences, "fp32", count_flops=False)
+            for row in rows["results"]:
+                # The graphs run the model's products: the fp32 search's FLOP per sentence.
+                flops = fp32_flops.get(row["search"]) if quantize == "none" else None
+                row["percent_of_ceiling"] = None if flops is None else (
+                    100 * row["sentences_per_second"] * flops / (ceilings["fp32"] * 1e9))
+                share = row["percent_of_ceiling"]
+                record_row(results, row, checkpoint,
+                           f"ONNX RT {'fp32' if quantize == 'none' else quantize}",
+                           f"{'-':>10} " + (f"{share:>9.0f}%" if share is not None
+                                            else f"{'-':>10}"))
+        if is_transformer(checkpoint):
+            try:
+                import ctranslate2  # noqa: F401
+            except ImportError:
+                print("CTranslate2 rows skipped: pip install '.[export]'")
+            for quantize in EXPORTS if "ctranslate2" in sys.modules else ():
+                folder = Path(exports) / f"ctranslate2-{quantize}"
+                export = export_for_bench(checkpoint, folder, quantize, output_format="ctranslate2")
+                results.setdefault("exports", []).append(export)
+                rows = bench_decoding(checkpoint, args.max_sentences, "fp32", count_flops=False,
+                                      ctranslate2=folder)
+                for row in rows["results"]:
+                    row["percent_of_ceiling"] = None
+                    record_row(results, row, checkpoint,
+                               f"CTranslate2 {'fp32' if quantize == 'none' else quantize}",
+                               f"{'-':>10} {'-':>10}")
+    print("exports: " + "; ".join(
+        f"{e['format']} {e['quantize']}: {e['export_seconds']:.0f} s, {e['folder_mb']:.1f} MB"
+        for e in results.get("exports", []) if e["checkpoint"] == str(checkpoint)), flush=True)
+
+
+def record_row(results: dict, row: dict, checkpoint: Path, runtime: str, counted: str) -> None:
+    row["runtime"], row["checkpoint"] = runtime, str(checkpoint)
+    results["decoding"].append(row)
+    print_decoding_row(row, counted)
+
+
+def is_transformer(checkpoint: Path) -> bool:
+    from seq2seq.checkpoint import load_checkpoint
+
+    decoder = load_checkpoint(checkpoint)["config"]["model"]["decoder"]["_target_"]
+    return decoder.endswith("TransformerDecoder")
 
 
 def main() -> None:
@@ -308,6 +406,9 @@ def main() -> None:
                         help="steps of the long memory run (0: skip it)")
     parser.add_argument("--checkpoint", type=Path,
                         default=ROOT / "runs/multi30k_gru_additive/checkpoints/best.pt")
+    parser.add_argument("--transformer-checkpoint", type=Path,
+                        default=ROOT / "runs/multi30k_transformer/checkpoints/best.pt",
+                        help="a Transformer's checkpoint: its rows add CTranslate2's")
     parser.add_argument("--max-sentences", type=int, default=None)
     parser.add_argument("--decode-variants", nargs="+", default=["fp32", "bf16"],
                         choices=["fp32", "bf16", "fp16"], help="autocast dtypes of the search")
@@ -352,57 +453,14 @@ def main() -> None:
               f"({memory_precision}): "
               f"{row['peak_rss_gib']:.2f} GiB ({row['tokens_per_second_median']:,.0f} tok/s)",
               flush=True)
-    if args.checkpoint.is_file():
-        results["decoding"] = []
-        print(f"\ndecoding {args.checkpoint}, test_2016 ({args.max_sentences or 'all'} sentences)")
-        print(f"{'search':<8} {'runtime':<13} {'sent/s':>8} {'sent/s with start-up':>21} "
-              f"{'BLEU':>6} {'MFLOP/sent':>10} {'% ceiling':>10} {'1 by 1/s':>9}")
-        for variant in args.decode_variants:
-            if variant not in runs["decoding"]:
-                print(f"{'-':<8} {variant:<9} skipped: {skip_reason(variant)}")
-                continue
-            rows = bench_decoding(args.checkpoint, args.max_sentences, variant)
-            for row in rows["results"]:
-                flops = row.get("flops_per_sentence")
-                # fp16 has no ceiling measured: its rows are not given a share.
-                row["percent_of_ceiling"] = None if flops is None or variant not in ceilings \
-                    else 100 * row["sentences_per_second"] * flops / (ceilings[variant] * 1e9)
-                results["decoding"].append(row)
-                share = row["percent_of_ceiling"]
-                counted = (f"{flops / 1e6:>10.1f} " if flops is not None else f"{'-':>10} ") + (
-                    f"{share:>9.0f}%" if share is not None else f"{'-':>10}")
-                row["runtime"] = f"PyTorch {variant}"
-                print_decoding_row(row, counted)
-        fp32_flops = {row["search"]: row.get("flops_per_sentence")
-                      for row in results["decoding"] if row["precision"] == "fp32"}
-        try:
-            import onnxruntime  # noqa: F401
-            import onnxscript  # noqa: F401
-        except ImportError:
-            print("ONNX Runtime rows skipped: pip install '.[export]'")
-        with tempfile.TemporaryDirectory() as exports:
-            for quantize in EXPORTS if "onnxruntime" in sys.modules else ():
-                folder = Path(exports) / quantize
-                export = export_for_bench(args.checkpoint, folder, quantize)
-                results.setdefault("exports", []).append(export)
-                rows = bench_decoding(folder, args.max_sentences, "fp32", count_flops=False)
-                for row in rows["results"]:
-                    # The graphs run the model's products: the fp32 search's FLOP per sentence.
-                    flops = fp32_flops.get(row["search"]) if quantize == "none" else None
-                    row["percent_of_ceiling"] = None if flops is None else (
-                        100 * row["sentences_per_second"] * flops / (ceilings["fp32"] * 1e9))
-                    row["runtime"] = f"ONNX RT {'fp32' if quantize == 'none' else quantize}"
-                    results["decoding"].append(row)
-                    share = row["percent_of_ceiling"]
-                    print_decoding_row(row, f"{'-':>10} " + (
-                        f"{share:>9.0f}%" if share is not None else f"{'-':>10}"))
-        print("exports: " + "; ".join(
-            f"{e['quantize']}: {e['export_seconds']:.0f} s, {e['folder_mb']:.1f} MB"
-            for e in results.get("exports", [])), flush=True)
-    else:
-        print(f"\nno checkpoint at {args.checkpoint}: decoding skipped "
-              "(train one with `python train.py experiment=multi30k_gru_additive "
-              "hydra.run.dir=runs/multi30k_gru_additive`)")
+    results["decoding"] = []
+    for checkpoint in (args.checkpoint, args.transformer_checkpoint):
+        if checkpoint.is_file():
+            bench_checkpoint_decoding(checkpoint, args, runs, ceilings, results)
+        else:
+            print(f"\nno checkpoint at {checkpoint}: its decoding rows skipped "
+                  "(train one with `python train.py experiment=PRESET "
+                  "hydra.run.dir=runs/PRESET`: multi30k_gru_additive, multi30k_transformer)")
     if args.profile_steps:
         print_profiles(runs, ceilings, args, results)
     args.json.parent.mkdir(parents=True, exist_ok=True)

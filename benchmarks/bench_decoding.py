@@ -16,7 +16,11 @@ files ``seq2seq-evaluate`` scores). For each search (``--beam-sizes``, default g
   server's case: no batch to share the steps with).
 
 ``--checkpoint`` may name a folder written by ``seq2seq-export``: the same searches then run on
-ONNX Runtime (``--count-flops`` counts PyTorch's products only: leave it out there).
+ONNX Runtime (``--count-flops`` counts PyTorch's products only: leave it out there). With
+``--ctranslate2 DIR`` (a Transformer checkpoint converted with ``format=ctranslate2``) the
+searches run on CTranslate2 instead, tokenized with the checkpoint's own sentencepiece models;
+its length penalty is its own (divided by length^alpha, not GNMT's), so its BLEU may differ a
+little from ours at beam 5.
 
 Prints a table on stdout, then the results as JSON (or writes the JSON to ``--json FILE``).
 BLEU is reported too, as a check that the fast settings still translate.
@@ -103,6 +107,72 @@ def bench_one(
     }
 
 
+def bench_ctranslate2(
+    *,
+    checkpoint: Path,
+    folder: Path,
+    sources: list[str],
+    references: list[str],
+    data_seconds: float,
+    beam_size: int,
+    threads: int,
+    max_tokens: int,
+    single_sentences: int = 0,
+) -> dict:
+    """Time one search on CTranslate2, with the same tokenization, length limit and batch
+    budget as ours."""
+    import ctranslate2
+
+    from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
+    from seq2seq.inference.translator import Translator
+    from seq2seq.metrics import corpus_scores
+
+    started = time.perf_counter()
+    tokenizers = tokenizers_from_payload(load_checkpoint(checkpoint)["tokenizers"])
+    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1,
+                                        intra_threads=threads)
+    # Our defaults: output at most a * source pieces + b, <pad> and <s> never generated.
+    defaults = Translator.__init__.__kwdefaults__
+    max_len_a, max_len_b = defaults["max_len_a"], defaults["max_len_b"]
+    options = {"beam_size": beam_size, "min_decoding_length": 0,
+               "length_penalty": defaults["length_penalty"],
+               "suppress_sequences": [["<pad>"], ["<s>"]]}
+
+    def translate(batch: list[str]) -> list[str]:
+        pieces = [tokenizers.src.pieces(ids) for ids in tokenizers.src.encode(batch)]
+        longest = max((len(p) for p in pieces), default=0) + 1  # + EOS
+        results = translator.translate_batch(
+            pieces, max_batch_size=max_tokens, batch_type="tokens",
+            max_decoding_length=int(max_len_a * longest + max_len_b), **options)
+        return tokenizers.tgt.decode_pieces([result.hypotheses[0] for result in results])
+
+    translate(sources[:WARMUP_SENTENCES])
+    startup = time.perf_counter() - started + data_seconds
+    started = time.perf_counter()
+    hypotheses = translate(sources)
+    generation = time.perf_counter() - started
+    single = None
+    if single_sentences:
+        started = time.perf_counter()
+        for sentence in sources[:single_sentences]:
+            translate([sentence])
+        single = min(single_sentences, len(sources)) / (time.perf_counter() - started)
+    return {
+        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
+        "beam_size": beam_size,
+        "sentences": len(sources),
+        "startup_seconds": startup,
+        "generation_seconds": generation,
+        "sentences_per_second": len(sources) / max(generation, 1e-9),
+        "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
+        "single_sentences_per_second": single,
+        "bleu": corpus_scores(hypotheses, references)["bleu"],
+        "flops_per_sentence": None,
+        "device": "cpu",
+        "precision": "ctranslate2",
+    }
+
+
 def format_table(results: Sequence[dict]) -> str:
     lines = [
         f"{'search':<8} {'sentences':>9} {'startup s':>9} {'generation s':>12} "
@@ -138,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single-sentences", type=int, default=0,
                         help="also translate the first N sentences one per call (the server's "
                              "case) and report their sentences/s")
+    parser.add_argument("--ctranslate2", default=None, type=Path,
+                        help="time CTranslate2 on this folder (seq2seq-export "
+                             "format=ctranslate2 of --checkpoint) instead of our searches")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -162,7 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         data_seconds = time.perf_counter() - data_started
         results = [
-            bench_one(
+            bench_ctranslate2(
+                checkpoint=Path(args.checkpoint),
+                folder=args.ctranslate2,
+                sources=sources,
+                references=references,
+                data_seconds=data_seconds,
+                beam_size=beam_size,
+                threads=torch.get_num_threads(),
+                max_tokens=args.max_tokens,
+                single_sentences=args.single_sentences,
+            ) if args.ctranslate2 else bench_one(
                 checkpoint=Path(args.checkpoint),
                 sources=sources,
                 references=references,

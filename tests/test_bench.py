@@ -45,6 +45,9 @@ def test_ratios_use_only_the_rows_that_ran(bench):
     rows.append({"preset": "multi30k_gru_additive", "precision": "bf16",
                  "tokens_per_second_median": 1800})
     assert bench.training_ratios(rows)["multi30k_gru_additive bf16/fp32"] == 1.8
+    rows.append({"preset": "multi30k_transformer", "precision": "fp32",
+                 "tokens_per_second_median": 900})
+    assert bench.training_ratios(rows)["transformer/like-for-like fp32"] == 0.9
 
 
 def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):
@@ -54,7 +57,7 @@ def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):
     assert native["memory_precision"] == "bf16" and native["decoding"] == variants
     emulated = bench.runs_for({"fp32": 70.0}, variants)
     assert emulated["training"] == [run for run in bench.TRAINING_RUNS if run[1] == "fp32"]
-    assert len(emulated["training"]) == 2
+    assert len(emulated["training"]) == 3
     assert emulated["memory_precision"] == "fp32"
     assert emulated["decoding"] == ["fp32", "fp16"]
     assert "emulated" in bench.skip_reason("bf16")

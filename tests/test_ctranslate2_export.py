@@ -129,3 +129,9 @@ def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
                               beam_size=1, max_decoding_length=12, min_decoding_length=0,
                               suppress_sequences=[["<pad>"], ["<s>"]])
     assert [result.hypotheses[0] for result in got] == want
+    # Our tools read ONNX folders; a CTranslate2 one is named for what it is, in one line.
+    translated = run_python([root / "translate.py", f"checkpoint={output}"], input="red cat\n",
+                            cwd=tmp_path, timeout=120)
+    assert translated.returncode == 1
+    assert translated.stderr.strip().splitlines()[-1].startswith(
+        f"error: {output} is a CTranslate2 model: decode it with ctranslate2.Translator")

@@ -328,6 +328,8 @@ def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
     # The targets decode back to their text; the unseen piece is UNK, nothing else changes.
     train_ids = [prepared.splits["train"][i][1].tolist() for i in range(5)]
     assert target.decode(train_ids) == [t for _, t in train_pairs[:5]]
+    assert target.decode_pieces([target.pieces(ids) for ids in train_ids]) == target.decode(
+        train_ids)
     assert 1 in prepared.splits["valid"][30][1].tolist()  # UNK_ID
     # The same subset comes back from the cache and from a checkpoint payload.
     again = _prepare(files, tmp_path / "cache")

@@ -51,6 +51,8 @@ def test_round_trip_text_ids_text(tokenizer: SentencePieceTokenizer, sentences: 
     assert tokenizer.decode(ids) == batch
     pieces = tokenizer.pieces(ids[0])
     assert "".join(pieces).replace("\u2581", " ").strip() == batch[0]
+    # Another engine's output comes back as pieces (CTranslate2's translations).
+    assert tokenizer.decode_pieces([tokenizer.pieces(row) for row in ids]) == batch
 
 
 def test_decode_skips_pad_and_bos_and_stops_at_eos(

@@ -263,6 +263,11 @@ class SentencePieceTokenizer:
             return []
         return self._processor.decode(cleaned)
 
+    def decode_pieces(self, batch_pieces: Sequence[Sequence[str]]) -> list[str]:
+        """Decodes a batch of piece sequences (another engine's output, e.g. CTranslate2's) to
+        text."""
+        return [self._processor.decode_pieces(list(pieces)) for pieces in batch_pieces]
+
     def id_to_piece(self, token_id: int) -> str:
         """Returns the piece of one id.
 
@@ -317,6 +322,9 @@ class SubsetTokenizer:
     def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         kept = self.kept_ids
         return self.base.decode([[int(kept[int(token)]) for token in ids] for ids in batch_ids])
+
+    def decode_pieces(self, batch_pieces: Sequence[Sequence[str]]) -> list[str]:
+        return self.base.decode_pieces(batch_pieces)
 
     def id_to_piece(self, token_id: int) -> str:
         token_id = int(token_id)

@@ -34,6 +34,7 @@ from seq2seq.export.folder import (
     write_manifest,
     write_tokenizers,
 )
+from seq2seq.inference.onnx_model import CTRANSLATE2_FORMAT_NAME
 from seq2seq.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,
@@ -41,7 +42,6 @@ from seq2seq.models.transformer import (
     sinusoidal_positions,
 )
 
-FORMAT_NAME = "seq2seq-ctranslate2"
 FORMAT_VERSION = 1
 # Rows of the position tables: the longest source, and the longest output, the engine decodes.
 MAX_POSITIONS = 1024
@@ -223,7 +223,7 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
         SpecConverter().convert(str(staging), quantization=quantization, force=True)
         difference = check_against_model(model, tokenizers, staging, quantize=quantize)
         manifest = {
-            "format": FORMAT_NAME,
+            "format": CTRANSLATE2_FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "package_version": seq2seq.__version__,
             "config": config,

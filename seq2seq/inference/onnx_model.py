@@ -39,6 +39,8 @@ from seq2seq.data.corpus import DataError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "seq2seq-onnx"
+# The manifest of a seq2seq-export format=ctranslate2 folder (ctranslate2.Translator reads it).
+CTRANSLATE2_FORMAT_NAME = "seq2seq-ctranslate2"
 FORMAT_VERSION = 1
 ENCODER_FILE = "encoder.onnx"
 STEP_FILE = "decoder_step.onnx"
@@ -67,6 +69,10 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{folder} is not an exported model (no {MANIFEST_NAME})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"cannot read {path}: {error}") from None
+    if isinstance(manifest, dict) and manifest.get("format") == CTRANSLATE2_FORMAT_NAME:
+        raise CheckpointError(
+            f"{folder} is a CTranslate2 model: decode it with ctranslate2.Translator "
+            "(docs/export.md), or export the checkpoint with format=onnx for these tools")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path} is not a {FORMAT_NAME} manifest")
     version = manifest.get("format_version")
