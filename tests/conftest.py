@@ -352,6 +352,19 @@ def random_transformer_model(*, vocab: int = 20, num_layers: int = 2, seed: int 
     return model
 
 
+def transformer_checkpoint(directory: Path, *, seed: int = 0) -> Path:
+    """A random untied tiny Transformer (varied outputs) over the copy corpus and tokenizers,
+    saved as ``directory/transformer.pt``."""
+    from seq2seq.checkpoint import save_checkpoint
+
+    model = random_transformer_model(vocab=39, seed=seed, tie_embeddings=False)
+    payload = checkpoint_payload(model, write_copy_corpus(directory),
+                                 transformer_model_config(tie_embeddings=False))
+    path = directory / "transformer.pt"
+    save_checkpoint(payload, path)
+    return path
+
+
 def assert_same_hypotheses(got, expected, *, score_tolerance: float = 1e-5) -> None:
     """Two searches' n-best lists: the same tokens, scores within ``score_tolerance`` and, where
     both have them, the same attention weights."""

@@ -14,16 +14,13 @@ import torch
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from conftest import (  # noqa: E402
-    checkpoint_payload,
     copy_tokenizers,
     padded_random_sources,
     random_luong_model,
     random_transformer_model,
-    transformer_model_config,
-    write_copy_corpus,
+    transformer_checkpoint,
 )
 
-from seq2seq.checkpoint import save_checkpoint  # noqa: E402
 from seq2seq.export.ctranslate2_export import convert_model  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.inference.onnx_model import MANIFEST_NAME  # noqa: E402
@@ -107,11 +104,7 @@ def test_a_model_ctranslate2_would_run_differently_is_refused(tmp_path):
 def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
     from seq2seq.inference.translator import Translator
 
-    model = untied_model()
-    files = write_copy_corpus(tmp_path)
-    payload = checkpoint_payload(model, files, transformer_model_config(tie_embeddings=False))
-    checkpoint = tmp_path / "transformer.pt"
-    save_checkpoint(payload, checkpoint)
+    checkpoint = transformer_checkpoint(tmp_path)
     output = tmp_path / "ct2"
     root = Path(__file__).resolve().parents[1]
     result = run_python([root / "export.py", f"checkpoint={checkpoint}", f"output={output}",

@@ -379,3 +379,32 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
             process.kill()
             process.result()
     assert list(tmp_path.iterdir()) == []  # no outputs/ or .hydra/
+
+
+def test_a_transformer_answers_with_every_layer_and_head(translator, tmp_path):
+    """attention_heads: the Transformer's [layer][head] matrices (their mean is its attention);
+    a model without heads (the RNN) answers without them; the models list names the
+    Transformer's attention."""
+    from conftest import transformer_checkpoint
+
+    served = load_model(transformer_checkpoint(tmp_path), device="cpu", beam_size=3)
+    assert served.scorer == "TransformerDecoder"
+    app = create_app({"transformer": served, "copy": translator})
+    with TestClient(app) as client:
+        for model in ("transformer", "copy"):
+            response = translate(client, ["red cat big house", ""], model=model, attention=True,
+                                 attention_heads=True)
+            assert response.status_code == 200, response.text
+            best, empty = (entry["hypotheses"][0] for entry in response.json()["translations"])
+            assert "attention_heads" not in empty
+            if model == "copy":
+                assert "attention_heads" not in best
+                continue
+            heads = torch.tensor(best["attention_heads"])  # (L, H, T + 1, S + 1)
+            assert heads.shape[:2] == (2, 2)
+            assert heads.shape[2:] == (len(best["target_pieces"]) + 1, 5)
+            torch.testing.assert_close(heads.mean(dim=(0, 1)), torch.tensor(best["attention"]),
+                                       atol=2e-4, rtol=0)
+        # Without attention, no heads either.
+        plain = translate(client, ["red cat"], model="transformer", attention_heads=True)
+        assert "attention" not in plain.json()["translations"][0]["hypotheses"][0]

@@ -120,6 +120,8 @@ def test_decoder_weights_average_every_head_of_every_layer():
             per_layer.append(layer_weights)  # (B, H, T, S)
     torch.testing.assert_close(weights, torch.stack(per_layer).mean(dim=(0, 2)))
     assert torch.all(weights[1, :, 2] == 0)  # the padded source position
+    heads = decoder.attention_heads(tgt_in, encoded)  # (B, L, H, T, S): the picker's matrices
+    torch.testing.assert_close(heads, torch.stack(per_layer, dim=1))
     _, no_weights = decoder(tgt_in, encoded, need_weights=False)
     assert no_weights is None
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.onnx_model import (
@@ -85,6 +85,9 @@ class Translation(NamedTuple):
         attention: attention weights when requested, else None. Shape
             (len(target_pieces) + 1, len(source_pieces) + 1): the last row is the step that
             produced EOS, the last column the source's EOS.
+        attention_heads: with ``attention_heads=True`` and a model that has heads to show (a
+            Transformer), every layer's and head's cross-attention, (L, H, T + 1, S + 1) like
+            ``attention`` (which is their mean); else None.
     """
 
     text: str
@@ -92,6 +95,7 @@ class Translation(NamedTuple):
     source_pieces: list[str]
     target_pieces: list[str]
     attention: Tensor | None
+    attention_heads: Tensor | None = None
 
 
 @contextmanager
@@ -316,6 +320,42 @@ class Translator:
                     results[index] = hypotheses
         return results  # type: ignore[return-value]  # every slot is filled above
 
+    @property
+    def has_attention_heads(self) -> bool:
+        """Whether the model has several layers and heads of attention to show (a Transformer
+        decoder; not an ensemble or an exported model)."""
+        return hasattr(getattr(self.model, "decoder", None), "attention_heads")
+
+    def _attention_heads(self, src_ids: list[np.ndarray],
+                         results: list[list[Hypothesis]]) -> list[Tensor | None]:
+        """Every hypothesis' (L, H, T + 1, S + 1) attention, in the order of ``results``, from
+        one teacher-forced pass (what the search saw: cached = uncached); None each where the
+        model has no heads or the source is empty."""
+        pairs = [(np.asarray(ids, dtype=np.int64).reshape(-1)[: self.max_source_length],
+                  hypothesis)
+                 for ids, n_best in zip(src_ids, results, strict=True) for hypothesis in n_best]
+        heads: list[Tensor | None] = [None] * len(pairs)
+        rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
+        if not self.has_attention_heads or not rows:
+            return heads
+        sources = [np.append(pairs[row][0], EOS_ID) for row in rows]
+        targets = [np.array([BOS_ID, *pairs[row][1].tokens], dtype=np.int64) for row in rows]
+        src = torch.full((len(rows), max(map(len, sources))), PAD_ID, dtype=torch.long)
+        tgt_in = torch.full((len(rows), max(map(len, targets))), PAD_ID, dtype=torch.long)
+        for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
+            src[i, : len(source)] = torch.from_numpy(source)
+            tgt_in[i, : len(target)] = torch.from_numpy(target)
+        lengths = torch.tensor([len(source) for source in sources])
+        with _eval_mode(self.model), torch.no_grad(), torch.autocast(
+                self.device.type, dtype=self.autocast_dtype,
+                enabled=self.autocast_dtype is not None):
+            encoded = self.model.encode(src.to(self.device), lengths)
+            weights = self.model.decoder.attention_heads(tgt_in.to(self.device), encoded)
+        weights = weights.float().cpu()  # (N, L, H, T, S)
+        for i, row in enumerate(rows):
+            heads[row] = weights[i, :, :, : len(targets[i]), : len(sources[i])]
+        return heads
+
     def _cut(self, ids: np.ndarray, index: int) -> np.ndarray:
         if ids.size > self.max_source_length:
             logger.warning(
@@ -387,13 +427,17 @@ class Translator:
 
     # -- text -----------------------------------------------------------------------------
     def translate(
-        self, sentences: Sequence[str], *, return_attention: bool = True
+        self, sentences: Sequence[str], *, return_attention: bool = True,
+        attention_heads: bool = False,
     ) -> list[list[Translation]]:
         """Translate sentences of raw text.
 
         Args:
             sentences: one sentence per entry (no line breaks inside).
             return_attention: keep the attention weights (a little slower; off for scoring).
+            attention_heads: also give every layer's and head's attention where the model has
+                them (:attr:`has_attention_heads`): one more teacher-forced pass over the
+                translations.
 
         Returns:
             Per sentence, in input order, up to ``nbest`` translations, best first. An empty
@@ -401,6 +445,7 @@ class Translator:
         """
         src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
         results = self.translate_ids(src_ids, return_attention=return_attention)
+        heads = iter(self._attention_heads(src_ids, results) if attention_heads else [])
         # Detokenize every hypothesis in one sentencepiece call.
         texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
         translations = []
@@ -414,6 +459,7 @@ class Translator:
                         source_pieces=source_pieces,
                         target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
                         attention=hypothesis.attention,
+                        attention_heads=next(heads, None),
                     )
                     for hypothesis in n_best
                 ]

@@ -314,7 +314,8 @@ class TransformerDecoder(nn.Module):
     def _layers(self, x: Tensor, state: State | None, encoded, need_weights: bool
                 ) -> tuple[Tensor, State | None, Tensor | None]:
         """Run the stack over new positions ``x`` (B, T, D) after the cached ones in ``state``,
-        or over a whole target when ``state`` is ``None`` (then no cache is returned)."""
+        or over a whole target when ``state`` is ``None`` (then no cache is returned); the
+        weights are every layer's and head's, (B, L, H, T, S)."""
         past_keys, past_values, all_weights = [], [], []
         for number, layer in enumerate(self.layers):
             past = None if state is None else (state["self_keys"][:, number],
@@ -328,8 +329,8 @@ class TransformerDecoder(nn.Module):
             "self_keys": torch.stack(past_keys, dim=1),  # (B, L, H, T, Dh)
             "self_values": torch.stack(past_values, dim=1),
         }
-        weights = torch.stack(all_weights, dim=1).mean(dim=(1, 2)) if need_weights else None
-        return self.final_norm(x), new_state, weights  # weights (B, T, S)
+        weights = torch.stack(all_weights, dim=1) if need_weights else None
+        return self.final_norm(x), new_state, weights  # weights (B, L, H, T, S)
 
     def step(self, prev_tokens: Tensor, state: State, encoded) -> tuple[Tensor, Tensor, State]:
         """One decoding step from the cache of the positions decoded so far."""
@@ -337,7 +338,7 @@ class TransformerDecoder(nn.Module):
         positions = torch.arange(position, position + 1, device=prev_tokens.device)
         x = self.dropout(embed(self.embedding, prev_tokens.unsqueeze(1), positions))  # (B, 1, D)
         features, state, weights = self._layers(x, state, encoded, need_weights=True)
-        return features.squeeze(1), weights.squeeze(1), state
+        return features.squeeze(1), weights.mean(dim=(1, 2)).squeeze(1), state
 
     def forward(self, tgt_in: Tensor, encoded, need_weights: bool = True
                 ) -> tuple[Tensor, Tensor | None]:
@@ -348,4 +349,16 @@ class TransformerDecoder(nn.Module):
         positions = torch.arange(tgt_in.size(1), device=tgt_in.device)
         x = self.dropout(embed(self.embedding, tgt_in, positions))  # (B, T, D)
         features, _, weights = self._layers(x, None, encoded, need_weights)
-        return features, weights
+        return features, None if weights is None else weights.mean(dim=(1, 2))  # (B, T, S)
+
+    def attention_heads(self, tgt_in: Tensor, encoded) -> Tensor:
+        """Every layer's and head's cross-attention weights over whole targets (teacher
+        forcing: what a search saw at each step of the translation it made), for the heatmaps'
+        layer and head picker. Their mean over layers and heads is what :meth:`forward` returns.
+
+        Shape:
+            - tgt_in: (B, T); output: (B, L, H, T, S)
+        """
+        positions = torch.arange(tgt_in.size(1), device=tgt_in.device)
+        x = self.dropout(embed(self.embedding, tgt_in, positions))
+        return self._layers(x, None, encoded, need_weights=True)[2]

@@ -2,7 +2,8 @@
 
 Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
 
-- ``POST /v1/translate``: ``{"text": [...], "beam_size"?, "nbest"?, "attention"?, "model"?}``
+- ``POST /v1/translate``: ``{"text": [...], "beam_size"?, "nbest"?, "attention"?,
+  "attention_heads"?, "model"?}``
   -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`).
 - ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults.
 - ``GET /health``: 200 while serving, 503 once shutting down.
@@ -82,6 +83,9 @@ def _hypothesis(translation, attention: bool) -> dict:
         item["attention"] = (
             None if weights is None else weights.float().cpu().numpy().round(4).tolist()
         )
+        heads = getattr(translation, "attention_heads", None)
+        if heads is not None:
+            item["attention_heads"] = heads.float().cpu().numpy().round(4).tolist()
     return item
 
 
@@ -204,7 +208,8 @@ def create_app(
         else:
             try:
                 results = await batchers[name].submit(
-                    sentences, beam_size=beam_size, nbest=nbest, attention=request.attention
+                    sentences, beam_size=beam_size, nbest=nbest, attention=request.attention,
+                    attention_heads=request.attention and request.attention_heads,
                 )
             except BatcherClosed as error:
                 raise ApiError(503, str(error)) from None

@@ -43,7 +43,7 @@ class BatcherClosed(RuntimeError):
 @dataclass
 class _Job:
     sentences: list[str]
-    key: tuple[int, int, bool]  # (beam_size, nbest, attention)
+    key: tuple[int, int, bool, bool]  # (beam_size, nbest, attention, attention_heads)
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     tokens: int = 0
@@ -93,16 +93,19 @@ class DynamicBatcher:
 
     # -- event loop side -------------------------------------------------------------------
     async def submit(
-        self, sentences: Sequence[str], *, beam_size: int, nbest: int, attention: bool
+        self, sentences: Sequence[str], *, beam_size: int, nbest: int, attention: bool,
+        attention_heads: bool = False,
     ) -> list:
-        """Translate ``sentences``; returns ``translate``'s result for them, in order.
+        """Translate ``sentences``; returns ``translate``'s result for them, in order
+        (``attention_heads``: with every layer's and head's attention, where the model has them).
 
         Raises:
             BatcherClosed: after ``close``.
             Exception: whatever the decode raised.
         """
         loop = asyncio.get_running_loop()
-        job = _Job(list(sentences), (beam_size, nbest, attention), loop.create_future(), loop)
+        key = (beam_size, nbest, attention, attention_heads)
+        job = _Job(list(sentences), key, loop.create_future(), loop)
         with self._lock:
             if self._closed:
                 raise BatcherClosed(f"model {self.name} is shutting down")
@@ -181,14 +184,15 @@ class DynamicBatcher:
 
     def _decode(self, jobs: list[_Job]) -> None:
         live = [job for job in jobs if not job.future.cancelled()]
-        groups: dict[tuple[int, int, bool], list[_Job]] = {}
+        groups: dict[tuple[int, int, bool, bool], list[_Job]] = {}
         for job in live:
             groups.setdefault(job.key, []).append(job)
-        for (beam_size, nbest, attention), group in groups.items():
+        for (beam_size, nbest, attention, heads), group in groups.items():
             sentences = [s for job in group for s in job.sentences]
+            options = {"attention_heads": True} if heads else {}
             try:
                 results = self._view(beam_size, nbest).translate(
-                    sentences, return_attention=attention
+                    sentences, return_attention=attention, **options
                 )
             except Exception as error:  # one bad round must not stop the worker
                 logger.exception("decoding failed on model %s", self.name)

@@ -44,9 +44,23 @@ class ServedModel:
 
 
 def _scorer_of_module(model) -> str | None:
-    attention = getattr(getattr(model, "decoder", None), "attention", None)
+    decoder = getattr(model, "decoder", None)
+    attention = getattr(decoder, "attention", None)
+    if attention is None and hasattr(decoder, "attention_heads"):
+        return type(decoder).__name__  # a Transformer's own multi-head attention
     scorer = getattr(attention, "scorer", attention)
     return type(scorer).__name__ if scorer is not None else None
+
+
+def _scorer_of_config(model_cfg: dict[str, Any]) -> str | None:
+    """The scorer's class name, or the decoder's where it takes none (the Transformer)."""
+    from seq2seq.models.build import uses_scorer
+
+    decoder = model_cfg.get("decoder") or {}
+    if "_target_" in decoder and not uses_scorer(decoder):
+        return str(decoder["_target_"]).rpartition(".")[2]
+    target = (model_cfg.get("attention") or {}).get("_target_")
+    return target.rpartition(".")[2] if target else None
 
 
 def load_model(
@@ -73,10 +87,8 @@ def load_model(
     translator = Translator.from_payloads(
         checkpoints, device, names=[str(p) for p in paths], **options
     )
-    scorers = []
-    for checkpoint in checkpoints:
-        target = (checkpoint["config"].get("model", {}).get("attention") or {}).get("_target_")
-        scorers.append(target.rpartition(".")[2] if target else None)
+    scorers = [_scorer_of_config(checkpoint["config"].get("model", {}))
+               for checkpoint in checkpoints]
     state = checkpoints[0].get("trainer_state") if len(checkpoints) == 1 else None
     training = (
         {name: state[name] for name in TRAINING_FIELDS if name in state}

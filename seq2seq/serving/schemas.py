@@ -24,6 +24,11 @@ class TranslateRequest(BaseModel):
         default=False,
         description="Also return the source and target pieces and the attention weights.",
     )
+    attention_heads: bool = Field(
+        default=False,
+        description="With attention: also return every layer's and head's cross-attention, "
+        "where the model has several (a Transformer; absent for other models).",
+    )
     model: str | None = Field(
         default=None, description="A name from GET /v1/models; the default model if absent."
     )
@@ -38,7 +43,12 @@ class Hypothesis(BaseModel):
     attention: list[list[float]] | None = Field(
         default=None,
         description="Weights, one row per target piece plus EOS, one column per source piece "
-        "plus EOS (with attention only; null for an empty sentence).",
+        "plus EOS (with attention only; null for an empty sentence). A Transformer's are "
+        "the mean over its layers and heads.",
+    )
+    attention_heads: list[list[list[list[float]]]] | None = Field(
+        default=None,
+        description="With attention_heads: [layer][head] matrices shaped like attention.",
     )
 
 
@@ -60,7 +70,9 @@ class TranslateResponse(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str
-    scorer: str | None = Field(description="The attention scorer's class, e.g. AdditiveScorer.")
+    scorer: str | None = Field(
+        description="The attention scorer's class, e.g. AdditiveScorer (TransformerDecoder for a "
+        "Transformer, whose decoder brings its own multi-head attention).")
     parameters: int = Field(description="Number of model parameters.")
     training: dict | None = Field(
         description="The trainer's summary saved in the checkpoint (steps, best BLEU, ...), "

@@ -109,6 +109,29 @@ function attentionTable(sourcePieces, targetPieces, weights, info) {
   return table;
 }
 
+// The mean of the chosen matrices of heads[layer][head] ("mean": every layer, or every head).
+function meanOfHeads(heads, layer, head) {
+  const chosen = [];
+  heads.forEach((layerHeads, l) => {
+    if (layer !== "mean" && +layer !== l) return;
+    layerHeads.forEach((matrix, h) => { if (head === "mean" || +head === h) chosen.push(matrix); });
+  });
+  return chosen[0].map((row, i) => row.map((_, j) =>
+    chosen.reduce((sum, matrix) => sum + matrix[i][j], 0) / chosen.length));
+}
+
+// A Transformer's layer and head picker (the BertViz idea): redraws with the chosen matrix.
+function headPicker(heads, draw) {
+  const layer = el("select", { class: "layer" }, el("option", { value: "mean", text: "mean" }));
+  heads.forEach((_, l) => layer.append(el("option", { value: l, text: `${l + 1}` })));
+  const head = el("select", { class: "head" }, el("option", { value: "mean", text: "mean" }));
+  heads[0].forEach((_, h) => head.append(el("option", { value: h, text: `${h + 1}` })));
+  const pick = () => draw(meanOfHeads(heads, layer.value, head.value));
+  layer.addEventListener("change", pick);
+  head.addEventListener("change", pick);
+  return el("div", { class: "picker" }, el("label", {}, "Layer ", layer), el("label", {}, "Head ", head));
+}
+
 function panel(name, entry) {
   const m = models.find((x) => x.name === name);
   const box = el("div", { class: "panel", "data-model": name });
@@ -118,7 +141,12 @@ function panel(name, entry) {
   const best = entry.hypotheses[0];
   if (best.attention) {
     const info = el("div", { class: "info" });
-    box.append(attentionTable(entry.source_pieces, best.target_pieces, best.attention, info), info);
+    const matrix = el("div", { class: "matrix" });
+    const draw = (weights) => matrix.replaceChildren(
+      attentionTable(entry.source_pieces, best.target_pieces, weights, info));
+    draw(best.attention);
+    if (best.attention_heads) box.append(headPicker(best.attention_heads, draw));
+    box.append(matrix, info);
   } else {
     box.append(el("p", { class: "empty", text: "(no attention: empty sentence)" }));
   }
@@ -139,7 +167,8 @@ async function translate(event) {
     const answers = await Promise.all(names.map(async (name) => {
       const response = await fetch("/v1/translate", {
         method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ text: lines, model: name, beam_size: beam, attention: true }),
+        body: JSON.stringify({ text: lines, model: name, beam_size: beam, attention: true,
+                               attention_heads: true }),
       });
       const body = await response.json();
       if (!response.ok) throw new Error(`${name}: ${body.error || response.statusText}`);
