@@ -140,11 +140,22 @@ def bench_ctranslate2(
 
     def translate(batch: list[str]) -> list[str]:
         pieces = [tokenizers.src.pieces(ids) for ids in tokenizers.src.encode(batch)]
-        longest = max((len(p) for p in pieces), default=0) + 1  # + EOS
-        results = translator.translate_batch(
-            pieces, max_batch_size=max_tokens, batch_type="tokens",
-            max_decoding_length=int(max_len_a * longest + max_len_b), **options)
-        return tokenizers.tgt.decode_pieces([result.hypotheses[0] for result in results])
+        # Batches of similar lengths within the token budget, as ours, each with the length
+        # limit of its longest source (CTranslate2 takes one limit a call).
+        order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
+        outputs: list[list[str]] = [[] for _ in pieces]
+        start = 0
+        while start < len(order):
+            width = len(pieces[order[start]]) + 1  # + EOS
+            rows = max(1, max_tokens // width)
+            chunk = order[start : start + rows]
+            results = translator.translate_batch(
+                [pieces[i] for i in chunk],
+                max_decoding_length=int(max_len_a * width + max_len_b), **options)
+            for i, result in zip(chunk, results, strict=True):
+                outputs[i] = result.hypotheses[0]
+            start += rows
+        return tokenizers.tgt.decode_pieces(outputs)
 
     translate(sources[:WARMUP_SENTENCES])
     startup = time.perf_counter() - started + data_seconds

@@ -395,8 +395,10 @@ def test_a_transformer_answers_with_every_layer_and_head(translator, tmp_path):
             response = translate(client, ["red cat big house", ""], model=model, attention=True,
                                  attention_heads=True)
             assert response.status_code == 200, response.text
-            best, empty = (entry["hypotheses"][0] for entry in response.json()["translations"])
+            full, blank = response.json()["translations"]
+            best, empty = full["hypotheses"][0], blank["hypotheses"][0]
             assert "attention_heads" not in empty
+            assert all("attention_heads" not in h for h in full["hypotheses"][1:])
             if model == "copy":
                 assert "attention_heads" not in best
                 continue

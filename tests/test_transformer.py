@@ -181,3 +181,16 @@ def test_the_transformer_trains_through_the_loop_in_every_precision(tiny_train_c
     assert checkpoint["trainer_state"]["step"] == 6 and result["best_bleu"] >= 0
     for tensor in checkpoint["model"].values():
         assert tensor.dtype == torch.float32 and torch.isfinite(tensor).all()
+
+
+class KeywordsDecoder:
+    """A user's decoder that passes its arguments on (``**options``): it may take a scorer."""
+
+    def __init__(self, *, extra: int = 0, **options) -> None:
+        pass
+
+
+def test_a_decoder_passing_keywords_on_is_given_a_scorer():
+    assert uses_scorer({"_target_": f"{__name__}.KeywordsDecoder"})
+    assert uses_scorer({"_target_": "seq2seq.models.decoders.LuongDecoder"})
+    assert not uses_scorer({"_target_": "seq2seq.models.transformer.TransformerDecoder"})

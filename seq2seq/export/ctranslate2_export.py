@@ -43,7 +43,8 @@ from seq2seq.models.transformer import (
 )
 
 FORMAT_VERSION = 1
-# Rows of the position tables: the longest source, and the longest output, the engine decodes.
+# Rows of the position tables: the longest source (EOS included), and the longest output, the
+# engine decodes; our tools' defaults stop at 251 and 386.
 MAX_POSITIONS = 1024
 # Largest difference of a token's log-probability, CTranslate2 against the model (float32).
 LOG_PROB_TOLERANCE = 1e-3
@@ -102,6 +103,9 @@ def transformer_spec(model: nn.Module, tokenizers):
     if encoder.layers[0].self_attention.num_heads != num_heads:
         raise ExportError("format=ctranslate2 needs as many heads in the encoder as in the "
                           "decoder (CTranslate2 takes one number)")
+    if encoder.output_size != decoder.output_dim:
+        raise ExportError(f"format=ctranslate2 needs one d_model for the encoder "
+                          f"({encoder.output_size}) and the decoder ({decoder.output_dim})")
     spec = transformer_spec.TransformerSpec.from_config(
         (len(encoder.layers), len(decoder.layers)), num_heads, pre_norm=True,
         activation=common_spec.Activation.RELU)

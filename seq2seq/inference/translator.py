@@ -86,8 +86,8 @@ class Translation(NamedTuple):
             (len(target_pieces) + 1, len(source_pieces) + 1): the last row is the step that
             produced EOS, the last column the source's EOS.
         attention_heads: with ``attention_heads=True`` and a model that has heads to show (a
-            Transformer), every layer's and head's cross-attention, (L, H, T + 1, S + 1) like
-            ``attention`` (which is their mean); else None.
+            Transformer), the best translation's every layer's and head's cross-attention,
+            (L, H, T + 1, S + 1) like ``attention`` (which is their mean); else None.
     """
 
     text: str
@@ -328,12 +328,11 @@ class Translator:
 
     def _attention_heads(self, src_ids: list[np.ndarray],
                          results: list[list[Hypothesis]]) -> list[Tensor | None]:
-        """Every hypothesis' (L, H, T + 1, S + 1) attention, in the order of ``results``, from
-        one teacher-forced pass (what the search saw: cached = uncached); None each where the
-        model has no heads or the source is empty."""
+        """Each sentence's best hypothesis' (L, H, T + 1, S + 1) attention, from one
+        teacher-forced pass (what the search saw: cached = uncached); None where the model has
+        no heads or the source is empty."""
         pairs = [(np.asarray(ids, dtype=np.int64).reshape(-1)[: self.max_source_length],
-                  hypothesis)
-                 for ids, n_best in zip(src_ids, results, strict=True) for hypothesis in n_best]
+                  n_best[0]) for ids, n_best in zip(src_ids, results, strict=True)]
         heads: list[Tensor | None] = [None] * len(pairs)
         rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
         if not self.has_attention_heads or not rows:
@@ -353,7 +352,7 @@ class Translator:
             weights = self.model.decoder.attention_heads(tgt_in.to(self.device), encoded)
         weights = weights.float().cpu()  # (N, L, H, T, S)
         for i, row in enumerate(rows):
-            heads[row] = weights[i, :, :, : len(targets[i]), : len(sources[i])]
+            heads[row] = weights[i, :, :, : len(targets[i]), : len(sources[i])].clone()
         return heads
 
     def _cut(self, ids: np.ndarray, index: int) -> np.ndarray:
@@ -435,9 +434,9 @@ class Translator:
         Args:
             sentences: one sentence per entry (no line breaks inside).
             return_attention: keep the attention weights (a little slower; off for scoring).
-            attention_heads: also give every layer's and head's attention where the model has
-                them (:attr:`has_attention_heads`): one more teacher-forced pass over the
-                translations.
+            attention_heads: also give the best translations' every layer's and head's
+                attention where the model has them (:attr:`has_attention_heads`): one more
+                teacher-forced pass.
 
         Returns:
             Per sentence, in input order, up to ``nbest`` translations, best first. An empty
@@ -445,11 +444,12 @@ class Translator:
         """
         src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
         results = self.translate_ids(src_ids, return_attention=return_attention)
-        heads = iter(self._attention_heads(src_ids, results) if attention_heads else [])
+        heads = (self._attention_heads(src_ids, results) if attention_heads
+                 else [None] * len(results))
         # Detokenize every hypothesis in one sentencepiece call.
         texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
         translations = []
-        for ids, n_best in zip(src_ids, results, strict=True):
+        for ids, n_best, best_heads in zip(src_ids, results, heads, strict=True):
             source_pieces = self.tokenizers.src.pieces(ids[: self.max_source_length].tolist())
             translations.append(
                 [
@@ -459,9 +459,9 @@ class Translator:
                         source_pieces=source_pieces,
                         target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
                         attention=hypothesis.attention,
-                        attention_heads=next(heads, None),
+                        attention_heads=best_heads if rank == 0 else None,
                     )
-                    for hypothesis in n_best
+                    for rank, hypothesis in enumerate(n_best)
                 ]
             )
         return translations

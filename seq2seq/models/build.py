@@ -64,7 +64,8 @@ def uses_scorer(decoder_cfg: Mapping) -> bool:
     decoder_class = locate_target(str(decoder_cfg["_target_"]))
     if decoder_class is None:  # not importable: instantiate reports it
         return True
-    return "attention" in inspect.signature(decoder_class).parameters
+    parameters = inspect.signature(decoder_class).parameters.values()
+    return any(p.name == "attention" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:

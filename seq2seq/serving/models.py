@@ -53,12 +53,11 @@ def _scorer_of_module(model) -> str | None:
 
 
 def _scorer_of_config(model_cfg: dict[str, Any]) -> str | None:
-    """The scorer's class name, or the decoder's where it takes none (the Transformer)."""
-    from seq2seq.models.build import uses_scorer
-
-    decoder = model_cfg.get("decoder") or {}
-    if "_target_" in decoder and not uses_scorer(decoder):
-        return str(decoder["_target_"]).rpartition(".")[2]
+    """The scorer's class name, or the Transformer decoder's, which takes none: read from the
+    names alone (an exported folder's config is not imported)."""
+    decoder = str((model_cfg.get("decoder") or {}).get("_target_", ""))
+    if decoder.endswith(".TransformerDecoder"):
+        return "TransformerDecoder"
     target = (model_cfg.get("attention") or {}).get("_target_")
     return target.rpartition(".")[2] if target else None
 

@@ -26,8 +26,8 @@ class TranslateRequest(BaseModel):
     )
     attention_heads: bool = Field(
         default=False,
-        description="With attention: also return every layer's and head's cross-attention, "
-        "where the model has several (a Transformer; absent for other models).",
+        description="With attention: also return the best hypotheses' every layer's and head's "
+        "cross-attention, where the model has several (a Transformer; absent for other models).",
     )
     model: str | None = Field(
         default=None, description="A name from GET /v1/models; the default model if absent."
@@ -48,7 +48,8 @@ class Hypothesis(BaseModel):
     )
     attention_heads: list[list[list[list[float]]]] | None = Field(
         default=None,
-        description="With attention_heads: [layer][head] matrices shaped like attention.",
+        description="With attention_heads, on a sentence's best hypothesis: [layer][head] "
+        "matrices shaped like attention.",
     )
 
 
