@@ -47,6 +47,26 @@ from pathlib import Path
 WARMUP_SENTENCES = 8
 
 
+def result_row(*, beam_size: int, sentences: int, startup: float, generation: float,
+               single: float | None, bleu: float, flops_per_sentence: float | None, device: str,
+               precision: str) -> dict:
+    """One search setting's row of the report."""
+    return {
+        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
+        "beam_size": beam_size,
+        "sentences": sentences,
+        "startup_seconds": startup,
+        "generation_seconds": generation,
+        "sentences_per_second": sentences / max(generation, 1e-9),
+        "sentences_per_second_with_startup": sentences / max(startup + generation, 1e-9),
+        "single_sentences_per_second": single,
+        "bleu": bleu,
+        "flops_per_sentence": flops_per_sentence,
+        "device": device,
+        "precision": precision,
+    }
+
+
 def bench_one(
     *,
     checkpoint: Path,
@@ -91,20 +111,10 @@ def bench_one(
         with FlopCounterMode(display=False) as counter:
             counted.translate(sources, return_attention=False)
         flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)
-    return {
-        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
-        "beam_size": beam_size,
-        "sentences": len(sources),
-        "startup_seconds": startup,
-        "generation_seconds": generation,
-        "sentences_per_second": evaluation.sentences_per_second,
-        "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
-        "single_sentences_per_second": single,
-        "bleu": evaluation.scores["bleu"],
-        "flops_per_sentence": flops_per_sentence,
-        "device": str(translator.device),
-        "precision": precision,
-    }
+    return result_row(beam_size=beam_size, sentences=len(sources), startup=startup,
+                      generation=generation, single=single, bleu=evaluation.scores["bleu"],
+                      flops_per_sentence=flops_per_sentence, device=str(translator.device),
+                      precision=precision)
 
 
 def bench_ctranslate2(
@@ -168,20 +178,10 @@ def bench_ctranslate2(
         for sentence in sources[:single_sentences]:
             translate([sentence])
         single = min(single_sentences, len(sources)) / (time.perf_counter() - started)
-    return {
-        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
-        "beam_size": beam_size,
-        "sentences": len(sources),
-        "startup_seconds": startup,
-        "generation_seconds": generation,
-        "sentences_per_second": len(sources) / max(generation, 1e-9),
-        "sentences_per_second_with_startup": len(sources) / max(startup + generation, 1e-9),
-        "single_sentences_per_second": single,
-        "bleu": corpus_scores(hypotheses, references)["bleu"],
-        "flops_per_sentence": None,
-        "device": "cpu",
-        "precision": "ctranslate2",
-    }
+    return result_row(beam_size=beam_size, sentences=len(sources), startup=startup,
+                      generation=generation, single=single,
+                      bleu=corpus_scores(hypotheses, references)["bleu"],
+                      flops_per_sentence=None, device="cpu", precision="ctranslate2")
 
 
 def format_table(results: Sequence[dict]) -> str:

@@ -25,11 +25,11 @@ import torch
 from torch import Tensor, nn
 
 import seq2seq
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, UNK_PIECE
 from seq2seq.export.folder import (
     ExportError,
     check_export_options,
+    load_for_export,
     staged_folder,
     write_manifest,
     write_tokenizers,
@@ -257,8 +257,7 @@ def convert_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: 
         ExportError: see :func:`convert_model`.
     """
     check_export_options(output, quantize=quantize, overwrite=overwrite)
-    payload = load_checkpoint(checkpoint)
-    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
+    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
     return convert_model(model, tokenizers, config, output, quantize=quantize,
-                         overwrite=overwrite, trainer_state=payload.get("trainer_state"),
+                         overwrite=overwrite, trainer_state=trainer_state,
                          source=str(checkpoint))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import default_permissions, fsync_directory
-from seq2seq.checkpoint import tokenizers_to_payload
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
 from seq2seq.inference.onnx_model import MANIFEST_NAME
 
 QUANTIZE_CHOICES = ("none", "int8")
@@ -93,3 +93,14 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     # A checkpoint holds plain containers; anything else would be written as its repr.
     text = json.dumps(manifest, indent=1, default=repr)
     (folder / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
+
+
+def load_for_export(checkpoint: str | Path) -> tuple[Any, Any, dict[str, Any], dict | None]:
+    """The model (on the CPU), tokenizers, run config and trainer summary of a checkpoint file.
+
+    Raises:
+        CheckpointError: on a missing, corrupted or unsafe checkpoint.
+    """
+    payload = load_checkpoint(checkpoint)
+    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
+    return model, tokenizers, config, payload.get("trainer_state")

@@ -34,11 +34,11 @@ import torch
 from torch import Tensor, nn
 
 import seq2seq
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.export.folder import (
     ExportError,
     check_export_options,
+    load_for_export,
     staged_folder,
     write_manifest,
     write_tokenizers,
@@ -350,10 +350,9 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: s
         ExportError: see :func:`export_model`.
     """
     check_export_options(output, quantize=quantize, overwrite=overwrite)
-    payload = load_checkpoint(checkpoint)
-    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
+    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
     return export_model(model, tokenizers, config, output, quantize=quantize, opset=opset,
-                        overwrite=overwrite, trainer_state=payload.get("trainer_state"),
+                        overwrite=overwrite, trainer_state=trainer_state,
                         source=str(checkpoint))
 
 
