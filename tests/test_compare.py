@@ -68,6 +68,8 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
         cached = json.loads((run / "compare" / "best.valid.beam2.json").read_text())
         seed = yaml.safe_load((run / "config.yaml").read_text())["trainer"]["seed"]
         assert cached["sentences"] == 40 and 0 < cached["attention_max_weight"] <= 1
+        assert 0 <= cached["attention_backward_moves"] <= 1
+        assert 0 < cached["attention_coverage"] <= 1
         per_run.setdefault(cached["run"], (seed, cached))
     records = list(csv.DictReader((sweep / "comparison.csv").open()))
     document = json.loads((sweep / "comparison.json").read_text())
@@ -176,13 +178,34 @@ def test_no_scorable_run_is_an_error_after_the_listing(tmp_path, capsys):
 def test_statistics_and_significance():
     assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
     assert math.isnan(mean_std([5.0])[1])
-    entropy, sharpness = attention_statistics([np.array([[1.0, 0.0], [0.5, 0.5]]), None])
-    assert entropy == pytest.approx(math.log(2) / 2) and sharpness == pytest.approx(0.75)
+    statistics = attention_statistics([np.array([[1.0, 0.0], [0.5, 0.5]]), None])
+    assert statistics.entropy == pytest.approx(math.log(2) / 2)
+    assert statistics.max_weight == pytest.approx(0.75)
     references = [f"the {w} sat on the mat" for w in ("cat", "dog", "bird", "cow", "fox")] * 4
     good = [list(references), list(references)]
     bad = [["a b c"] * len(references), ["a b c"] * len(references)]
     p_values = significance([("good", good), ("bad", bad)], references, samples=100)
     assert p_values["good"] is None and p_values["bad"] < 0.05
+
+
+def test_backward_moves_and_coverage_of_attention():
+    """Rows: target steps, the last one EOS; columns: source pieces, the last one EOS."""
+    eye = np.eye(4)  # three pieces in order, then EOS on EOS
+    flipped = np.vstack([eye[:3][::-1], eye[3]])  # the three pieces in reverse order
+    assert attention_statistics([eye]).backward_moves == 0.0
+    assert attention_statistics([flipped]).backward_moves == 1.0
+    assert attention_statistics([eye, flipped]).backward_moves == 0.5  # 2 of 4 moves
+    assert attention_statistics([eye]).coverage == 1.0
+    # Every step on the first piece: the other two never get half a step's attention.
+    stuck = np.zeros((4, 4))
+    stuck[:3, 0] = stuck[3, 3] = 1.0
+    assert attention_statistics([stuck]).coverage == pytest.approx(1 / 3)
+    assert attention_statistics([stuck]).backward_moves == 0.0
+    # Uniform over three pieces and EOS for three steps: each piece gets 3/4 in all: covered.
+    uniform = np.full((3, 4), 0.25)
+    assert attention_statistics([uniform]).coverage == 1.0
+    assert math.isnan(attention_statistics([None]).coverage)
+    assert math.isnan(attention_statistics([np.ones((1, 1))]).backward_moves)  # no pair of steps
 
 
 @pytest.mark.parametrize(

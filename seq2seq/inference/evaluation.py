@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from seq2seq.atomic import write_text
 from seq2seq.data.corpus import DataError, iter_parallel_chunks
@@ -36,6 +36,13 @@ class Evaluation:
         attention_max_weight: with ``attention_stats=True``, the largest attention weight of
             each target step, averaged the same way (1.0: every step looks at one source
             piece; 1/S: uniform); else None.
+        attention_backward_moves: with ``attention_stats=True``, the share of pairs of
+            consecutive target steps (the EOS step left out) whose most-attended source piece
+            lies before the previous step's (0: monotonic; about 0.5 for a random order); else
+            None.
+        attention_coverage: with ``attention_stats=True``, the share of source pieces (EOS left
+            out) whose attention summed over the target steps reaches
+            :data:`COVERAGE_THRESHOLD` (1.0: every piece translated by some step); else None.
     """
 
     hypotheses: list[str]
@@ -43,6 +50,8 @@ class Evaluation:
     generation_seconds: float
     attention_entropy: float | None = None
     attention_max_weight: float | None = None
+    attention_backward_moves: float | None = None
+    attention_coverage: float | None = None
 
     @property
     def sentences_per_second(self) -> float:
@@ -88,25 +97,42 @@ def evaluate_translations(
         hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds
     )
     if attention_stats:
-        evaluation.attention_entropy, evaluation.attention_max_weight = attention_statistics(
-            [n_best[0].attention for n_best in translations]
-        )
+        statistics = attention_statistics([n_best[0].attention for n_best in translations])
+        evaluation.attention_entropy = statistics.entropy
+        evaluation.attention_max_weight = statistics.max_weight
+        evaluation.attention_backward_moves = statistics.backward_moves
+        evaluation.attention_coverage = statistics.coverage
     return evaluation
 
 
-def attention_statistics(attentions: Sequence[Any]) -> tuple[float, float]:
-    """Mean entropy (nats) and mean maximum weight over the rows of attention matrices.
+# A source piece counts as covered once its attention, summed over the target steps, reaches
+# this: half of one step's whole attention.
+COVERAGE_THRESHOLD = 0.5
+
+
+class AttentionStatistics(NamedTuple):
+    """What the attention matrices of a test set say, each averaged over its own units (see
+    :class:`Evaluation`): ``entropy`` and ``max_weight`` per target step, ``backward_moves``
+    per pair of consecutive steps, ``coverage`` per source piece. NaN where there are none."""
+
+    entropy: float
+    max_weight: float
+    backward_moves: float
+    coverage: float
+
+
+def attention_statistics(attentions: Sequence[Any]) -> AttentionStatistics:
+    """Entropy, sharpness, monotonicity and coverage of attention matrices.
 
     Args:
-        attentions: one (T, S) matrix (tensor or array) per sentence, or None for a sentence
-            without attention (an empty source); each row is one target step's distribution.
-
-    Returns:
-        ``(nan, nan)`` when there is no row at all.
+        attentions: one (T + 1, S + 1) matrix (tensor or array) per sentence, the last row the
+            EOS step and the last column the source's EOS (as the searches return them), or
+            None for a sentence without attention (an empty source); each row is one target
+            step's distribution.
     """
     import numpy as np
 
-    entropy_sum = max_sum = 0.0
+    entropy_sum = max_sum = backward = moves = covered = pieces = 0.0
     rows = 0
     for weights in attentions:
         if weights is None:
@@ -120,9 +146,19 @@ def attention_statistics(attentions: Sequence[Any]) -> tuple[float, float]:
         entropy_sum += float(-(weights * np.log(positive)).sum())
         max_sum += float(weights.max(axis=1).sum())
         rows += weights.shape[0]
-    if rows == 0:
-        return float("nan"), float("nan")
-    return entropy_sum / rows, max_sum / rows
+        focus = weights[:-1].argmax(axis=1)  # each step's most-attended piece, EOS step out
+        backward += float((np.diff(focus) < 0).sum())
+        moves += max(len(focus) - 1, 0)
+        totals = weights[:, :-1].sum(axis=0)  # (S,) each piece's attention, EOS column out
+        covered += float((totals >= COVERAGE_THRESHOLD).sum())
+        pieces += totals.size
+
+    def share(part: float, whole: float) -> float:
+        return part / whole if whole else float("nan")
+
+    return AttentionStatistics(entropy=share(entropy_sum, rows), max_weight=share(max_sum, rows),
+                               backward_moves=share(backward, moves),
+                               coverage=share(covered, pieces))
 
 
 def read_parallel(src_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str]]:

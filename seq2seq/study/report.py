@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2seq.inference.evaluation import COVERAGE_THRESHOLD
 from seq2seq.study.logs import TrainingLog
 from seq2seq.study.runs import Group
 
@@ -56,6 +57,8 @@ class GroupRow:
     sentences_per_second: float
     attention_entropy: float
     attention_max_weight: float
+    attention_backward_moves: float
+    attention_coverage: float
     p_value: float | None = None
     aso_vs_best: float | None = None
     best: bool = False
@@ -74,6 +77,8 @@ def summarize(
             "sentences_per_second": score["sentences_per_second"],
             "attention_entropy": score["attention_entropy"],
             "attention_max_weight": score["attention_max_weight"],
+            "attention_backward_moves": score["attention_backward_moves"],
+            "attention_coverage": score["attention_coverage"],
             "parameters": score["parameters"], "tokens_per_second": log.tokens_per_second,
             "steps": log.steps,
         })
@@ -89,7 +94,9 @@ def summarize(
         bleu=mean_std([r["bleu"] for r in per_run]), chrf=mean_std([r["chrf"] for r in per_run]),
         sentences_per_second=avg("sentences_per_second"),
         attention_entropy=avg("attention_entropy"),
-        attention_max_weight=avg("attention_max_weight"), per_run=per_run,
+        attention_max_weight=avg("attention_max_weight"),
+        attention_backward_moves=avg("attention_backward_moves"),
+        attention_coverage=avg("attention_coverage"), per_run=per_run,
     )
 
 
@@ -127,7 +134,8 @@ def significance(
 
 # -- formatting ------------------------------------------------------------------------------
 COLUMNS = ["group", "runs", "failed", "params", "train tok/s", "steps", "BLEU", "chrF",
-           "sent/s", "attn entropy", "attn max weight", "ASO eps_min vs best",
+           "sent/s", "attn entropy", "attn max weight", "attn backward", "attn coverage",
+           "ASO eps_min vs best",
            "p vs best (sentences)"]
 
 
@@ -162,6 +170,7 @@ def markdown_table(rows: Sequence[GroupRow]) -> str:
                  _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
                  _pm(row.chrf), _number(row.sentences_per_second, 1),
                  _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3),
+                 _number(row.attention_backward_moves, 3), _number(row.attention_coverage, 3),
                  _aso(row), _p(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -187,6 +196,8 @@ def row_dict(row: GroupRow) -> dict[str, Any]:
         "sentences_per_second": row.sentences_per_second,
         "attention_entropy": row.attention_entropy,
         "attention_max_weight": row.attention_max_weight,
+        "attention_backward_moves": row.attention_backward_moves,
+        "attention_coverage": row.attention_coverage,
         "aso_eps_min_vs_best": row.aso_vs_best, "p_value": row.p_value, "best": row.best,
     }
 
@@ -219,7 +230,10 @@ def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]
              markdown_table(rows), "",
              "BLEU/chrF: mean ± sample standard deviation over seeds (sacreBLEU defaults). "
              "attn entropy: mean entropy (nats) of a target step's attention; attn max weight: "
-             "mean largest weight of a target step (1 = one source piece). "
+             "mean largest weight of a target step (1 = one source piece); attn backward: share "
+             "of consecutive target steps whose most-attended source piece moves backwards (0 = "
+             "monotonic); attn coverage: share of source pieces whose attention summed over the "
+             f"steps reaches {COVERAGE_THRESHOLD} (1 = every piece attended). "
              "ASO eps_min vs best: significance over seeds (next section). "
              f"p vs best (sentences): {meta.get('significance_test')}; a sentence-level test "
              "that ignores how much a group moves between seeds.", "", *sections]

@@ -28,7 +28,7 @@ from seq2seq.atomic import write_text
 from seq2seq.device import resolve_precision, select_device
 
 log = logging.getLogger("seq2seq.compare")
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the attention's backward moves and coverage
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ def score_run(
     Returns:
         A dict: ``bleu``, ``chrf``, their signatures, ``sentences``, ``sentences_per_second``,
         ``generation_seconds``, ``attention_entropy``, ``attention_max_weight``,
+        ``attention_backward_moves``, ``attention_coverage``,
         ``parameters``, ``hypotheses`` (list), ``src``/``ref`` paths, ``ref_sha256``,
         ``heatmap`` (``source_pieces``, ``target_pieces``, ``weights`` of one sentence, or
         None), ``cached`` (whether it came from the cache).
@@ -160,6 +161,8 @@ def score_run(
         "device": str(translator.device),
         "attention_entropy": evaluation.attention_entropy,
         "attention_max_weight": evaluation.attention_max_weight,
+        "attention_backward_moves": evaluation.attention_backward_moves,
+        "attention_coverage": evaluation.attention_coverage,
         "parameters": parameters,
         "hypotheses": evaluation.hypotheses,
         "heatmap": heatmap,
