@@ -169,14 +169,17 @@ TRANSFORMER_TRAINING = {
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_the_transformer_trains_through_the_loop_in_every_precision(tiny_train_config, tmp_path,
-                                                                    precision):
+                                                                    precision, caplog):
     """The training loop, autocast (+ the grad scaler for fp16, the GPU path) and the
     validation's beam search over the cache, with train.py's own config groups."""
     cfg = tiny_train_config(**TRANSFORMER_TRAINING, **{
         "trainer.precision": precision, "trainer.max_steps": 6, "trainer.valid_every": 6,
         "trainer.valid.max_sentences": 8})
     assert cfg.model.encoder._target_.endswith("TransformerEncoder")
-    result = train(cfg, tmp_path / "run")
+    with caplog.at_level("INFO"):
+        result = train(cfg, tmp_path / "run")
+    assert any("the model.attention node (model/attention=...) is not used" in r.getMessage()
+               for r in caplog.records)
     checkpoint = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     assert checkpoint["trainer_state"]["step"] == 6 and result["best_bleu"] >= 0
     for tensor in checkpoint["model"].values():

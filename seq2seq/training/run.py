@@ -20,7 +20,7 @@ from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
 from seq2seq.config_types import check_config
 from seq2seq.device import set_num_threads
-from seq2seq.models.build import build_model, check_model_config, count_parameters
+from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
 from seq2seq.training import averaging
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.settings import BatchSettings, TrainerSettings
@@ -142,6 +142,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             tgt_vocab_size=tokenizers.tgt.vocab_size,
         ).to(context.device)
         log.info("model: %s parameters\n%s", f"{count_parameters(model):,}", model)
+        if not uses_scorer(config["model"]["decoder"]):
+            log.info("the decoder brings its own attention: the model.attention node "
+                     "(model/attention=...) is not used")
         optimizer = instantiate(config["optimizer"])(model.parameters())
         schedule_cfg = dict(config["scheduler"])
         if "total_steps" in schedule_cfg and schedule_cfg["total_steps"] is None:
