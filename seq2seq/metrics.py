@@ -27,3 +27,19 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def corpus_scores_with_intervals(hypotheses: Sequence[str], references: Sequence[str], *,
+                                 resamples: int = 1000) -> dict:
+    """BLEU and chrF with sacreBLEU's 95% bootstrap confidence intervals (``resamples``
+    resamplings of the sentences; sacreBLEU's fixed seed, so the same inputs give the same
+    intervals): ``bleu``, ``bleu_ci``, ``chrf``, ``chrf_ci``, the intervals as half-widths."""
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: they must match"
+        )
+    result = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF())):
+        score = metric.corpus_score(list(hypotheses), [list(references)], n_bootstrap=resamples)
+        result[name], result[f"{name}_ci"] = score.score, float(score._ci)
+    return result

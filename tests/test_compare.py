@@ -97,8 +97,13 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     markdown = (sweep / "comparison.md").read_text()
     assert "## Failed runs" in markdown and "p vs best" in markdown
     assert "## Significance over seeds (Almost Stochastic Order)" in markdown
-    for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png"):
+    for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png",
+                 "valid_bleu_by_length.png"):
         assert_png(sweep / name)
+    # Where each group wins: by source length, every scored sentence in one bucket.
+    assert "## By source length" in markdown
+    for group in document["length_buckets"]:
+        assert sum(b["sentences"] for b in group["buckets"].values()) == 40
 
     # The second call reads every run's cached scores: no translation at all.
     from seq2seq.inference import evaluation

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
+from seq2seq.study import buckets
 from seq2seq.study.logs import TrainingLog, read_training_log
 from seq2seq.study.report import (
     GroupRow,
@@ -114,6 +115,8 @@ def compare(
             log.warning("group %s has fewer than %d seeds: ASO's error rates were measured from "
                         "%d seeds per group up", label, RECOMMENDED_SEEDS, RECOMMENDED_SEEDS)
         sections = markdown_section(seed_test)
+    length_rows = _length_buckets(scored, scores)
+    sections += buckets.markdown_section(length_rows)
     rows = [row for _, row in scored] + [row for row in rows if not row.runs]
 
     failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
@@ -122,11 +125,11 @@ def compare(
     meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
             "differing_keys": keys, "significance_test": description,
             "seed_significance": asdict(seed_test) if seed_test else None,
-            "options": asdict(options)}
+            "length_buckets": length_rows, "options": asdict(options)}
     files = [output / "comparison.md", output / "comparison.csv", output / "comparison.json"]
     plot_files: list[Path] = []
     if plots:
-        plot_files = _plots(output, groups, scored, logs, scores, options)
+        plot_files = _plots(output, groups, scored, logs, scores, options, length_rows)
     write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files],
                                          sections))
     write_text(files[1], csv_text(rows))
@@ -154,8 +157,25 @@ def _run_significance(scored: list[tuple[Group, GroupRow]], scores: dict, test: 
     return None
 
 
+def _length_buckets(scored: list[tuple[Group, GroupRow]], scores: dict) -> list[dict[str, Any]]:
+    """Each group's scores by source length (:mod:`seq2seq.study.buckets`); none when the groups
+    were scored on different references."""
+    from seq2seq.inference.evaluation import read_parallel
+
+    if not scored:
+        return []
+    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
+    if len({s["ref_sha256"] for s in firsts}) > 1:
+        return []
+    sources, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
+    outputs = [(row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
+                            if str(r.path) in scores]) for group, row in scored]
+    return buckets.bucket_scores(outputs, sources, references)
+
+
 def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow]],
-           logs: dict[str, TrainingLog], scores: dict, options: ScoringOptions) -> list[Path]:
+           logs: dict[str, TrainingLog], scores: dict, options: ScoringOptions,
+           length_rows: list[dict[str, Any]]) -> list[Path]:
     from seq2seq.study import plots
 
     files = []
@@ -174,5 +194,8 @@ def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow
             heatmaps.append((f"{row.label}\n(seed {best_run.seed})", heatmap))
     if heatmaps:
         files.append(plots.plot_heatmaps(output / "attention_heatmaps.png", heatmaps))
+    if length_rows:
+        files.append(plots.plot_length_buckets(output / f"{options.split}_bleu_by_length.png",
+                                               length_rows, split=options.split))
     return files
 

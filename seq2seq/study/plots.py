@@ -7,6 +7,8 @@
   each run as a dot.
 * ``attention_heatmaps.png``: the same sentence's attention in each group (its best run), side
   by side, drawn like :func:`seq2seq.inference.attention_plot.plot_attention`.
+* ``<split>_bleu_by_length.png``: each group's BLEU per source-length bucket with its 95%
+  interval (:mod:`seq2seq.study.buckets`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,26 @@ def plot_group_bleu(
     axes.set_xlim(-0.6, len(groups) - 0.4)
     axes.set_ylabel(f"{split} BLEU (mean ± std; dots: runs)")
     axes.grid(axis="y", alpha=0.3)
+    return _save(figure, path)
+
+
+def plot_length_buckets(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:
+    """``rows``: :func:`seq2seq.study.buckets.bucket_scores`'s, one line per group."""
+    from seq2seq.study.buckets import LENGTH_BUCKETS, bucket_label
+
+    labels = [bucket_label(b) for b in LENGTH_BUCKETS]
+    figure = _figure(6.5, 4.5)
+    axes = figure.add_subplot()
+    offsets = np.linspace(-0.15, 0.15, max(len(rows), 1))
+    for offset, row in zip(offsets, rows, strict=False):
+        xs = [i + offset for i, label in enumerate(labels) if label in row["buckets"]]
+        scores = [row["buckets"][label] for label in labels if label in row["buckets"]]
+        axes.errorbar(xs, [s["bleu"] for s in scores], yerr=[s["bleu_ci"] for s in scores],
+                      fmt="o-", capsize=4, markersize=5, label=row["group"])
+    axes.set_xticks(range(len(labels)), labels=[f"{label} words" for label in labels])
+    axes.set_ylabel(f"{split} BLEU (seeds pooled; 95% interval)")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=7)
     return _save(figure, path)
 
 
