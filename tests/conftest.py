@@ -29,6 +29,7 @@ import functools
 import gzip
 import os
 import random
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -534,21 +535,35 @@ def make_checkpoint() -> Callable[..., Path]:
 def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``.../copy_model/checkpoints/best.pt``: the copy model, trained once per test session.
 
-    Its corpus lies in ``.../copy_model/corpus``. Under pytest-xdist every worker has its own
-    temporary folder; the first worker to get here trains the model into the folder they share
-    (the parent of theirs) under a file lock, and the others wait for it and read it.
-    Tests must not modify these files (copy them first).
+    Its corpus lies in ``.../copy_model/corpus``; made once for all test workers
+    (:func:`made_once`). Tests must not modify these files (copy them first).
     """
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        return build_copy_checkpoint(tmp_path_factory.getbasetemp() / "copy_model",
-                                     train_steps=300, name="best.pt")
+    folder = made_once(tmp_path_factory, "copy_model", lambda path: build_copy_checkpoint(
+        path, train_steps=300, name="best.pt"))
+    return folder / "checkpoints" / "best.pt"
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str,
+              make: Callable[[Path], object]) -> Path:
+    """``.../name``, made by ``make(path)`` once per test session.
+
+    Under pytest-xdist every worker has its own temporary folder; the first worker to get here
+    makes ``name`` in the folder they share (the parent of theirs) under a file lock, and the
+    others wait for it and read it. Tests must not modify what it holds (copy it first).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base if os.environ.get("PYTEST_XDIST_WORKER") is None else base.parent
+    path = shared / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = path.parent / f"{path.name}.done"  # written once make has returned
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent
-    path = shared / "copy_model" / "checkpoints" / "best.pt"
-    with FileLock(str(shared / "copy_model.lock")):
-        if not path.is_file():  # written atomically, and last: its presence means all is there
-            build_copy_checkpoint(shared / "copy_model", train_steps=300, name="best.pt")
+    with FileLock(str(path.parent / f"{path.name}.lock")):
+        if not done.exists():
+            if path.exists():  # left by a make that failed
+                shutil.rmtree(path)
+            make(path)
+            done.touch()
     return path
 
 

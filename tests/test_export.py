@@ -23,6 +23,7 @@ from conftest import (  # noqa: E402
     api_lines,
     assert_same_hypotheses,
     copy_tokenizers,
+    made_once,
     padded_random_sources,
     random_luong_model,
     random_transformer_model,
@@ -76,12 +77,17 @@ COMBINATIONS = {
 }
 
 
+def random_model(name: str, seed: int = 0) -> torch.nn.Module:
+    """A random tiny model of the ``COMBINATIONS`` entry ``name``."""
+    options_of_model = dict(COMBINATIONS[name])
+    build = options_of_model.pop("builder", random_luong_model)
+    return build(vocab=VOCAB, seed=seed, **options_of_model)
+
+
 def export_random(tmp_path: Path, name: str = "gru-luong-additive", *, seed: int = 0,
                   **options) -> tuple[torch.nn.Module, Path]:
     """A random tiny model of the ``COMBINATIONS`` entry ``name`` and its exported folder."""
-    options_of_model = dict(COMBINATIONS[name])
-    build = options_of_model.pop("builder", random_luong_model)
-    model = build(vocab=VOCAB, seed=seed, **options_of_model)
+    model = random_model(name, seed)
     folder = tmp_path / f"{name}-{seed}-{options.get('quantize', 'none')}"
     export_model(model, copy_tokenizers(), {"model": {}}, folder, **options)
     return model, folder
@@ -90,14 +96,14 @@ def export_random(tmp_path: Path, name: str = "gru-luong-additive", *, seed: int
 @pytest.fixture(scope="session")
 def exported_random(tmp_path_factory):
     """Returns export(name="gru-luong-additive", quantize="none") -> (model, folder): each
-    export made once per test worker (an export takes seconds), to be read, not changed."""
-    made: dict[tuple[str, str], tuple[torch.nn.Module, Path]] = {}
-    root = tmp_path_factory.mktemp("exported_random")
+    export made once for all test workers (an export takes seconds; :func:`made_once`), to be
+    read, not changed."""
 
     def export(name: str = "gru-luong-additive", quantize: str = "none"):
-        if (name, quantize) not in made:
-            made[name, quantize] = export_random(root, name, quantize=quantize)
-        return made[name, quantize]
+        folder = made_once(tmp_path_factory, f"exported_random/{name}-{quantize}",
+                           lambda path: export_model(random_model(name), copy_tokenizers(),
+                                                     {"model": {}}, path, quantize=quantize))
+        return random_model(name), folder
 
     return export
 
@@ -241,8 +247,9 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
 @pytest.fixture(scope="session")
 def exported_copy_model(trained_checkpoint, tmp_path_factory) -> Path:
     """The shared copy-task checkpoint exported by ``export.py``'s own code (in this process:
-    an export in a fresh interpreter costs twice as much), once per test worker; ``export.log``
-    beside it holds what the command logged. Tests must not change it."""
+    an export in a fresh interpreter costs twice as much), once for all test workers
+    (:func:`made_once`); ``export.log`` beside it holds what the command logged. Tests must not
+    change it."""
     import logging
 
     from omegaconf import OmegaConf
@@ -250,23 +257,24 @@ def exported_copy_model(trained_checkpoint, tmp_path_factory) -> Path:
     from seq2seq import CONFIG_DIR
     from seq2seq.cli.export import run
 
-    folder = tmp_path_factory.mktemp("exported_copy") / "copy"
-    cfg = OmegaConf.load(CONFIG_DIR / "export.yaml")
-    cfg.pop("defaults")
-    cfg.pop("hydra")
-    cfg.checkpoint, cfg.output = str(trained_checkpoint), str(folder)
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger = logging.getLogger("seq2seq.export")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        run(cfg)
-    finally:
-        logger.removeHandler(handler)
-    (folder.parent / "export.log").write_text("\n".join(records))
-    return folder
+    def export(folder: Path) -> None:
+        cfg = OmegaConf.load(CONFIG_DIR / "export.yaml")
+        cfg.pop("defaults")
+        cfg.pop("hydra")
+        cfg.checkpoint, cfg.output = str(trained_checkpoint), str(folder / "copy")
+        records = []
+        handler = logging.Handler()
+        handler.emit = lambda record: records.append(record.getMessage())
+        logger = logging.getLogger("seq2seq.export")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            run(cfg)
+        finally:
+            logger.removeHandler(handler)
+        (folder / "export.log").write_text("\n".join(records))
+
+    return made_once(tmp_path_factory, "exported_copy", export) / "copy"
 
 
 def test_export_py_writes_the_folder_and_translate_py_reads_it(trained_checkpoint,
