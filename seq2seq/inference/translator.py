@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.batching import collate
+from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.onnx_model import (
@@ -337,22 +338,17 @@ class Translator:
         rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
         if not self.has_attention_heads or not rows:
             return heads
-        sources = [np.append(pairs[row][0], EOS_ID) for row in rows]
-        targets = [np.array([BOS_ID, *pairs[row][1].tokens], dtype=np.int64) for row in rows]
-        src = torch.full((len(rows), max(map(len, sources))), PAD_ID, dtype=torch.long)
-        tgt_in = torch.full((len(rows), max(map(len, targets))), PAD_ID, dtype=torch.long)
-        for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
-            src[i, : len(source)] = torch.from_numpy(source)
-            tgt_in[i, : len(target)] = torch.from_numpy(target)
-        lengths = torch.tensor([len(source) for source in sources])
+        batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
+                         for row in rows])  # src ends in EOS, tgt_in starts with BOS
         with _eval_mode(self.model), torch.no_grad(), torch.autocast(
                 self.device.type, dtype=self.autocast_dtype,
                 enabled=self.autocast_dtype is not None):
-            encoded = self.model.encode(src.to(self.device), lengths)
-            weights = self.model.decoder.attention_heads(tgt_in.to(self.device), encoded)
+            encoded = self.model.encode(batch.src.to(self.device), batch.src_lengths)
+            weights = self.model.decoder.attention_heads(batch.tgt_in.to(self.device), encoded)
         weights = weights.float().cpu()  # (N, L, H, T, S)
         for i, row in enumerate(rows):
-            heads[row] = weights[i, :, :, : len(targets[i]), : len(sources[i])].clone()
+            steps, positions = len(pairs[row][1].tokens) + 1, int(batch.src_lengths[i])
+            heads[row] = weights[i, :, :, :steps, :positions].clone()
         return heads
 
     def _cut(self, ids: np.ndarray, index: int) -> np.ndarray:

@@ -346,9 +346,7 @@ class TransformerDecoder(nn.Module):
 
         Padding after a target's end changes none of its positions: they only see earlier ones.
         """
-        positions = torch.arange(tgt_in.size(1), device=tgt_in.device)
-        x = self.dropout(embed(self.embedding, tgt_in, positions))  # (B, T, D)
-        features, _, weights = self._layers(x, None, encoded, need_weights)
+        features, weights = self._whole_targets(tgt_in, encoded, need_weights)
         return features, None if weights is None else weights.mean(dim=(1, 2))  # (B, T, S)
 
     def attention_heads(self, tgt_in: Tensor, encoded) -> Tensor:
@@ -359,6 +357,11 @@ class TransformerDecoder(nn.Module):
         Shape:
             - tgt_in: (B, T); output: (B, L, H, T, S)
         """
+        return self._whole_targets(tgt_in, encoded, need_weights=True)[1]
+
+    def _whole_targets(self, tgt_in: Tensor, encoded, need_weights: bool
+                       ) -> tuple[Tensor, Tensor | None]:
         positions = torch.arange(tgt_in.size(1), device=tgt_in.device)
-        x = self.dropout(embed(self.embedding, tgt_in, positions))
-        return self._layers(x, None, encoded, need_weights=True)[2]
+        x = self.dropout(embed(self.embedding, tgt_in, positions))  # (B, T, D)
+        features, _, weights = self._layers(x, None, encoded, need_weights)
+        return features, weights
