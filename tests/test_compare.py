@@ -48,8 +48,9 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     (sweep / "9").mkdir()
     shutil.copy(sweep / "0" / "config.yaml", sweep / "9" / "config.yaml")
 
+    record_dir = tmp_path / "records"
     comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
-                                  "aso_iterations=50"])
+                                  "aso_iterations=50", f"records_dir={record_dir}"])
     table = capsys.readouterr().out
     assert "| group |" in table and "p vs best (sentences)" in table
     assert "ASO eps_min vs best" in table
@@ -98,12 +99,31 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     assert "## Failed runs" in markdown and "p vs best" in markdown
     assert "## Significance over seeds (Almost Stochastic Order)" in markdown
     for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png",
-                 "valid_bleu_by_length.png"):
+                 "valid_bleu_by_length.png", "valid_accuracy_by_position.png",
+                 "valid_faithfulness.png"):
         assert_png(sweep / name)
     # Where each group wins: by source length, every scored sentence in one bucket.
     assert "## By source length" in markdown
     for group in document["length_buckets"]:
         assert sum(b["sentences"] for b in group["buckets"].values()) == 40
+    # By target position: each third's accuracy is its runs' pooled counts'.
+    assert "## By target position" in markdown
+    for group in document["positions"]:
+        runs = next(g for g in document["groups"] if g["group"] == group["group"])["per_run"]
+        counts = np.sum([per_run[r["run"]][1]["position_counts"] for r in runs], axis=0)
+        assert counts.shape == (40, 3, 2) and (counts[..., 0] <= counts[..., 1]).all()
+        for k, third in enumerate(("first", "middle", "last")):
+            assert group["thirds"][third]["accuracy"] == pytest.approx(
+                100 * counts[:, k, 0].sum() / counts[:, k, 1].sum())
+            assert group["thirds"][third]["ci"] >= 0
+    # What the weights say: each probe's drop is the runs' BLEU minus their probed BLEU.
+    assert "## What the weights say" in markdown
+    for group in document["faithfulness"]:
+        runs = next(g for g in document["groups"] if g["group"] == group["group"])["per_run"]
+        scored = [per_run[r["run"]][1] for r in runs]
+        for probe in ("uniform", "shifted"):
+            assert group[probe]["drop"] == pytest.approx(statistics.fmean(
+                s["bleu"] - s["faithfulness"][probe]["bleu"] for s in scored))
 
     # The second call reads every run's cached scores: no translation at all.
     from seq2seq.inference import evaluation
@@ -116,6 +136,25 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
                              "aso_iterations=0", f"output_dir={tmp_path / 'report'}"])
     assert {row.label: row.bleu for row in again.rows} == {k: r.bleu for k, r in rows.items()}
     assert (tmp_path / "report" / "comparison.json").is_file()
+
+    # The records alone rebuild the report (no run folder, no checkpoint, no translation).
+    assert sorted(p.name for p in record_dir.iterdir()) == [
+        f"sweep-{n}.run.json.gz" for n in range(4)]
+    assert max(p.stat().st_size for p in record_dir.iterdir()) < 30_000
+    compare_cli.run([str(record_dir), "split=valid", "beam_size=2", "samples=200",
+                     "aso_iterations=50", f"output_dir={tmp_path / 'rebuilt'}"])
+    rebuilt_document = json.loads((tmp_path / "rebuilt" / "comparison.json").read_text())
+    for key in ("length_buckets", "positions", "faithfulness", "seed_significance"):
+        assert rebuilt_document[key] == document[key], key
+    for group, rebuilt_group in zip(document["groups"], rebuilt_document["groups"], strict=True):
+        for key in ("group", "bleu_mean", "bleu_std", "p_value", "steps", "attention_coverage"):
+            assert rebuilt_group[key] == group[key], key
+    assert_png(tmp_path / "rebuilt" / "valid_bleu_curves.png")
+    # A record scored with other settings is not mixed in.
+    with pytest.raises(SystemExit):
+        compare_cli.run([str(record_dir), "split=valid", "beam_size=3", "plots=false",
+                         "aso_iterations=0", f"output_dir={tmp_path / 'other'}"])
+    assert capsys.readouterr().out.count("recorded with other scoring settings") == 4
 
 
 def make_run(folder: Path, *, attention: str, seed: int, checkpoint: bool = True) -> Path:

@@ -6,6 +6,11 @@ arguments are options (Hydra-style, in any order)::
 
     python compare.py multirun/2026-11-22/07-10-00 split=test beam_size=5
     python compare.py outputs/a outputs/b 'outputs/2026-11-*/*' output_dir=reports/attn
+    python compare.py runs/attention_study records_dir=docs/attention_study/runs
+    python compare.py docs/attention_study/runs output_dir=docs/attention_study
+
+A run record (``*.run.json.gz``, written with ``records_dir=``) is a scored run kept without
+its folder and checkpoint: given alone or beside run folders, it counts as a complete run.
 
 Options:
     split=valid|test          the split of each run's own data config (default test)
@@ -21,6 +26,10 @@ Options:
     aso_iterations=1000       bootstrap iterations of the significance over seeds (Almost
                               Stochastic Order between every pair of groups; 0: skip it)
     heatmap_sentence=0        the sentence (line of the split, from 0) of the heatmaps
+    probes=true               the faithfulness probe: decode again with uniform and with
+                              shifted attention weights (two more decodings per run)
+    records_dir=null          also write each scored run folder's record (scores, curve,
+                              config; about 30 kB) there
     refresh=false             re-score runs whose cached scores are still valid
     plots=true                draw the PNGs
 
@@ -44,7 +53,7 @@ log = logging.getLogger("seq2seq.compare")
 USAGE = "usage: compare.py RUN_OR_SWEEP_DIR [...] [split=test] [beam_size=5] [output_dir=DIR] ..."
 _EXTRA_OPTIONS: dict[str, Any] = {
     "num_threads": None, "output_dir": None, "test": "bs", "samples": 0, "refresh": False,
-    "plots": True, "aso_iterations": 1000,
+    "plots": True, "aso_iterations": 1000, "records_dir": None,
 }
 
 
@@ -52,7 +61,7 @@ def _convert(key: str, text: str, default: Any) -> Any:
     if text.lower() in ("null", "none", "~") and (default is None or key == "num_threads"):
         return None
     kind = type(default)
-    if kind is bool or key in ("refresh", "plots"):
+    if kind is bool or key in ("refresh", "plots", "probes"):
         if text.lower() in ("true", "yes", "1"):
             return True
         if text.lower() in ("false", "no", "0"):
@@ -119,7 +128,7 @@ def run(argv: Sequence[str]):
         comparison = compare(
             specs, scoring, output_dir=options["output_dir"], test=options["test"],
             samples=options["samples"], refresh=options["refresh"], plots=options["plots"],
-            aso_iterations=options["aso_iterations"],
+            aso_iterations=options["aso_iterations"], records_dir=options["records_dir"],
         )
     except (StudyError, CheckpointError, DataError, ValueError, OSError) as error:
         fail(error)

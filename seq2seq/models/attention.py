@@ -138,6 +138,10 @@ class Attention(nn.Module):
         """Run the scorer's once-per-batch key work; pass the result to every :meth:`forward`."""
         return self.scorer.precompute_keys(keys)
 
+    def normalize(self, energies: Tensor) -> Tensor:
+        """Weights from energies over the last dim (-inf at padding): softmax or sparsemax."""
+        return NORMALIZERS[self.normalizer](energies, dim=-1)
+
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
@@ -170,7 +174,7 @@ class Attention(nn.Module):
             # in sparsemax.
             pad = ~mask[:, None, None, :] if multi_head else ~mask[:, None, :]  # broadcast
             energies = energies.masked_fill(pad, float("-inf"))
-        weights = NORMALIZERS[self.normalizer](energies, dim=-1).to(values.dtype)  # (B, T, [H,] S)
+        weights = self.normalize(energies).to(values.dtype)  # (B, T, [H,] S)
         if not multi_head:
             return torch.bmm(weights, values), weights  # (B, T, Dv), (B, T, S)
 

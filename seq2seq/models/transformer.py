@@ -110,6 +110,10 @@ class MultiHeadAttention(nn.Module):
     def project_keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
         return self.split_heads(self.key_proj(source)), self.split_heads(self.value_proj(source))
 
+    def normalize(self, energies: Tensor) -> Tensor:
+        """Weights from energies (B, H, T, S), -inf at masked keys: the softmax."""
+        return torch.softmax(energies, dim=-1)
+
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
                 causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attend from the T positions of ``x`` over the S keys (True in ``mask``: a real key).
@@ -127,7 +131,7 @@ class MultiHeadAttention(nn.Module):
                 T, S = energies.shape[-2:]
                 future = torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1)
                 energies = energies.masked_fill(future, float("-inf"))
-            weights = torch.softmax(energies, dim=-1).to(values.dtype)
+            weights = self.normalize(energies).to(values.dtype)
             context = F.dropout(weights, dropout, self.training) @ values  # (B, H, T, Dh)
         else:
             weights = None

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
-from seq2seq.study import buckets
+from seq2seq.study import buckets, faithfulness, positions
 from seq2seq.study.logs import TrainingLog, read_training_log
+from seq2seq.study.records import write_record
 from seq2seq.study.report import (
     GroupRow,
     csv_text,
@@ -22,7 +23,7 @@ from seq2seq.study.report import (
     summarize,
 )
 from seq2seq.study.runs import Group, StudyError, discover_runs, group_runs
-from seq2seq.study.scoring import ScoringOptions, score_run
+from seq2seq.study.scoring import ScoringOptions, score_run, settings_key
 from seq2seq.study.seed_significance import (
     DEFAULT_ITERATIONS,
     RECOMMENDED_SEEDS,
@@ -67,8 +68,12 @@ def compare(
     refresh: bool = False,
     plots: bool = True,
     aso_iterations: int = DEFAULT_ITERATIONS,
+    records_dir: str | Path | None = None,
 ) -> Comparison:
-    """Compare the runs named by ``specs`` (sweep folders, run folders, globs).
+    """Compare the runs named by ``specs`` (sweep folders, run folders, run records, globs).
+
+    ``records_dir``: also write a record of every scored run folder there
+    (:mod:`seq2seq.study.records`).
 
     Raises:
         StudyError: no runs, bad options.
@@ -79,8 +84,17 @@ def compare(
     keys, groups = group_runs(runs)
     scores: dict[str, dict[str, Any]] = {}
     logs: dict[str, TrainingLog] = {}
+    wanted = settings_key(options)
     for run in runs:
         if not run.ok:
+            continue
+        if run.recorded is not None:
+            recorded_scores, recorded_log = run.recorded
+            if {k: recorded_scores.get("key", {}).get(k) for k in wanted} != wanted:
+                run.failure = ("recorded with other scoring settings or an older compare.py: "
+                               "score its run folder again")
+                continue
+            scores[str(run.path)], logs[str(run.path)] = recorded_scores, recorded_log
             continue
         try:
             scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
@@ -89,6 +103,9 @@ def compare(
             text = str(error).strip().splitlines()
             run.failure = f"scoring failed: {text[0] if text else type(error).__name__}"
             log.warning("%s: %s", run.path, run.failure)
+            continue
+        if records_dir is not None:
+            write_record(records_dir, run, scores[str(run.path)], logs[str(run.path)])
 
     rows = [summarize(group, scores, logs) for group in groups]
     scored = [(group, row) for group, row in zip(groups, rows, strict=True) if row.runs]
@@ -117,6 +134,13 @@ def compare(
         sections = markdown_section(seed_test)
     length_rows = _length_buckets(scored, scores)
     sections += buckets.markdown_section(length_rows)
+    position_rows = positions.position_scores(
+        [(row.label, [scores[r["run"]]["position_counts"] for r in row.per_run])
+         for _, row in scored])
+    sections += positions.markdown_section(position_rows)
+    probe_rows = [faithfulness.group_summary(row.label, row.per_run) for _, row in scored]
+    probe_rows = [r for r in probe_rows if r is not None]
+    sections += faithfulness.markdown_section(probe_rows)
     rows = [row for _, row in scored] + [row for row in rows if not row.runs]
 
     failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
@@ -125,11 +149,14 @@ def compare(
     meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
             "differing_keys": keys, "significance_test": description,
             "seed_significance": asdict(seed_test) if seed_test else None,
-            "length_buckets": length_rows, "options": asdict(options)}
+            "length_buckets": length_rows, "positions": position_rows,
+            "faithfulness": probe_rows, "options": asdict(options)}
     files = [output / "comparison.md", output / "comparison.csv", output / "comparison.json"]
     plot_files: list[Path] = []
     if plots:
-        plot_files = _plots(output, groups, scored, logs, scores, options, length_rows)
+        plot_files = _plots(output, groups, scored, logs, scores, options,
+                            {"length": length_rows, "positions": position_rows,
+                             "faithfulness": probe_rows})
     write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files],
                                          sections))
     write_text(files[1], csv_text(rows))
@@ -175,7 +202,7 @@ def _length_buckets(scored: list[tuple[Group, GroupRow]], scores: dict) -> list[
 
 def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow]],
            logs: dict[str, TrainingLog], scores: dict, options: ScoringOptions,
-           length_rows: list[dict[str, Any]]) -> list[Path]:
+           sections: dict[str, list[dict[str, Any]]]) -> list[Path]:
     from seq2seq.study import plots
 
     files = []
@@ -194,8 +221,14 @@ def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow
             heatmaps.append((f"{row.label}\n(seed {best_run.seed})", heatmap))
     if heatmaps:
         files.append(plots.plot_heatmaps(output / "attention_heatmaps.png", heatmaps))
-    if length_rows:
+    if sections["length"]:
         files.append(plots.plot_length_buckets(output / f"{options.split}_bleu_by_length.png",
-                                               length_rows, split=options.split))
+                                               sections["length"], split=options.split))
+    if sections["positions"]:
+        files.append(plots.plot_positions(output / f"{options.split}_accuracy_by_position.png",
+                                          sections["positions"], split=options.split))
+    if sections["faithfulness"]:
+        files.append(plots.plot_faithfulness(output / f"{options.split}_faithfulness.png",
+                                             sections["faithfulness"], split=options.split))
     return files
 

@@ -105,6 +105,46 @@ def plot_length_buckets(path: Path, rows: Sequence[Mapping[str, Any]], *, split:
     return _save(figure, path)
 
 
+def plot_positions(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:
+    """``rows``: :func:`seq2seq.study.positions.position_scores`'s, one line per group."""
+    from seq2seq.study.positions import THIRDS
+
+    figure = _figure(6.5, 4.5)
+    axes = figure.add_subplot()
+    offsets = np.linspace(-0.15, 0.15, max(len(rows), 1))
+    for offset, row in zip(offsets, rows, strict=False):
+        thirds = [row["thirds"][name] for name in THIRDS]
+        axes.errorbar([i + offset for i in range(len(THIRDS))], [t["accuracy"] for t in thirds],
+                      yerr=[t["ci"] for t in thirds], fmt="o-", capsize=4, markersize=5,
+                      label=row["group"])
+    axes.set_xticks(range(len(THIRDS)), labels=[f"{name} third" for name in THIRDS])
+    axes.set_ylabel(f"{split} next-piece accuracy, teacher-forced (%)")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=7)
+    return _save(figure, path)
+
+
+def plot_faithfulness(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:
+    """``rows``: ``{"group", "bleu", probe: {"bleu", ...}}`` means over seeds, a bar per
+    decoding."""
+    from seq2seq.study.faithfulness import PROBES
+
+    decodings = [("model's weights", lambda row: row["bleu"])] + [
+        (f"{probe} weights", lambda row, probe=probe: row[probe]["bleu"]) for probe in PROBES]
+    figure = _figure(max(5.0, 1.3 * len(rows) + 2), 4.5)
+    axes = figure.add_subplot()
+    width = 0.8 / len(decodings)
+    for number, (name, value) in enumerate(decodings):
+        xs = np.arange(len(rows)) + (number - (len(decodings) - 1) / 2) * width
+        axes.bar(xs, [value(row) for row in rows], width, label=name)
+    axes.set_xticks(range(len(rows)), labels=[row["group"] for row in rows], rotation=20,
+                    ha="right", fontsize=8)
+    axes.set_ylabel(f"{split} BLEU (mean over seeds)")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=7)
+    return _save(figure, path)
+
+
 def plot_heatmaps(path: Path, heatmaps: Sequence[tuple[str, Mapping[str, Any]]]) -> Path:
     """``heatmaps``: ``(title, {"source_pieces", "target_pieces", "weights"})``, one panel each,
     at most four to a row; a title's comma-separated settings go one to a line."""

@@ -79,6 +79,7 @@ def summarize(
             "attention_max_weight": score["attention_max_weight"],
             "attention_backward_moves": score["attention_backward_moves"],
             "attention_coverage": score["attention_coverage"],
+            "faithfulness": score.get("faithfulness"),
             "parameters": score["parameters"], "tokens_per_second": log.tokens_per_second,
             "steps": log.steps,
         })

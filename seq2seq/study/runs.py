@@ -3,7 +3,9 @@
 A *run folder* is a folder that holds ``config.yaml`` (written by the trainer once the run
 has started) or ``.hydra/config.yaml`` (written by Hydra before the job starts, so a run that
 failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists; every other
-run is kept as a failed one (with the reason), never dropped.
+run is kept as a failed one (with the reason), never dropped. A *run record*
+(``*.run.json.gz``, :mod:`seq2seq.study.records`) is a run scored earlier, kept without its
+folder: it counts as a complete run, with its scores.
 
 Runs are compared on their flattened configs (dotted keys) plus Hydra's group choices
 (``model/attention: dot``, from ``.hydra/hydra.yaml``) where present. The keys whose values
@@ -39,12 +41,15 @@ class Run:
             group choices as ``group/name`` keys.
         checkpoint: ``checkpoints/best.pt`` when it exists, else None.
         failure: why the run cannot be scored (None for a complete run).
+        recorded: the scores and :class:`~seq2seq.study.logs.TrainingLog` of a run record
+            (None for a run folder).
     """
 
     path: Path
     config: dict[str, Any]
     checkpoint: Path | None
     failure: str | None = None
+    recorded: tuple[dict[str, Any], Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -147,49 +152,68 @@ def _is_run_folder(folder: Path) -> bool:
 
 
 def find_run_folders(root: Path, depth: int = 6) -> list[Path]:
-    """Run folders at or below ``root``, at most ``depth`` levels down.
+    """Run folders and run records at or below ``root``, at most ``depth`` levels down.
 
     A run folder's own subfolders, hidden folders (``.submitit``, ``.venv``) and symbolic
     links are not searched.
     """
+    from seq2seq.study.records import is_record
+
     if _is_run_folder(root):
         return [root]
     if depth == 0:
         return []
     found: list[Path] = []
     try:
-        children = sorted(p for p in root.iterdir()
-                          if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+        entries = sorted(p for p in root.iterdir()
+                         if not p.is_symlink() and not p.name.startswith("."))
     except OSError as error:
         raise StudyError(f"cannot list {root}: {error}") from error
-    for child in children:
-        found.extend(find_run_folders(child, depth - 1))
+    for entry in entries:
+        if entry.is_dir():
+            found.extend(find_run_folders(entry, depth - 1))
+        elif is_record(entry):
+            found.append(entry)
     return found
 
 
 def discover_runs(specs: Sequence[str]) -> list[Run]:
-    """The runs named by folders (a sweep folder, run folders) or globs, without duplicates.
+    """The runs named by folders (a sweep folder, run folders), run records or globs, without
+    duplicates.
 
     Raises:
         StudyError: when a name matches nothing, or no run folder is found at all.
     """
+    from seq2seq.study.records import is_record
+
     if not specs:
         raise StudyError("no run folder given: compare.py SWEEP_DIR or RUN_DIR RUN_DIR ...")
     folders: dict[Path, Path] = {}
     for spec in specs:
         matches = [Path(p) for p in glob.glob(str(Path(spec).expanduser()))] \
             if glob.has_magic(spec) else [Path(spec).expanduser()]
-        matches = [m for m in matches if m.is_dir()]
+        matches = [m for m in matches if m.is_dir() or is_record(m)]
         if not matches:
             raise StudyError(f"no such folder: {spec}")
         for match in sorted(matches):
-            for folder in find_run_folders(match):
+            for folder in [match] if is_record(match) else find_run_folders(match):
                 folders.setdefault(folder.resolve(), folder)
     if not folders:
         raise StudyError(
-            f"no run folder (one with config.yaml or .hydra/config.yaml) in {' '.join(specs)}"
+            f"no run folder (one with config.yaml or .hydra/config.yaml) or run record "
+            f"(*.run.json.gz) in {' '.join(specs)}"
         )
-    return [read_run(folder) for folder in sorted(folders.values(), key=_natural_key)]
+    return [_read_found(found) for found in sorted(folders.values(), key=_natural_key)]
+
+
+def _read_found(path: Path) -> Run:
+    from seq2seq.study.records import is_record, read_record
+
+    if not is_record(path):
+        return read_run(path)
+    run, scores, log = read_record(path)
+    run.recorded = (scores, log)
+    return run
 
 
 def _natural_key(path: Path) -> tuple:

@@ -8,7 +8,8 @@ names for the checkpoint's own data config, so BLEU and chrF equal what
 Each run's result is cached in the run folder::
 
     RUN/compare/best.<split>.beam<k>.hyp     the hypotheses, one a line
-    RUN/compare/best.<split>.beam<k>.json    scores, speed, attention statistics, a heatmap
+    RUN/compare/best.<split>.beam<k>.json    scores, speed, attention statistics, a heatmap,
+                                             position counts, the faithfulness probes' scores
 
 and reused while the checkpoint file (size and modification time) and the decoding settings
 are unchanged.
@@ -26,9 +27,10 @@ from typing import Any
 
 from seq2seq.atomic import write_text
 from seq2seq.device import resolve_precision, select_device
+from seq2seq.study.positions import position_counts
 
 log = logging.getLogger("seq2seq.compare")
-CACHE_VERSION = 2  # 2: the attention's backward moves and coverage
+CACHE_VERSION = 3  # 2: the attention's backward moves and coverage; 3: positions, probes
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ScoringOptions:
     precision: str = "fp32"
     device: str = "auto"
     heatmap_sentence: int = 0
+    probes: bool = True  # decode again with uniform and with shifted attention weights
 
     def translator_options(self) -> dict[str, Any]:
         return {
@@ -64,15 +67,20 @@ def cache_paths(run_dir: Path, options: ScoringOptions) -> tuple[Path, Path]:
     return folder / f"{stem}.hyp", folder / f"{stem}.json"
 
 
-def _cache_key(checkpoint: Path, options: ScoringOptions) -> dict[str, Any]:
-    stat = checkpoint.stat()
+def settings_key(options: ScoringOptions) -> dict[str, Any]:
+    """The settings the scores depend on, as the cache (and a run record) keeps them."""
     settings = asdict(options)
     device = settings.pop("device")  # the scores do not depend on it (speed does: fine)
     with contextlib.suppress(ValueError):  # a bad value is reported by the scoring itself
         # The scores do depend on the precision auto chooses on that device.
         settings["precision"] = resolve_precision(options.precision, select_device(device))
-    return {"version": CACHE_VERSION, "checkpoint_size": stat.st_size,
-            "checkpoint_mtime_ns": stat.st_mtime_ns, "settings": settings}
+    return {"version": CACHE_VERSION, "settings": settings}
+
+
+def _cache_key(checkpoint: Path, options: ScoringOptions) -> dict[str, Any]:
+    stat = checkpoint.stat()
+    return {**settings_key(options), "checkpoint_size": stat.st_size,
+            "checkpoint_mtime_ns": stat.st_mtime_ns}
 
 
 def _sha256(lines: list[str]) -> str:
@@ -103,7 +111,10 @@ def score_run(
         A dict: ``bleu``, ``chrf``, their signatures, ``sentences``, ``sentences_per_second``,
         ``generation_seconds``, ``attention_entropy``, ``attention_max_weight``,
         ``attention_backward_moves``, ``attention_coverage``,
-        ``parameters``, ``hypotheses`` (list), ``src``/``ref`` paths, ``ref_sha256``,
+        ``position_counts`` (:func:`seq2seq.study.positions.position_counts`, as lists),
+        ``faithfulness`` (``{probe: {"bleu", "chrf"}}`` of :mod:`seq2seq.study.faithfulness`'s
+        probes, or None when ``options.probes`` is off or the model has no attention to
+        replace), ``parameters``, ``hypotheses`` (list), ``src``/``ref`` paths, ``ref_sha256``,
         ``heatmap`` (``source_pieces``, ``target_pieces``, ``weights`` of one sentence, or
         None), ``cached`` (whether it came from the cache).
 
@@ -142,6 +153,11 @@ def score_run(
                 "target_pieces": list(best.target_pieces) + ["</s>"],
                 "weights": best.attention.detach().float().cpu().tolist(),
             }
+    counts = position_counts(translator.model, translator.tokenizers, sources, references,
+                             device=translator.device, autocast_dtype=translator.autocast_dtype,
+                             max_source_length=options.max_source_length)
+    faithfulness = _probe_scores(translator, sources, references, options) \
+        if options.probes else None
     scores = evaluation.scores
     result = {
         "key": _cache_key(checkpoint, options),
@@ -164,9 +180,30 @@ def score_run(
         "attention_backward_moves": evaluation.attention_backward_moves,
         "attention_coverage": evaluation.attention_coverage,
         "parameters": parameters,
+        "position_counts": counts.tolist(),
+        "faithfulness": faithfulness,
         "hypotheses": evaluation.hypotheses,
         "heatmap": heatmap,
     }
     write_text(json_path, json.dumps(result, indent=1) + "\n")
     result["cached"] = False
     return result
+
+
+def _probe_scores(translator, sources: list[str], references: list[str],
+                  options: ScoringOptions) -> dict[str, dict[str, float]] | None:
+    """BLEU and chrF of the split decoded with each probe's weights (same search settings)."""
+    from seq2seq.inference.evaluation import evaluate_translations
+    from seq2seq.inference.translator import Translator
+    from seq2seq.study.faithfulness import PROBES, has_attention, probed_model
+
+    if not has_attention(translator.model):
+        return None
+    results = {}
+    for probe in PROBES:
+        log.info("decoding %s with %s attention weights", options.split, probe)
+        probed = Translator(probed_model(translator.model, probe), translator.tokenizers,
+                            device=translator.device, **options.translator_options())
+        scores = evaluate_translations(probed, sources, references).scores
+        results[probe] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+    return results

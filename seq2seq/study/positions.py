@@ -1,0 +1,121 @@
+"""Where each mechanism wins along the target: next-piece accuracy by position, teacher-forced.
+
+The model reads each source and its reference (teacher forcing) and predicts every reference
+piece, EOS included, from the pieces before it; a prediction is right when its most likely
+piece is the reference's. A reference of T pieces (EOS counted) has its position t in third
+``floor(3 t / T)``: first, middle or last (a 7-piece reference: 3, 2 and 2 positions). Unlike
+BLEU by position in the output, this compares every model on the same positions of the same
+references, whatever it would have translated.
+
+A group's accuracy in a third pools its seeds' predictions; its 95% interval is a percentile
+bootstrap over sentences (each resample draws sentences, with every seed's predictions for
+them), so, like the length buckets', it says how sure the sentences make the number, not how
+much a seed moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+THIRDS = ("first", "middle", "last")
+
+
+def position_counts(model, tokenizers, sources: Sequence[str], references: Sequence[str], *,
+                    device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None,
+                    max_source_length: int = 250, batch_size: int = 64) -> np.ndarray:
+    """Per sentence and third, the correct predictions and the reference pieces.
+
+    Args:
+        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (evaluation mode is set here).
+        tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
+        sources, references: raw sentences, aligned.
+        autocast_dtype: run under autocast in this dtype (None: the model's own).
+        max_source_length: longer sources are cut, as the translator cuts them.
+
+    Returns:
+        int64 array (N, 3, 2): ``[..., 0]`` correct, ``[..., 1]`` pieces, for the thirds.
+
+    Shape:
+        - output: (N, 3, 2)
+    """
+    from seq2seq.data.batching import collate
+
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    src_ids = [np.asarray(ids, dtype=np.int64)[:max_source_length]
+               for ids in tokenizers.src.encode(list(sources))]
+    tgt_ids = [np.asarray(ids, dtype=np.int64) for ids in tokenizers.tgt.encode(list(references))]
+    counts = np.zeros((len(sources), len(THIRDS), 2), dtype=np.int64)
+    order = sorted(range(len(sources)), key=lambda i: -src_ids[i].size)  # little padding
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            batch = collate([(src_ids[i], tgt_ids[i]) for i in rows])
+            with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype,
+                                                 enabled=autocast_dtype is not None):
+                features, _ = model(batch.src.to(device), batch.src_lengths,
+                                    batch.tgt_in.to(device), need_weights=False)
+                predicted = model.project(features).argmax(-1).cpu()  # (B, T)
+            for row, index in enumerate(rows):
+                length = tgt_ids[index].size + 1  # EOS counted
+                right = (predicted[row, :length] == batch.tgt_out[row, :length]).numpy()
+                third = np.arange(length) * len(THIRDS) // length  # (T,) 0, 1 or 2
+                counts[index, :, 0] = np.bincount(third, weights=right.astype(np.float64),
+                                                  minlength=3)
+                counts[index, :, 1] = np.bincount(third, minlength=3)
+    finally:
+        model.train(was_training)
+    return counts
+
+
+def pooled_accuracy(runs: Sequence[np.ndarray], *, resamples: int = 1000,
+                    seed: int = 0) -> dict[str, dict[str, float]]:
+    """Accuracy per third of several runs' counts (same sentences), with a 95% bootstrap interval.
+
+    Returns:
+        ``{third: {"accuracy": %, "ci": half-width %, "pieces": reference pieces of one run}}``.
+    """
+    counts = np.sum(np.stack([np.asarray(run) for run in runs]), axis=0)  # (N, 3, 2) pooled
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, counts.shape[0], size=(resamples, counts.shape[0]))  # (R, N)
+    resampled = counts[draws].sum(axis=1)  # (R, 3, 2)
+    accuracy = 100 * resampled[..., 0] / np.maximum(resampled[..., 1], 1)  # (R, 3)
+    low, high = np.percentile(accuracy, [2.5, 97.5], axis=0)  # (3,) each
+    total = counts.sum(axis=0)  # (3, 2)
+    return {name: {"accuracy": float(100 * total[k, 0] / max(total[k, 1], 1)),
+                   "ci": float((high[k] - low[k]) / 2),
+                   "pieces": int(total[k, 1] // len(runs))}
+            for k, name in enumerate(THIRDS)}
+
+
+def position_scores(groups: Sequence[tuple[str, Sequence[np.ndarray]]], *,
+                    resamples: int = 1000) -> list[dict[str, Any]]:
+    """One ``{"group", "thirds"}`` per group (:func:`pooled_accuracy` of its runs' counts)."""
+    return [{"group": name, "thirds": pooled_accuracy(runs, resamples=resamples)}
+            for name, runs in groups if runs]
+
+
+def markdown_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's section: one table, a group a row, ``accuracy ± CI`` a third."""
+    if not rows:
+        return []
+    header = ["group", *(f"{name} third" for name in THIRDS)]
+    lines = ["## By target position", "",
+             "Next-piece accuracy (%) under teacher forcing in the first, middle and last third "
+             "of each reference (EOS counted), each group's predictions pooled over its seeds, "
+             "± the 95% interval of a bootstrap over sentences (how sure the sentences make the "
+             "number, not how much a seed moves it).", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["group"]] + [f"{row['thirds'][name]['accuracy']:.2f} ± "
+                                  f"{row['thirds'][name]['ci']:.2f}" for name in THIRDS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines

@@ -1,0 +1,72 @@
+"""A scored run kept as one small file, so that a study's report can be rebuilt without its runs.
+
+``compare.py ... records_dir=DIR`` writes ``DIR/<run>.run.json.gz`` for every run it scored: the
+run's flattened config (with its Hydra group choices), what its training log says (speed, steps,
+the validation curve) and its scores (BLEU, chrF, hypotheses, attention statistics, position
+counts, probe scores, a heatmap). About 30 kB a run, where the checkpoint is tens of MB.
+
+A folder of records is given to ``compare.py`` as a sweep folder is, alone or beside run folders:
+each record is a complete run, scored with the settings it was scored with. A record whose
+settings differ from the comparison's (another split, beam size, ...) is listed as failed rather
+than mixed in.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import write_bytes
+from seq2seq.study.logs import TrainingLog
+from seq2seq.study.runs import Run, StudyError
+
+RECORD_SUFFIX = ".run.json.gz"
+RECORD_VERSION = 1
+
+
+def record_name(run: Run) -> str:
+    """``<sweep folder>-<run folder>``: unique for the runs of a study's sweeps."""
+    return f"{run.path.parent.name}-{run.path.name}{RECORD_SUFFIX}"
+
+
+def write_record(folder: str | Path, run: Run, scores: dict[str, Any], log: TrainingLog) -> Path:
+    """Write ``run``'s record into ``folder``; returns its path."""
+    document = {
+        "version": RECORD_VERSION,
+        "run": str(run.path),
+        "config": run.config,
+        "log": asdict(log),
+        "scores": {k: v for k, v in scores.items() if k != "cached"},
+    }
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    path = Path(folder) / record_name(run)
+    # mtime=0: the same scores give the same bytes (a rerun leaves git with nothing to commit).
+    write_bytes(path, gzip.compress(text, mtime=0))
+    return path
+
+
+def is_record(path: Path) -> bool:
+    return path.name.endswith(RECORD_SUFFIX) and path.is_file()
+
+
+def read_record(path: str | Path) -> tuple[Run, dict[str, Any], TrainingLog]:
+    """The run, its scores and its training log from a record.
+
+    Raises:
+        StudyError: when the file is not a readable record.
+    """
+    path = Path(path)
+    try:
+        document = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError, EOFError) as error:
+        raise StudyError(f"cannot read the record {path}: {error}") from error
+    if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
+        raise StudyError(f"{path} is not a version-{RECORD_VERSION} run record")
+    config = {key: tuple(value) if isinstance(value, list) else value
+              for key, value in document["config"].items()}
+    log = document["log"]
+    log["bleu_curve"] = [tuple(point) for point in log["bleu_curve"]]
+    return Run(path, config, None), document["scores"], TrainingLog(**log)
