@@ -287,6 +287,33 @@ def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys, r
     assert (sweep / "0" / "compare" / "best.valid.beam1.json").is_file()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
+                    reason="hydra-joblib-launcher is not installed (pip install .[study])")
+def test_side_by_side_sweep_resumes_without_redoing_finished_runs(tiny_train_config, tmp_path,
+                                                                  run_python):
+    """The study's sweep: two jobs at a time, a folder per run named by its settings, and
+    trainer.resume=auto, so running the command again only trains what is missing."""
+    sweep = tmp_path / "study"
+    study = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.resume=auto",
+             "hydra.sweep.subdir=${hydra:runtime.choices.model/attention}-seed${trainer.seed}",
+             "model/attention=dot,general", "trainer.seed=1"]
+    overrides = tiny_train_config.overrides(**TINY_SWEEP)
+    run_sweep(run_python, overrides, sweep, *study, timeout=240)
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0] != ".") == [
+        "dot-seed1", "general-seed1"]
+    finished = sweep / "dot-seed1" / "checkpoints" / "best.pt"
+    stamp = finished.stat().st_mtime_ns
+    shutil.rmtree(sweep / "general-seed1")  # as if the sweep had stopped before this run
+
+    run_sweep(run_python, overrides, sweep, *study, timeout=240)
+    assert finished.stat().st_mtime_ns == stamp  # not trained again
+    assert "resumed from" in (sweep / "dot-seed1" / "train.log").read_text()
+    assert (sweep / "general-seed1" / "checkpoints" / "best.pt").is_file()
+    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false",
+                                  "probes=false", "aso_iterations=0"])
+    assert [row.runs for row in comparison.rows] == [1, 1] and not comparison.failed
+
+
 def test_slurm_launcher_config_composes():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
                         reason="hydra-submitit-launcher is not installed (pip install .[cluster])")
