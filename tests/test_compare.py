@@ -206,6 +206,14 @@ def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
     assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
 
 
+def test_a_damaged_run_record_is_a_failed_run(tmp_path):
+    make_run(tmp_path / "sweep" / "0", attention="DotScorer", seed=1)
+    (tmp_path / "sweep" / "old-0.run.json.gz").write_bytes(b"not gzip")
+    runs = discover_runs([str(tmp_path / "sweep")])
+    assert [run.ok for run in runs] == [True, False]
+    assert "cannot read the record" in runs[1].failure
+
+
 def test_no_scorable_run_is_an_error_after_the_listing(tmp_path, capsys):
     make_run(tmp_path / "runs" / "a", attention="DotScorer", seed=1, checkpoint=False)
     make_run(tmp_path / "runs" / "b", attention="DotScorer", seed=1)  # an empty best.pt

@@ -226,6 +226,23 @@ def test_early_stopping_counts_validations_in_a_row(tiny_train_config, tmp_path,
     assert "early stopping" in caplog.text
 
 
+def test_resuming_a_run_that_stopped_early_trains_no_further(tiny_train_config, tmp_path,
+                                                              caplog):
+    """A sweep run again with trainer.resume=auto leaves an early-stopped run as it was."""
+    run_dir = tmp_path / "run"
+    options = {"optimizer.lr": 0.0, "trainer.max_steps": 100, "trainer.valid_every": 3,
+               "trainer.save_every": 1000, "trainer.valid.max_sentences": 8,
+               "trainer.early_stopping_patience": 1}
+    train(tiny_train_config(**options), run_dir)
+    best = run_dir / "checkpoints" / "best.pt"
+    stamp = best.stat().st_mtime_ns
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        result = train(tiny_train_config(**options, **{"trainer.resume": "auto"}), run_dir)
+    assert result["steps"] == 6 and validation_bleus(caplog) == []
+    assert best.stat().st_mtime_ns == stamp
+
+
 def test_max_time_counts_the_training_time_before_a_resume(tiny_train_config, tmp_path):
     """The train_seconds a checkpoint carries count against trainer.max_time after a resume."""
     run_dir = tmp_path / "run"

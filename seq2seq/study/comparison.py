@@ -105,7 +105,8 @@ def compare(
             log.warning("%s: %s", run.path, run.failure)
             continue
         if records_dir is not None:
-            write_record(records_dir, run, scores[str(run.path)], logs[str(run.path)])
+            write_record(records_dir, run.path, run.config, scores[str(run.path)],
+                         logs[str(run.path)])
 
     rows = [summarize(group, scores, logs) for group in groups]
     scored = [(group, row) for group, row in zip(groups, rows, strict=True) if row.runs]

@@ -21,28 +21,29 @@ from typing import Any
 
 from seq2seq.atomic import write_bytes
 from seq2seq.study.logs import TrainingLog
-from seq2seq.study.runs import Run, StudyError
 
 RECORD_SUFFIX = ".run.json.gz"
 RECORD_VERSION = 1
 
 
-def record_name(run: Run) -> str:
+def record_name(run_dir: Path) -> str:
     """``<sweep folder>-<run folder>``: unique for the runs of a study's sweeps."""
-    return f"{run.path.parent.name}-{run.path.name}{RECORD_SUFFIX}"
+    return f"{run_dir.parent.name}-{run_dir.name}{RECORD_SUFFIX}"
 
 
-def write_record(folder: str | Path, run: Run, scores: dict[str, Any], log: TrainingLog) -> Path:
-    """Write ``run``'s record into ``folder``; returns its path."""
+def write_record(folder: str | Path, run_dir: Path, config: dict[str, Any],
+                 scores: dict[str, Any], log: TrainingLog) -> Path:
+    """Write the record of the run in ``run_dir`` (its flattened ``config``, ``scores`` and
+    ``log``) into ``folder``; returns its path."""
     document = {
         "version": RECORD_VERSION,
-        "run": str(run.path),
-        "config": run.config,
+        "run": str(run_dir),
+        "config": config,
         "log": asdict(log),
         "scores": {k: v for k, v in scores.items() if k != "cached"},
     }
     text = json.dumps(document, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    path = Path(folder) / record_name(run)
+    path = Path(folder) / record_name(Path(run_dir))
     # mtime=0: the same scores give the same bytes (a rerun leaves git with nothing to commit).
     write_bytes(path, gzip.compress(text, mtime=0))
     return path
@@ -52,21 +53,21 @@ def is_record(path: Path) -> bool:
     return path.name.endswith(RECORD_SUFFIX) and path.is_file()
 
 
-def read_record(path: str | Path) -> tuple[Run, dict[str, Any], TrainingLog]:
-    """The run, its scores and its training log from a record.
+def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], TrainingLog]:
+    """The flattened config, the scores and the training log of a record.
 
     Raises:
-        StudyError: when the file is not a readable record.
+        ValueError: when the file is not a readable record.
     """
     path = Path(path)
     try:
         document = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, ValueError, EOFError) as error:
-        raise StudyError(f"cannot read the record {path}: {error}") from error
+        raise ValueError(f"cannot read the record {path}: {error}") from error
     if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
-        raise StudyError(f"{path} is not a version-{RECORD_VERSION} run record")
+        raise ValueError(f"{path} is not a version-{RECORD_VERSION} run record")
     config = {key: tuple(value) if isinstance(value, list) else value
               for key, value in document["config"].items()}
     log = document["log"]
     log["bleu_curve"] = [tuple(point) for point in log["bleu_curve"]]
-    return Run(path, config, None), document["scores"], TrainingLog(**log)
+    return config, document["scores"], TrainingLog(**log)

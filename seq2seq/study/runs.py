@@ -211,9 +211,11 @@ def _read_found(path: Path) -> Run:
 
     if not is_record(path):
         return read_run(path)
-    run, scores, log = read_record(path)
-    run.recorded = (scores, log)
-    return run
+    try:
+        config, scores, log = read_record(path)
+    except ValueError as error:
+        return Run(path, {}, None, failure=str(error))
+    return Run(path, config, None, recorded=(scores, log))
 
 
 def _natural_key(path: Path) -> tuple:

@@ -278,6 +278,9 @@ class Trainer:
                 break
             if settings.max_steps is not None and state.step >= settings.max_steps:
                 break  # a resumed run that had already finished
+            if settings.early_stopping_patience is not None and \
+                    state.validations_without_improvement >= settings.early_stopping_patience:
+                break  # a resumed run that had already stopped early
             self.sampler.set_epoch(state.epoch, position=state.batches_in_epoch)
             for group in self._groups():
                 nll_sum, tokens = self._accumulate(group)
