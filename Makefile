@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train best test lint bench clean
+.PHONY: install data train best study test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,31 @@ best: install
 		|| { echo "a member failed: see the end of $(BEST_DIR)/seed$(BEST_A).log and seed$(BEST_B).log" >&2; exit 1; }
 	$(BIN)/seq2seq-tune-decoding $(BEST_DIR)/seed$(BEST_A)/checkpoints/best.pt \
 		$(BEST_DIR)/seed$(BEST_B)/checkpoints/best.pt --beam-sizes 1,5,8 --length-penalties 1.0,1.4
+
+# The attention study (docs/study.md): every scorer, and sparsemax on STUDY_SPARSEMAX, x
+# STUDY_SEEDS, each run trained until validation BLEU stops improving (4 validations in a row,
+# 4,000 steps at most), STUDY_JOBS runs side by side on one core each. Run again, it trains only
+# the runs that are missing (trainer.resume=auto in a folder per setting). Each scored run
+# becomes a record in docs/attention_study/runs/, and the report in docs/attention_study/ is
+# rebuilt from all the records, so the study can grow a few seeds at a time:
+# `make study STUDY_SEEDS=3,4,5`.
+STUDY_DIR ?= runs/attention_study
+STUDY_SEEDS ?= 1,2,3,4,5
+STUDY_JOBS ?= 2
+STUDY_SCORERS ?= gaussian,scaled_dot,additive,multihead,location,dot,general
+STUDY_SPARSEMAX ?= gaussian
+STUDY_RECORDS ?= docs/attention_study/runs
+STUDY_TRAIN = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
+	hydra.sweep.dir=$(STUDY_DIR) \
+	'hydra.sweep.subdir=$${hydra:runtime.choices.model/attention}-$${model.attention.normalizer}-seed$${trainer.seed}' \
+	experiment=multi30k_luong_fast trainer.num_threads=1 trainer.resume=auto trainer.max_time=null \
+	trainer.max_steps=4000 trainer.valid_every=250 trainer.early_stopping_patience=4 \
+	trainer.seed=$(STUDY_SEEDS)
+study: install
+	$(STUDY_TRAIN) model/attention=$(STUDY_SCORERS) $(ARGS)
+	$(STUDY_TRAIN) model/attention=$(STUDY_SPARSEMAX) model.attention.normalizer=sparsemax $(ARGS)
+	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS)
+	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study
 
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.
 test: install
