@@ -68,7 +68,8 @@ STUDY_TRAIN = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_j
 study: install
 	$(STUDY_TRAIN) model/attention=$(STUDY_SCORERS) $(ARGS)
 	$(STUDY_TRAIN) model/attention=$(STUDY_SPARSEMAX) model.attention.normalizer=sparsemax $(ARGS)
-	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS)
+	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS) \
+		plots=false test=none aso_iterations=0
 	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study
 
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.

@@ -150,6 +150,10 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
         for key in ("group", "bleu_mean", "bleu_std", "p_value", "steps", "attention_coverage"):
             assert rebuilt_group[key] == group[key], key
     assert_png(tmp_path / "rebuilt" / "valid_bleu_curves.png")
+    # Records beside their own run folders: each run counted once.
+    both = compare_cli.run([str(sweep), str(record_dir), "split=valid", "beam_size=2",
+                            "plots=false", "aso_iterations=0", f"output_dir={tmp_path / 'both'}"])
+    assert sorted(row.runs for row in both.rows) == [2, 2]
     # A record scored with other settings is not mixed in.
     with pytest.raises(SystemExit):
         compare_cli.run([str(record_dir), "split=valid", "beam_size=3", "plots=false",

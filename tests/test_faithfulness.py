@@ -117,7 +117,9 @@ def test_probing_leaves_the_model_untouched(probe):
     src, src_lengths = padded_random_sources(4, vocab=20)
     with torch.no_grad():
         before = beam_search(model, src, src_lengths, **SEARCH)
+        rng = torch.random.get_rng_state()
         probed = probed_model(model, probe)
+        assert torch.equal(torch.random.get_rng_state(), rng)  # no random init drawn
         beam_search(probed, src, src_lengths, **SEARCH)
         after = beam_search(model, src, src_lengths, **SEARCH)
     assert_same_search(before, after)

@@ -61,7 +61,7 @@ def _convert(key: str, text: str, default: Any) -> Any:
     if text.lower() in ("null", "none", "~") and (default is None or key == "num_threads"):
         return None
     kind = type(default)
-    if kind is bool or key in ("refresh", "plots", "probes"):
+    if kind is bool or key in ("refresh", "plots"):
         if text.lower() in ("true", "yes", "1"):
             return True
         if text.lower() in ("false", "no", "0"):

@@ -100,7 +100,7 @@ class Translation(NamedTuple):
 
 
 @contextmanager
-def _eval_mode(model) -> Iterator[None]:
+def eval_mode(model) -> Iterator[None]:
     """Switch a module to eval mode and back to what it was (the trainer lends its model)."""
     was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
@@ -312,7 +312,7 @@ class Translator:
         for index, source in enumerate(sources):
             if source.size == 0:
                 results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             for batch in self._batches(sources):
                 batch_results = self._search(
                     [sources[i] for i in batch], return_attention=return_attention
@@ -340,7 +340,7 @@ class Translator:
             return heads
         batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
                          for row in rows])  # src ends in EOS, tgt_in starts with BOS
-        with _eval_mode(self.model), torch.no_grad(), torch.autocast(
+        with eval_mode(self.model), torch.no_grad(), torch.autocast(
                 self.device.type, dtype=self.autocast_dtype,
                 enabled=self.autocast_dtype is not None):
             encoded = self.model.encode(batch.src.to(self.device), batch.src_lengths)

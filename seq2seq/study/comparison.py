@@ -12,7 +12,7 @@ from typing import Any
 from seq2seq.atomic import write_text
 from seq2seq.study import buckets, faithfulness, positions
 from seq2seq.study.logs import TrainingLog, read_training_log
-from seq2seq.study.records import write_record
+from seq2seq.study.records import scored_with, write_record
 from seq2seq.study.report import (
     GroupRow,
     csv_text,
@@ -89,12 +89,11 @@ def compare(
         if not run.ok:
             continue
         if run.recorded is not None:
-            recorded_scores, recorded_log = run.recorded
-            if {k: recorded_scores.get("key", {}).get(k) for k in wanted} != wanted:
+            if not scored_with(run.recorded, wanted):
                 run.failure = ("recorded with other scoring settings or an older compare.py: "
                                "score its run folder again")
                 continue
-            scores[str(run.path)], logs[str(run.path)] = recorded_scores, recorded_log
+            scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
             continue
         try:
             scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
@@ -114,9 +113,10 @@ def compare(
     if scored:
         scored[0][1].best = True
     seeds = min((row.runs for _, row in scored), default=0)
+    text = _split_text(scored, scores)
     description = "not computed"
     if test != "none" and len(scored) > 1:
-        description = _run_significance(scored, scores, test, samples)
+        description = _run_significance(scored, scores, test, samples, text)
         if description is None:
             description = _describe_test(test, samples, seeds)
     elif test != "none":
@@ -133,9 +133,9 @@ def compare(
             log.warning("group %s has fewer than %d seeds: ASO's error rates were measured from "
                         "%d seeds per group up", label, RECOMMENDED_SEEDS, RECOMMENDED_SEEDS)
         sections = markdown_section(seed_test)
-    length_rows = _length_buckets(scored, scores)
+    length_rows = _length_buckets(scored, scores, text)
     sections += buckets.markdown_section(length_rows)
-    position_rows = positions.position_scores(
+    position_rows = [] if text is None else positions.position_scores(
         [(row.label, [scores[r["run"]]["position_counts"] for r in row.per_run])
          for _, row in scored])
     sections += positions.markdown_section(position_rows)
@@ -166,39 +166,58 @@ def compare(
                       table=markdown_table(rows), output_dir=output, files=files + plot_files)
 
 
-def _run_significance(scored: list[tuple[Group, GroupRow]], scores: dict, test: str,
-                      samples: int) -> str | None:
-    """Fill each row's p-value; returns a note instead when the test cannot be run."""
-    from seq2seq.inference.evaluation import read_parallel
+def _split_text(scored: list[tuple[Group, GroupRow]], scores: dict
+                ) -> tuple[list[str], list[str]] | None:
+    """The split's sources and references the groups were scored on; None when they were
+    scored on different references.
 
+    Raises:
+        StudyError: when the files are gone or differ from the ones scored (a run record read
+            where the data is not prepared, or prepared differently).
+    """
+    from seq2seq.data.corpus import DataError
+    from seq2seq.inference.evaluation import read_parallel
+    from seq2seq.study.scoring import sha256_lines
+
+    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
+    if not firsts or len({s["ref_sha256"] for s in firsts}) > 1:
+        return None
+    try:
+        sources, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
+    except (DataError, OSError) as error:
+        raise StudyError(f"the scored split's files are not readable here ({error}): prepare "
+                         f"the data first (make data), from the folder compare.py ran in") \
+            from error
+    if sha256_lines(references) != firsts[0]["ref_sha256"]:
+        raise StudyError(f"{firsts[0]['ref']} differs from the references the runs were "
+                         "scored on")
+    return sources, references
+
+
+def _run_significance(scored: list[tuple[Group, GroupRow]], scores: dict, test: str,
+                      samples: int, text: tuple[list[str], list[str]] | None) -> str | None:
+    """Fill each row's p-value; returns a note instead when the test cannot be run."""
+    if text is None:
+        return "not computed: the groups were scored on different references"
     outputs = []
     for group, row in scored:
         outputs.append((row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
                                     if str(r.path) in scores]))
-    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
-    if len({s["ref_sha256"] for s in firsts}) > 1:
-        return "not computed: the groups were scored on different references"
-    _, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
-    p_values = significance(outputs, references, test=test, samples=samples)
+    p_values = significance(outputs, text[1], test=test, samples=samples)
     for _, row in scored:
         row.p_value = p_values.get(row.label)
     return None
 
 
-def _length_buckets(scored: list[tuple[Group, GroupRow]], scores: dict) -> list[dict[str, Any]]:
+def _length_buckets(scored: list[tuple[Group, GroupRow]], scores: dict,
+                    text: tuple[list[str], list[str]] | None) -> list[dict[str, Any]]:
     """Each group's scores by source length (:mod:`seq2seq.study.buckets`); none when the groups
     were scored on different references."""
-    from seq2seq.inference.evaluation import read_parallel
-
-    if not scored:
+    if text is None:
         return []
-    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
-    if len({s["ref_sha256"] for s in firsts}) > 1:
-        return []
-    sources, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
     outputs = [(row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
                             if str(r.path) in scores]) for group, row in scored]
-    return buckets.bucket_scores(outputs, sources, references)
+    return buckets.bucket_scores(outputs, *text)
 
 
 def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow]],

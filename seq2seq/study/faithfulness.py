@@ -5,7 +5,8 @@ the translation hardly changes when each step's attention weights are swapped fo
 weights, the weights do not explain the output. Two replacements, applied at every decoder step
 to every attention (for a Transformer, every head of every layer's cross-attention):
 
-- ``uniform``: each real source piece gets 1/S (S real pieces, EOS included): the decoder
+- ``uniform``: each real source piece gets 1/S (S real pieces, EOS included; a piece the
+  scorer rules out, as the location scorer past its ``max_length``, stays out): the decoder
   reads the mean of the memory. A model whose scorer returns constants decodes exactly so.
 - ``shifted``: the model's own weights, each moved half the sentence along, cyclically over
   the real pieces (piece s's weight goes to piece (s + S // 2) mod S): the same distribution,
@@ -68,8 +69,14 @@ def shifted_weights(weights: Tensor, real: Tensor) -> Tensor:
 
 
 def probe_weights(probe: str, energies: Tensor, weights: Tensor) -> Tensor:
-    """The probe's replacement for ``weights``, computed from them and ``energies`` (which are
-    -inf at padding)."""
+    """The probe's replacement for ``weights``, computed from them and ``energies``.
+
+    The positions a row can attend to are those with finite energies (padding is -inf; so is
+    whatever a scorer rules out, e.g. the location scorer past its ``max_length``).
+
+    Shape:
+        - energies, weights, output: (*, S)
+    """
     real = torch.isfinite(energies)
     if probe == "uniform":
         return uniform_weights(real).to(weights.dtype)
@@ -77,10 +84,16 @@ def probe_weights(probe: str, energies: Tensor, weights: Tensor) -> Tensor:
 
 
 class ProbedAttention(Attention):
-    """:class:`Attention` whose weights are replaced by a probe's (RNN decoders)."""
+    """:class:`Attention` whose weights are replaced by a probe's (RNN decoders).
 
-    def __init__(self, attention: Attention, probe: str) -> None:
-        super().__init__(attention.scorer, attention.normalizer)
+    Args:
+        scorer, normalizer: as :class:`Attention`'s.
+        probe: one of :data:`PROBES`.
+    """
+
+    def __init__(self, scorer: nn.Module, normalizer: str = "softmax", *,
+                 probe: str = "uniform") -> None:
+        super().__init__(scorer, normalizer)
         self.probe = check_probe(probe)
 
     def normalize(self, energies: Tensor) -> Tensor:
@@ -88,13 +101,15 @@ class ProbedAttention(Attention):
 
 
 class ProbedCrossAttention(MultiHeadAttention):
-    """A Transformer layer's cross-attention whose weights are replaced by a probe's."""
+    """A Transformer layer's cross-attention whose weights are replaced by a probe's.
 
-    def __init__(self, attention: MultiHeadAttention, probe: str) -> None:
-        super().__init__(d_model=attention.query_proj.in_features, num_heads=attention.num_heads,
-                         key_dim=attention.key_proj.in_features, dropout=attention.dropout)
-        self.load_state_dict(attention.state_dict())
-        self.to(attention.query_proj.weight.device, attention.query_proj.weight.dtype)
+    Args:
+        probe: one of :data:`PROBES`; the others as :class:`MultiHeadAttention`'s.
+    """
+
+    def __init__(self, *, d_model: int, num_heads: int, key_dim: int | None = None,
+                 dropout: float = 0.0, probe: str = "uniform") -> None:
+        super().__init__(d_model=d_model, num_heads=num_heads, key_dim=key_dim, dropout=dropout)
         self.probe = check_probe(probe)
 
     def normalize(self, energies: Tensor) -> Tensor:
@@ -103,6 +118,19 @@ class ProbedCrossAttention(MultiHeadAttention):
     def forward(self, *args, **kwargs):
         kwargs["need_weights"] = True  # the fused kernel cannot take other weights
         return super().forward(*args, **kwargs)
+
+
+def _probed_cross_attention(attention: MultiHeadAttention, probe: str) -> ProbedCrossAttention:
+    """``attention``'s weights in a :class:`ProbedCrossAttention`."""
+    weight = attention.query_proj.weight
+    # The constructor's random init is overwritten at once: leave the global RNG as it was.
+    with torch.random.fork_rng(devices=[]):
+        probed = ProbedCrossAttention(d_model=attention.query_proj.in_features,
+                                      num_heads=attention.num_heads,
+                                      key_dim=attention.key_proj.in_features,
+                                      dropout=attention.dropout, probe=probe)
+    probed.load_state_dict(attention.state_dict())
+    return probed.to(weight.device, weight.dtype)
 
 
 def has_attention(model: nn.Module) -> bool:
@@ -126,9 +154,10 @@ def probed_model(model: nn.Module, probe: str) -> nn.Module:
     decoder = probed.decoder
     if isinstance(decoder, TransformerDecoder):
         for layer in decoder.layers:
-            layer.cross_attention = ProbedCrossAttention(layer.cross_attention, probe)
+            layer.cross_attention = _probed_cross_attention(layer.cross_attention, probe)
     else:
-        decoder.attention = ProbedAttention(decoder.attention, probe)
+        decoder.attention = ProbedAttention(decoder.attention.scorer,
+                                            decoder.attention.normalizer, probe=probe)
     return probed
 
 

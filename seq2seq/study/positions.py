@@ -43,6 +43,7 @@ def position_counts(model, tokenizers, sources: Sequence[str], references: Seque
         - output: (N, 3, 2)
     """
     from seq2seq.data.batching import collate
+    from seq2seq.inference.translator import eval_mode
 
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -52,26 +53,22 @@ def position_counts(model, tokenizers, sources: Sequence[str], references: Seque
     counts = np.zeros((len(sources), len(THIRDS), 2), dtype=np.int64)
     order = sorted(range(len(sources)), key=lambda i: -src_ids[i].size)  # little padding
     device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            batch = collate([(src_ids[i], tgt_ids[i]) for i in rows])
+            batch = collate([(src_ids[i], tgt_ids[i]) for i in rows])  # tgt_out ends in EOS
             with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype,
                                                  enabled=autocast_dtype is not None):
                 features, _ = model(batch.src.to(device), batch.src_lengths,
                                     batch.tgt_in.to(device), need_weights=False)
                 predicted = model.project(features).argmax(-1).cpu()  # (B, T)
             for row, index in enumerate(rows):
-                length = tgt_ids[index].size + 1  # EOS counted
-                right = (predicted[row, :length] == batch.tgt_out[row, :length]).numpy()
+                length = tgt_ids[index].size + 1  # this reference's T, EOS counted
+                right = (predicted[row, :length] == batch.tgt_out[row, :length]).numpy()  # (T,)
                 third = np.arange(length) * len(THIRDS) // length  # (T,) 0, 1 or 2
                 counts[index, :, 0] = np.bincount(third, weights=right.astype(np.float64),
                                                   minlength=3)
                 counts[index, :, 1] = np.bincount(third, minlength=3)
-    finally:
-        model.train(was_training)
     return counts
 
 

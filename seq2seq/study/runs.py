@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from seq2seq.study.records import Record, is_record, read_record
+
 SEED_KEY = "trainer.seed"
 MISSING = "-"  # shown for a key a run's config does not have
 
@@ -41,15 +43,15 @@ class Run:
             group choices as ``group/name`` keys.
         checkpoint: ``checkpoints/best.pt`` when it exists, else None.
         failure: why the run cannot be scored (None for a complete run).
-        recorded: the scores and :class:`~seq2seq.study.logs.TrainingLog` of a run record
-            (None for a run folder).
+        recorded: the :class:`~seq2seq.study.records.Record` of a run record (None for a
+            run folder).
     """
 
     path: Path
     config: dict[str, Any]
     checkpoint: Path | None
     failure: str | None = None
-    recorded: tuple[dict[str, Any], Any] | None = None
+    recorded: Record | None = None
 
     @property
     def ok(self) -> bool:
@@ -157,8 +159,6 @@ def find_run_folders(root: Path, depth: int = 6) -> list[Path]:
     A run folder's own subfolders, hidden folders (``.submitit``, ``.venv``) and symbolic
     links are not searched.
     """
-    from seq2seq.study.records import is_record
-
     if _is_run_folder(root):
         return [root]
     if depth == 0:
@@ -181,11 +181,12 @@ def discover_runs(specs: Sequence[str]) -> list[Run]:
     """The runs named by folders (a sweep folder, run folders), run records or globs, without
     duplicates.
 
+    A record of a run whose folder is also found is left out (the folder is the run), as is a
+    second record of the same run.
+
     Raises:
         StudyError: when a name matches nothing, or no run folder is found at all.
     """
-    from seq2seq.study.records import is_record
-
     if not specs:
         raise StudyError("no run folder given: compare.py SWEEP_DIR or RUN_DIR RUN_DIR ...")
     folders: dict[Path, Path] = {}
@@ -203,19 +204,27 @@ def discover_runs(specs: Sequence[str]) -> list[Run]:
             f"no run folder (one with config.yaml or .hydra/config.yaml) or run record "
             f"(*.run.json.gz) in {' '.join(specs)}"
         )
-    return [_read_found(found) for found in sorted(folders.values(), key=_natural_key)]
+    runs = [_read_found(found) for found in sorted(folders.values(), key=_natural_key)]
+    seen = {str(path) for path in folders if not is_record(path)}
+    kept = []
+    for run in runs:
+        if run.recorded is not None:
+            if run.recorded.run in seen:
+                continue
+            seen.add(run.recorded.run)
+        kept.append(run)
+    return kept
 
 
 def _read_found(path: Path) -> Run:
-    from seq2seq.study.records import is_record, read_record
-
     if not is_record(path):
         return read_run(path)
     try:
-        config, scores, log = read_record(path)
+        record = read_record(path)
     except ValueError as error:
         return Run(path, {}, None, failure=str(error))
-    return Run(path, config, None, recorded=(scores, log))
+    config = {key: _hashable(value) for key, value in record.config.items()}
+    return Run(path, config, None, recorded=record)
 
 
 def _natural_key(path: Path) -> tuple:
@@ -288,7 +297,8 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
         ``(keys, groups)``: the differing keys (seed excluded, choices included) and the
         groups, in the order their first run was found.
     """
-    keys = [k for k in differing_keys(runs) if k != seed_key]
+    # A run whose config could not be read would make every key differ.
+    keys = [k for k in differing_keys([r for r in runs if r.config]) if k != seed_key]
     config_keys = [k for k in keys if not is_choice(k)]
     shown = label_keys(keys, runs) or keys
     members: dict[tuple, list[Run]] = {}

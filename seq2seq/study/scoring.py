@@ -83,7 +83,7 @@ def _cache_key(checkpoint: Path, options: ScoringOptions) -> dict[str, Any]:
             "checkpoint_mtime_ns": stat.st_mtime_ns}
 
 
-def _sha256(lines: list[str]) -> str:
+def sha256_lines(lines: list[str]) -> str:
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line.encode("utf-8") + b"\n")
@@ -166,7 +166,7 @@ def score_run(
         "split": options.split,
         "src": str(src_path),
         "ref": str(ref_path),
-        "ref_sha256": _sha256(references),
+        "ref_sha256": sha256_lines(references),
         "sentences": len(sources),
         "bleu": scores["bleu"],
         "chrf": scores["chrf"],
