@@ -17,6 +17,7 @@ import yaml
 
 from seq2seq.cli import compare as compare_cli
 from seq2seq.inference.evaluation import attention_statistics
+from seq2seq.study.records import read_record
 from seq2seq.study.report import mean_std, significance
 from seq2seq.study.runs import discover_runs, group_runs
 
@@ -49,6 +50,7 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     shutil.copy(sweep / "0" / "config.yaml", sweep / "9" / "config.yaml")
 
     record_dir = tmp_path / "records"
+    monkeypatch.chdir(tmp_path)  # the records keep the data's paths relative to it
     comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
                                   "aso_iterations=50", f"records_dir={record_dir}"])
     table = capsys.readouterr().out
@@ -98,7 +100,8 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     markdown = (sweep / "comparison.md").read_text()
     assert "## Failed runs" in markdown and "p vs best" in markdown
     assert "## Significance over seeds (Almost Stochastic Order)" in markdown
-    for name in ("valid_bleu_curves.png", "valid_bleu.png", "attention_heatmaps.png",
+    for name in ("valid_bleu_curves.png", "valid_bleu_by_step.png", "valid_bleu.png",
+                 "attention_heatmaps.png",
                  "valid_bleu_by_length.png", "valid_accuracy_by_position.png",
                  "valid_faithfulness.png"):
         assert_png(sweep / name)
@@ -150,6 +153,9 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
         for key in ("group", "bleu_mean", "bleu_std", "p_value", "steps", "attention_coverage"):
             assert rebuilt_group[key] == group[key], key
     assert_png(tmp_path / "rebuilt" / "valid_bleu_curves.png")
+    first_record = read_record(record_dir / "sweep-0.run.json.gz")
+    assert [step for step, _ in first_record.log.bleu_steps] == [8, 16]
+    assert first_record.scores["src"] == str(Path("corpus") / "valid.src")
     # Records beside their own run folders: each run counted once.
     both = compare_cli.run([str(sweep), str(record_dir), "split=valid", "beam_size=2",
                             "plots=false", "aso_iterations=0", f"output_dir={tmp_path / 'both'}"])

@@ -229,6 +229,10 @@ def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow
     curves = {row.label: [logs[str(r.path)].bleu_curve for r in group.ok_runs
                           if str(r.path) in logs] for group, row in scored}
     files.append(plots.plot_bleu_curves(output / "valid_bleu_curves.png", curves))
+    by_step = {row.label: [logs[str(r.path)].bleu_steps for r in group.ok_runs
+                           if str(r.path) in logs] for group, row in scored}
+    files.append(plots.plot_bleu_curves(output / "valid_bleu_by_step.png", by_step,
+                                        x_label="optimizer steps"))
     files.append(plots.plot_group_bleu(
         output / f"{options.split}_bleu.png",
         [(row.label, row.bleu[0], row.bleu[1], [r["bleu"] for r in row.per_run])

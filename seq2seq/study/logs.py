@@ -22,11 +22,13 @@ class TrainingLog:
             per second; NaN when none was logged).
         steps: the largest step of any scalar (0 when there is none).
         bleu_curve: ``(minutes, BLEU)`` of every validation, in order.
+        bleu_steps: ``(step, BLEU)`` of every validation, in order.
     """
 
     tokens_per_second: float = math.nan
     steps: int = 0
     bleu_curve: list[tuple[float, float]] = field(default_factory=list)
+    bleu_steps: list[tuple[int, float]] = field(default_factory=list)
 
 
 def read_training_log(run_dir: str | Path) -> TrainingLog:
@@ -51,4 +53,5 @@ def read_training_log(run_dir: str | Path) -> TrainingLog:
         tokens_per_second=sum(speeds) / len(speeds) if speeds else math.nan,
         steps=int(steps),
         bleu_curve=sorted(curve),
+        bleu_steps=sorted((int(e.step), float(e.value)) for e in events.get("valid/bleu", [])),
     )

@@ -1,8 +1,9 @@
 """The comparison's figures, PNG, drawn with matplotlib's object API on Agg canvases.
 
-* ``valid_bleu_curves.png``: validation BLEU against training minutes, one colour per
-  group: the mean over its runs (each run's curve interpolated linearly on a common grid of
-  minutes, held at its last value after its end) and the min-max band.
+* ``valid_bleu_curves.png`` and ``valid_bleu_by_step.png``: validation BLEU against training
+  minutes and against optimizer steps, one colour per group: the mean over its runs (each
+  run's curve interpolated linearly on a common grid, held at its last value after its end)
+  and the min-max band.
 * ``<split>_bleu.png``: the split's BLEU per group, mean with a standard-deviation error bar and
   each run as a dot.
 * ``attention_heatmaps.png``: the same sentence's attention in each group (its best run), side
@@ -39,9 +40,10 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def plot_bleu_curves(
-    path: Path, curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], points: int = 200
+    path: Path, curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], points: int = 200,
+    *, x_label: str = "training minutes"
 ) -> Path:
-    """``curves``: per group label, per run, ``(minutes, BLEU)`` pairs."""
+    """``curves``: per group label, per run, ``(x, BLEU)`` pairs (x: minutes, or steps)."""
     figure = _figure(7, 4.5)
     axes = figure.add_subplot()
     for label, runs in curves.items():
@@ -55,7 +57,7 @@ def plot_bleu_curves(
         (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label} ({len(runs)} runs)")
         axes.fill_between(grid, values.min(axis=0), values.max(axis=0), alpha=0.2,
                           color=line.get_color(), linewidth=0)
-    axes.set_xlabel("training minutes")
+    axes.set_xlabel(x_label)
     axes.set_ylabel("validation BLEU")
     axes.grid(alpha=0.3)
     if axes.lines:

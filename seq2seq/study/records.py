@@ -82,7 +82,8 @@ def read_record(path: str | Path) -> Record:
         if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
             raise ValueError(f"not a version-{RECORD_VERSION} run record")
         log = dict(document["log"])
-        log["bleu_curve"] = [tuple(point) for point in log["bleu_curve"]]
+        for curve in ("bleu_curve", "bleu_steps"):
+            log[curve] = [tuple(point) for point in log.get(curve, [])]
         return Record(run=str(document["run"]), config=dict(document["config"]),
                       scores=dict(document["scores"]), log=TrainingLog(**log))
     except (OSError, ValueError, EOFError, KeyError, TypeError) as error:
