@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from seq2seq.metrics import corpus_scores_with_intervals
+from seq2seq.study import markdown
 
 # (first, last) words of a bucket; None: no upper bound.
 LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 9), (10, 14), (15, 19), (20, None))
@@ -76,11 +77,7 @@ def markdown_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     counts = {label: next(row["buckets"][label]["sentences"] for row in rows
                           if label in row["buckets"]) for label in present}
     header = ["group", *(f"{label} words ({counts[label]} sentences)" for label in present)]
-    lines = ["## By source length", "",
-             "BLEU ± 95% interval / chrF ± 95% interval of each group's outputs pooled over its "
-             "seeds, by the source sentence's words (sacreBLEU's bootstrap over the bucket's "
-             "sentences: how sure the sentences make the score, not how much a seed moves it).",
-             "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows_cells = []
     for row in rows:
         cells = [row["group"]]
         for label in present:
@@ -88,6 +85,10 @@ def markdown_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             cells.append("-" if score is None else
                          f"{score['bleu']:.2f} ± {score['bleu_ci']:.2f} / "
                          f"{score['chrf']:.2f} ± {score['chrf_ci']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    return lines
+        rows_cells.append(cells)
+    return markdown.section(
+        "By source length",
+        "BLEU ± 95% interval / chrF ± 95% interval of each group's outputs pooled over its "
+        "seeds, by the source sentence's words (sacreBLEU's bootstrap over the bucket's "
+        "sentences: how sure the sentences make the score, not how much a seed moves it).",
+        header, rows_cells)

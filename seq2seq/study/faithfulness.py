@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
 from seq2seq.models.transformer import MultiHeadAttention, TransformerDecoder
+from seq2seq.study import markdown
 
 PROBES = ("uniform", "shifted")
 
@@ -187,17 +188,13 @@ def markdown_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         spread = "" if entry["drop_std"] is None else f" ± {entry['drop_std']:.2f}"
         return f"{entry['bleu']:.2f} ({-entry['drop']:+.2f}{spread})"
 
-    header = ["group", "runs", "BLEU", *(f"{probe} weights: BLEU (change)" for probe in PROBES)]
-    lines = ["## What the weights say", "",
-             "BLEU decoded with each step's attention weights replaced: `uniform` gives every "
-             "real source piece the same weight; `shifted` moves the model's own weights half "
-             "the sentence along. Change: mean ± sample standard deviation over seeds of "
-             "the BLEU gained (lost when negative). A small loss says the output does not "
-             "depend on where the weights point, so the weights do not explain it.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        cells = [row["group"], str(row["runs"]), f"{row['bleu']:.2f}",
-                 *(change(row[probe]) for probe in PROBES)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    return lines
+    return markdown.section(
+        "What the weights say",
+        "BLEU decoded with each step's attention weights replaced: `uniform` gives every real "
+        "source piece the same weight; `shifted` moves the model's own weights half the "
+        "sentence along. Change: mean ± sample standard deviation over seeds of the BLEU "
+        "gained (lost when negative). A small loss says the output does not depend on where "
+        "the weights point, so the weights do not explain it.",
+        ["group", "runs", "BLEU", *(f"{probe} weights: BLEU (change)" for probe in PROBES)],
+        ([row["group"], str(row["runs"]), f"{row['bleu']:.2f}",
+          *(change(row[probe]) for probe in PROBES)] for row in rows))

@@ -87,43 +87,47 @@ def plot_group_bleu(
     return _save(figure, path)
 
 
+def _lines_with_intervals(path: Path, labels: Sequence[str],
+                          lines: Sequence[tuple[str, Mapping[str, tuple[float, float]]]], *,
+                          ylabel: str) -> Path:
+    """One line per group over the categories ``labels``: ``lines`` are ``(group, {label:
+    (value, interval half-width)})``; a label a group lacks is left out of its line."""
+    figure = _figure(6.5, 4.5)
+    axes = figure.add_subplot()
+    offsets = np.linspace(-0.15, 0.15, max(len(lines), 1))  # side by side, not on top
+    for offset, (group, points) in zip(offsets, lines, strict=False):
+        present = [(i, points[label]) for i, label in enumerate(labels) if label in points]
+        axes.errorbar([i + offset for i, _ in present], [value for _, (value, _) in present],
+                      yerr=[half for _, (_, half) in present], fmt="o-", capsize=4,
+                      markersize=5, label=group)
+    axes.set_xticks(range(len(labels)), labels=labels)
+    axes.set_ylabel(ylabel)
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=7)
+    return _save(figure, path)
+
+
 def plot_length_buckets(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:
     """``rows``: :func:`seq2seq.study.buckets.bucket_scores`'s, one line per group."""
     from seq2seq.study.buckets import LENGTH_BUCKETS, bucket_label
 
     labels = [bucket_label(b) for b in LENGTH_BUCKETS]
-    figure = _figure(6.5, 4.5)
-    axes = figure.add_subplot()
-    offsets = np.linspace(-0.15, 0.15, max(len(rows), 1))
-    for offset, row in zip(offsets, rows, strict=False):
-        xs = [i + offset for i, label in enumerate(labels) if label in row["buckets"]]
-        scores = [row["buckets"][label] for label in labels if label in row["buckets"]]
-        axes.errorbar(xs, [s["bleu"] for s in scores], yerr=[s["bleu_ci"] for s in scores],
-                      fmt="o-", capsize=4, markersize=5, label=row["group"])
-    axes.set_xticks(range(len(labels)), labels=[f"{label} words" for label in labels])
-    axes.set_ylabel(f"{split} BLEU (seeds pooled; 95% interval)")
-    axes.grid(axis="y", alpha=0.3)
-    axes.legend(fontsize=7)
-    return _save(figure, path)
+    return _lines_with_intervals(
+        path, [f"{label} words" for label in labels],
+        [(row["group"], {f"{label} words": (score["bleu"], score["bleu_ci"])
+                         for label, score in row["buckets"].items()}) for row in rows],
+        ylabel=f"{split} BLEU (seeds pooled; 95% interval)")
 
 
 def plot_positions(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:
     """``rows``: :func:`seq2seq.study.positions.position_scores`'s, one line per group."""
     from seq2seq.study.positions import THIRDS
 
-    figure = _figure(6.5, 4.5)
-    axes = figure.add_subplot()
-    offsets = np.linspace(-0.15, 0.15, max(len(rows), 1))
-    for offset, row in zip(offsets, rows, strict=False):
-        thirds = [row["thirds"][name] for name in THIRDS]
-        axes.errorbar([i + offset for i in range(len(THIRDS))], [t["accuracy"] for t in thirds],
-                      yerr=[t["ci"] for t in thirds], fmt="o-", capsize=4, markersize=5,
-                      label=row["group"])
-    axes.set_xticks(range(len(THIRDS)), labels=[f"{name} third" for name in THIRDS])
-    axes.set_ylabel(f"{split} next-piece accuracy, teacher-forced (%)")
-    axes.grid(axis="y", alpha=0.3)
-    axes.legend(fontsize=7)
-    return _save(figure, path)
+    return _lines_with_intervals(
+        path, [f"{name} third" for name in THIRDS],
+        [(row["group"], {f"{name} third": (third["accuracy"], third["ci"])
+                         for name, third in row["thirds"].items()}) for row in rows],
+        ylabel=f"{split} next-piece accuracy, teacher-forced (%)")
 
 
 def plot_faithfulness(path: Path, rows: Sequence[Mapping[str, Any]], *, split: str) -> Path:

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seq2seq.study import markdown
+
 THIRDS = ("first", "middle", "last")
 
 
@@ -103,16 +105,13 @@ def markdown_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The report's section: one table, a group a row, ``accuracy ± CI`` a third."""
     if not rows:
         return []
-    header = ["group", *(f"{name} third" for name in THIRDS)]
-    lines = ["## By target position", "",
-             "Next-piece accuracy (%) under teacher forcing in the first, middle and last third "
-             "of each reference (EOS counted), each group's predictions pooled over its seeds, "
-             "± the 95% interval of a bootstrap over sentences (how sure the sentences make the "
-             "number, not how much a seed moves it).", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        cells = [row["group"]] + [f"{row['thirds'][name]['accuracy']:.2f} ± "
-                                  f"{row['thirds'][name]['ci']:.2f}" for name in THIRDS]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    return lines
+    return markdown.section(
+        "By target position",
+        "Next-piece accuracy (%) under teacher forcing in the first, middle and last third of "
+        "each reference (EOS counted), each group's predictions pooled over its seeds, ± the "
+        "95% interval of a bootstrap over sentences (how sure the sentences make the number, "
+        "not how much a seed moves it).",
+        ["group", *(f"{name} third" for name in THIRDS)],
+        ([row["group"]] + [f"{row['thirds'][name]['accuracy']:.2f} ± "
+                           f"{row['thirds'][name]['ci']:.2f}" for name in THIRDS]
+         for row in rows))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.inference.evaluation import COVERAGE_THRESHOLD
+from seq2seq.study import markdown
 from seq2seq.study.logs import TrainingLog
 from seq2seq.study.runs import Group
 
@@ -164,17 +165,14 @@ def _aso(row: GroupRow) -> str:
 
 
 def markdown_table(rows: Sequence[GroupRow]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in rows:
-        cells = [row.label, str(row.runs), str(row.failed),
-                 f"{row.parameters:,}" if row.parameters else "-",
-                 _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
-                 _pm(row.chrf), _number(row.sentences_per_second, 1),
-                 _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3),
-                 _number(row.attention_backward_moves, 3), _number(row.attention_coverage, 3),
-                 _aso(row), _p(row)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(markdown.table(COLUMNS, (
+        [row.label, str(row.runs), str(row.failed),
+         f"{row.parameters:,}" if row.parameters else "-",
+         _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
+         _pm(row.chrf), _number(row.sentences_per_second, 1),
+         _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3),
+         _number(row.attention_backward_moves, 3), _number(row.attention_coverage, 3),
+         _aso(row), _p(row)] for row in rows)))
 
 
 def _plain(value: Any) -> Any:
