@@ -194,7 +194,8 @@ def markdown_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "source piece the same weight; `shifted` moves the model's own weights half the "
         "sentence along. Change: mean ± sample standard deviation over seeds of the BLEU "
         "gained (lost when negative). A small loss says the output does not depend on where "
-        "the weights point, so the weights do not explain it.",
+        "the weights point, so the weights do not explain it; a large one that it does, which "
+        "an explanation needs but does not prove.",
         ["group", "runs", "BLEU", *(f"{probe} weights: BLEU (change)" for probe in PROBES)],
         ([row["group"], str(row["runs"]), f"{row['bleu']:.2f}",
           *(change(row[probe]) for probe in PROBES)] for row in rows))
