@@ -57,7 +57,7 @@ STUDY_DIR ?= runs/attention_study
 STUDY_SEEDS ?= 1,2,3,4,5
 STUDY_JOBS ?= 2
 STUDY_SCORERS ?= gaussian,scaled_dot,additive,multihead,location,dot,general
-STUDY_SPARSEMAX ?= gaussian
+STUDY_SPARSEMAX ?= scaled_dot
 STUDY_RECORDS ?= docs/attention_study/runs
 STUDY_TRAIN = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
 	hydra.sweep.dir=$(STUDY_DIR) \
