@@ -53,8 +53,12 @@ def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
         torch.save(payload, handle)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    mmap: bool = False) -> dict:
     """Read a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` on bad files.
+
+    ``mmap``: map the tensors' storage instead of reading it (for a caller that reads the
+    plain entries only).
 
     A file that carries pickled Python objects is refused without running them; a truncated or
     corrupted file, or one from an unknown format version, gets a clear message.
@@ -69,7 +73,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"cannot read checkpoint {path}: the file is truncated or corrupted (not a zip archive)"
         )
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         # Keep torch's reason (the offending global), not its advice to disable the check.
         reason = next((line.strip() for line in str(error).splitlines()

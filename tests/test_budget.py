@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from seq2seq.training.budget import TrainingBudget
+from seq2seq.training.budget import TrainingBudget, training_over
+from seq2seq.training.settings import TrainerSettings
 from seq2seq.training.state import TrainerState
 
 
@@ -42,3 +43,27 @@ def test_time_budget_counts_earlier_seconds_and_uses_the_broadcast_clock():
     state.train_seconds = 61.0
     assert late.time_is_up(state, time.perf_counter())
     assert late.progress(state) >= 1.0
+
+
+@pytest.mark.parametrize(("limits", "progress", "over"), [
+    ({"max_steps": 10}, {"step": 9}, False),
+    ({"max_steps": 10}, {"step": 10}, True),
+    ({"max_epochs": 2}, {"epoch": 2}, True),
+    ({"max_time": 1.0}, {"train_seconds": 59.0}, False),
+    ({"max_time": 1.0}, {"train_seconds": 60.0}, True),
+    ({"max_steps": 10, "early_stopping_patience": 2}, {"validations_without_improvement": 2},
+     True),
+    ({"max_steps": 10, "early_stopping_patience": 2}, {"validations_without_improvement": 1},
+     False),
+])
+def test_training_over(limits, progress, over):
+    settings = TrainerSettings(**{"max_epochs": None} | limits)
+    state = TrainerState(**progress)
+    assert training_over(state, settings) is over
+
+
+def test_training_over_holds_the_given_clock_against_max_time():
+    settings = TrainerSettings(max_epochs=None, max_time=1.0)
+    state = TrainerState(train_seconds=10.0)  # this rank's clock
+    assert training_over(state, settings, seconds_trained=61.0)  # rank 0's
+    assert not training_over(TrainerState(train_seconds=61.0), settings, seconds_trained=10.0)

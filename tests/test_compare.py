@@ -216,6 +216,22 @@ def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
     assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
 
 
+def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_config, tmp_path):
+    from seq2seq.checkpoint import load_checkpoint, save_checkpoint
+    from seq2seq.training.run import train
+
+    for name in ("finished", "cut_off"):
+        train(tiny_train_config(**{"trainer.max_steps": 8, "trainer.valid_every": 4,
+                                   "trainer.save_every": 4}), tmp_path / "sweep" / name)
+    last = tmp_path / "sweep" / "cut_off" / "checkpoints" / "last.pt"
+    checkpoint = load_checkpoint(last)
+    checkpoint["trainer_state"]["step"] = 4  # as a last.pt saved half way through
+    save_checkpoint(checkpoint, last)
+    runs = {run.path.name: run for run in discover_runs([str(tmp_path / "sweep")])}
+    assert runs["finished"].ok
+    assert "unfinished: training stopped at step 4" in runs["cut_off"].failure
+
+
 def test_a_damaged_run_record_is_a_failed_run(tmp_path):
     make_run(tmp_path / "sweep" / "0", attention="DotScorer", seed=1)
     (tmp_path / "sweep" / "old-0.run.json.gz").write_bytes(b"not gzip")

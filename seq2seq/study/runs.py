@@ -2,8 +2,9 @@
 
 A *run folder* is a folder that holds ``config.yaml`` (written by the trainer once the run
 has started) or ``.hydra/config.yaml`` (written by Hydra before the job starts, so a run that
-failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists; every other
-run is kept as a failed one (with the reason), never dropped. A *run record*
+failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists and its
+``checkpoints/last.pt`` (where there is one) says training is over; every other run is kept as
+a failed one (with the reason), never dropped. A *run record*
 (``*.run.json.gz``, :mod:`seq2seq.study.records`) is a run scored earlier, kept without its
 folder: it counts as a complete run, with its scores.
 
@@ -142,11 +143,35 @@ def read_run(folder: Path) -> Run:
                 flat[str(group) if "/" in str(group) else f"{group}/"] = option
     checkpoint = folder / "checkpoints" / "best.pt"
     if checkpoint.is_file():
-        return Run(folder, flat, checkpoint)
+        return Run(folder, flat, checkpoint, failure=_unfinished(folder, config))
     reason = "no checkpoints/best.pt"
     if not (folder / "config.yaml").is_file():
         reason += " (training never started: no config.yaml)"
     return Run(folder, flat, None, failure=reason)
+
+
+def _unfinished(folder: Path, config: Mapping[str, Any]) -> str | None:
+    """Why a run with a ``best.pt`` is not finished: its ``last.pt`` says it had training left
+    (it was cut off); None when it finished, or when there is no ``last.pt`` to tell."""
+    last = folder / "checkpoints" / "last.pt"
+    if not last.is_file():
+        return None
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint
+    from seq2seq.config_types import ConfigError
+    from seq2seq.training.budget import training_over
+    from seq2seq.training.settings import TrainerSettings
+    from seq2seq.training.state import TrainerState
+
+    try:
+        settings = TrainerSettings.from_dict(config.get("trainer") or {})
+        state = TrainerState()
+        state.load_state_dict(load_checkpoint(last, mmap=True)["trainer_state"])
+    except (CheckpointError, ConfigError, KeyError, TypeError, ValueError):
+        return None  # an older or damaged last.pt: best.pt is what there is
+    if training_over(state, settings):
+        return None
+    return (f"unfinished: training stopped at step {state.step} with budget left (run the "
+            f"sweep again with trainer.resume=auto to finish it)")
 
 
 def _is_run_folder(folder: Path) -> bool:

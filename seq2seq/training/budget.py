@@ -10,7 +10,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from seq2seq.training.settings import TrainerSettings
 from seq2seq.training.state import TrainerState
+
+
+def training_over(state: TrainerState, settings: TrainerSettings,
+                  seconds_trained: float | None = None) -> bool:
+    """Whether a run at ``state`` has nothing left to train: a limit of ``max_steps``,
+    ``max_epochs`` or ``max_time`` is reached, or early stopping stopped it.
+
+    ``seconds_trained``: the training seconds to hold against ``max_time`` (None: the state's
+    own). The trainer passes rank 0's clock, so that every rank gives the same answer.
+    A resumed run checks this before its first step; ``compare.py`` reads it from a run's
+    ``last.pt`` to tell a finished run from one cut off.
+    """
+    seconds = state.train_seconds if seconds_trained is None else seconds_trained
+    patience = settings.early_stopping_patience
+    return ((settings.max_steps is not None and state.step >= settings.max_steps)
+            or (settings.max_epochs is not None and state.epoch >= settings.max_epochs)
+            or (settings.max_time is not None and seconds >= settings.max_time * 60)
+            or (patience is not None and state.validations_without_improvement >= patience))
 
 
 class TrainingBudget:

@@ -35,7 +35,7 @@ from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision
 from seq2seq.training.averaging import average_recent
-from seq2seq.training.budget import TrainingBudget
+from seq2seq.training.budget import TrainingBudget, training_over
 from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.loss import SequenceLoss
@@ -274,13 +274,8 @@ class Trainer:
         log.info("training: %d batches per epoch per rank, %d steps done, epoch %d",
                  len(self.sampler), state.step, state.epoch + 1)
         while not stop:
-            if settings.max_epochs is not None and state.epoch >= settings.max_epochs:
-                break
-            if settings.max_steps is not None and state.step >= settings.max_steps:
-                break  # a resumed run that had already finished
-            if settings.early_stopping_patience is not None and \
-                    state.validations_without_improvement >= settings.early_stopping_patience:
-                break  # a resumed run that had already stopped early
+            if training_over(state, settings, self.budget.seconds_trained):
+                break  # the last epoch ended, or a resumed run had already finished
             self.sampler.set_epoch(state.epoch, position=state.batches_in_epoch)
             for group in self._groups():
                 nll_sum, tokens = self._accumulate(group)
