@@ -175,6 +175,7 @@ def make_run(folder: Path, *, attention: str, seed: int, checkpoint: bool = True
     if checkpoint:
         (folder / "checkpoints").mkdir()
         (folder / "checkpoints" / "best.pt").write_bytes(b"")
+        (folder / "checkpoints" / "last.pt").write_bytes(b"")  # unreadable: taken as finished
     return folder
 
 
@@ -227,9 +228,14 @@ def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_c
     checkpoint = load_checkpoint(last)
     checkpoint["trainer_state"]["step"] = 4  # as a last.pt saved half way through
     save_checkpoint(checkpoint, last)
+    (tmp_path / "sweep" / "cut_early").mkdir()
+    shutil.copytree(tmp_path / "sweep" / "finished", tmp_path / "sweep" / "cut_early",
+                    dirs_exist_ok=True)
+    (tmp_path / "sweep" / "cut_early" / "checkpoints" / "last.pt").unlink()
     runs = {run.path.name: run for run in discover_runs([str(tmp_path / "sweep")])}
     assert runs["finished"].ok
     assert "unfinished: training stopped at step 4" in runs["cut_off"].failure
+    assert "unfinished: cut off before its first" in runs["cut_early"].failure
 
 
 def test_a_damaged_run_record_is_a_failed_run(tmp_path):

@@ -151,11 +151,13 @@ def read_run(folder: Path) -> Run:
 
 
 def _unfinished(folder: Path, config: Mapping[str, Any]) -> str | None:
-    """Why a run with a ``best.pt`` is not finished: its ``last.pt`` says it had training left
-    (it was cut off); None when it finished, or when there is no ``last.pt`` to tell."""
+    """Why a run with a ``best.pt`` is not finished: it has no ``last.pt`` (the trainer writes one
+    at the end), or its ``last.pt`` says it had training left (it was cut off); None when it
+    finished, or when its ``last.pt`` cannot tell."""
     last = folder / "checkpoints" / "last.pt"
     if not last.is_file():
-        return None
+        return ("unfinished: cut off before its first checkpoints/last.pt (run the sweep again "
+                "with trainer.resume=auto to finish it)")
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.config_types import ConfigError
     from seq2seq.training.budget import training_over
