@@ -49,7 +49,8 @@ best: install
 # The attention study (docs/study.md): every scorer, and sparsemax on STUDY_SPARSEMAX, x
 # STUDY_SEEDS, each run trained until validation BLEU stops improving (4 validations in a row,
 # 4,000 steps at most), STUDY_JOBS runs side by side on one core each. Run again, it trains only
-# the runs that are missing (trainer.resume=auto in a folder per setting). Each scored run
+# the runs missing from STUDY_DIR (trainer.resume=auto in a folder per setting); a run kept only
+# as a record in git is trained again, so give the seeds that are not recorded yet. Each scored run
 # becomes a record in docs/attention_study/runs/, and the report in docs/attention_study/ is
 # rebuilt from all the records, so the study can grow a few seeds at a time:
 # `make study STUDY_SEEDS=3,4,5`.

@@ -3,8 +3,8 @@
 A *run folder* is a folder that holds ``config.yaml`` (written by the trainer once the run
 has started) or ``.hydra/config.yaml`` (written by Hydra before the job starts, so a run that
 failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists and its
-``checkpoints/last.pt`` (where there is one) says training is over; every other run is kept as
-a failed one (with the reason), never dropped. A *run record*
+``checkpoints/last.pt`` (which the trainer writes at the end) says training is over; every
+other run is kept as a failed one (with the reason), never dropped. A *run record*
 (``*.run.json.gz``, :mod:`seq2seq.study.records`) is a run scored earlier, kept without its
 folder: it counts as a complete run, with its scores.
 
