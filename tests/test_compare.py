@@ -234,8 +234,8 @@ def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_c
     (tmp_path / "sweep" / "cut_early" / "checkpoints" / "last.pt").unlink()
     runs = {run.path.name: run for run in discover_runs([str(tmp_path / "sweep")])}
     assert runs["finished"].ok
-    assert "unfinished: training stopped at step 4" in runs["cut_off"].failure
-    assert "unfinished: cut off before its first" in runs["cut_early"].failure
+    assert "unfinished: its last.pt is at step 4 with budget left" in runs["cut_off"].failure
+    assert "unfinished: no checkpoints/last.pt yet" in runs["cut_early"].failure
 
 
 def test_a_damaged_run_record_is_a_failed_run(tmp_path):

@@ -156,8 +156,8 @@ def _unfinished(folder: Path, config: Mapping[str, Any]) -> str | None:
     finished, or when its ``last.pt`` cannot tell."""
     last = folder / "checkpoints" / "last.pt"
     if not last.is_file():
-        return ("unfinished: cut off before its first checkpoints/last.pt (run the sweep again "
-                "with trainer.resume=auto to finish it)")
+        return ("unfinished: no checkpoints/last.pt yet (still training, or cut off before its "
+                "first; run the sweep again with trainer.resume=auto to finish it)")
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.config_types import ConfigError
     from seq2seq.training.budget import training_over
@@ -172,8 +172,8 @@ def _unfinished(folder: Path, config: Mapping[str, Any]) -> str | None:
         return None  # an older or damaged last.pt: best.pt is what there is
     if training_over(state, settings):
         return None
-    return (f"unfinished: training stopped at step {state.step} with budget left (run the "
-            f"sweep again with trainer.resume=auto to finish it)")
+    return (f"unfinished: its last.pt is at step {state.step} with budget left (still training, "
+            f"or cut off; run the sweep again with trainer.resume=auto to finish it)")
 
 
 def _is_run_folder(folder: Path) -> bool:
