@@ -96,6 +96,8 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
             assert 0.0 <= group["p_value"] <= 1.0 and 0.0 <= float(record["p_value"]) <= 1.0
             if importlib.util.find_spec("deepsig"):  # ASO over the two seeds of each group
                 assert 0.0 <= group["aso_eps_min_vs_best"] <= 1.0
+                # 2 runs against 2 can never reach the corrected level: a win is provisional
+                assert group["aso_provisional"] == (group["aso_eps_min_vs_best"] < 0.2)
     assert "paired bootstrap" in document["significance_test"]
     markdown = (sweep / "comparison.md").read_text()
     assert "## Failed runs" in markdown and "p vs best" in markdown

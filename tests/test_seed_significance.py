@@ -12,6 +12,7 @@ from seq2seq.study.seed_significance import (
     aso_between_groups,
     corrected_confidence,
     markdown_section,
+    separation_chance,
 )
 
 deepsig = pytest.importorskip("deepsig")
@@ -33,7 +34,7 @@ def test_a_clear_winner_beats_the_others_and_matches_deepsig():
         ("strong", "weak"), ("strong", "weaker"), ("weak", "weaker")}
     assert result.eps("strong", "weak") < TAU <= result.eps("weak", "strong")
     assert result.confidence == pytest.approx(1 - 0.05 / 3)
-    assert result.few_seeds == [] and result.note is None
+    assert result.few_seeds == [] and result.provisional == [] and result.note is None
     text = "\n".join(markdown_section(result))
     assert "strong beats weak" in text and "0.9833" in text
 
@@ -58,6 +59,19 @@ def test_a_group_with_one_seed_is_not_tested_and_the_report_says_why():
     assert three.few_seeds == ["b", "c"]
     text = "\n".join(markdown_section(three))
     assert "Not tested (fewer than 2 runs): a" in text and "Fewer than 5 seeds" in text
+
+
+def test_a_win_from_too_few_runs_for_the_level_is_marked_provisional():
+    # Both runs of "a" above both of "b": eps_min is 0, but identical groups do that 1 time in 6.
+    result = aso_between_groups({"a": [38.0, 38.4], "b": [37.0, 37.3]}, iterations=ITERATIONS)
+    assert [(a, b) for a, b, _ in result.wins] == [("a", "b")]
+    assert result.provisional == [("a", "b")] and result.runs == {"a": 2, "b": 2}
+    text = "\n".join(markdown_section(result))
+    assert "a beats b (eps_min 0.000), provisional: with 2 and 2 runs" in text
+    assert "1 time in 6, more often than the 0.0500" in text
+    assert separation_chance(2, 2) == pytest.approx(1 / 6)
+    # With 8 groups (28 pairs), 5 runs each are not enough for the corrected level; 6 are.
+    assert separation_chance(5, 5) > 0.05 / 28 > separation_chance(6, 6)
 
 
 def test_the_correction_is_bonferroni_over_the_pairs():

@@ -127,8 +127,10 @@ def compare(
         seed_test = aso_between_groups(
             {row.label: [r["bleu"] for r in row.per_run] for _, row in scored},
             iterations=aso_iterations)
+        best = scored[0][1].label
         for _, row in scored:
-            row.aso_vs_best = None if row.best else seed_test.eps(scored[0][1].label, row.label)
+            row.aso_vs_best = None if row.best else seed_test.eps(best, row.label)
+            row.aso_provisional = (best, row.label) in seed_test.provisional
         for label in seed_test.few_seeds + seed_test.left_out:
             log.warning("group %s has fewer than %d seeds: ASO's error rates were measured from "
                         "%d seeds per group up", label, RECOMMENDED_SEEDS, RECOMMENDED_SEEDS)

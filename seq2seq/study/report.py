@@ -62,6 +62,7 @@ class GroupRow:
     attention_coverage: float
     p_value: float | None = None
     aso_vs_best: float | None = None
+    aso_provisional: bool = False
     best: bool = False
     per_run: list[dict[str, Any]] = field(default_factory=list)
 
@@ -161,7 +162,9 @@ def _p(row: GroupRow) -> str:
 def _aso(row: GroupRow) -> str:
     if row.best:
         return "best"
-    return "-" if row.aso_vs_best is None else f"{row.aso_vs_best:.3f}"
+    if row.aso_vs_best is None:
+        return "-"
+    return f"{row.aso_vs_best:.3f}" + (" (provisional)" if row.aso_provisional else "")
 
 
 def markdown_table(rows: Sequence[GroupRow]) -> str:
@@ -197,7 +200,8 @@ def row_dict(row: GroupRow) -> dict[str, Any]:
         "attention_max_weight": row.attention_max_weight,
         "attention_backward_moves": row.attention_backward_moves,
         "attention_coverage": row.attention_coverage,
-        "aso_eps_min_vs_best": row.aso_vs_best, "p_value": row.p_value, "best": row.best,
+        "aso_eps_min_vs_best": row.aso_vs_best,
+        "aso_provisional": row.aso_provisional, "p_value": row.p_value, "best": row.best,
     }
 
 

@@ -18,6 +18,10 @@ et al. 2018, Dror et al. 2019), through the ``deepsig`` package (``multi_aso``).
 - A group needs at least :data:`MIN_SEEDS` runs to be tested. ASO's error rates were measured
   from :data:`RECOMMENDED_SEEDS` scores per group up, so the report warns about a group with
   fewer.
+- **Provisional decisions.** When every run of a is above every run of b, eps_min is 0 whatever
+  the confidence, and two identical groups of n and m runs are ordered so by chance
+  ``1 / C(n + m, n)`` of the time (:func:`separation_chance`). A win where that chance is above
+  the corrected ``1 - confidence`` is marked provisional: too few runs for the level claimed.
 
 Unlike a paired bootstrap over sentences with the seeds' outputs pooled, ASO counts how much a
 group moves from one seed to the next. Two groups whose seeds overlap are not declared
@@ -26,6 +30,7 @@ different however many sentences the test set holds.
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -50,6 +55,9 @@ class SeedSignificance:
         note: why no test was run (deepsig missing, fewer than two groups with enough runs).
         left_out: the groups with fewer than :data:`MIN_SEEDS` runs.
         few_seeds: the groups tested with fewer than :data:`RECOMMENDED_SEEDS` runs.
+        runs: each tested group's number of runs.
+        provisional: the ``(a, b)`` of the wins with too few runs for the confidence (see the
+            module docstring).
     """
 
     labels: list[str] = field(default_factory=list)
@@ -59,6 +67,8 @@ class SeedSignificance:
     note: str | None = None
     left_out: list[str] = field(default_factory=list)
     few_seeds: list[str] = field(default_factory=list)
+    runs: dict[str, int] = field(default_factory=dict)
+    provisional: list[tuple[str, str]] = field(default_factory=list)
 
     def eps(self, a: str, b: str) -> float | None:
         """``eps_min`` of "a beats b", or None when either was not tested."""
@@ -71,6 +81,12 @@ def corrected_confidence(groups: int, confidence: float = CONFIDENCE) -> float:
     """Bonferroni's corrected confidence level for all pairs of ``groups`` groups."""
     comparisons = max(groups * (groups - 1) // 2, 1)
     return 1 - (1 - confidence) / comparisons
+
+
+def separation_chance(runs_a: int, runs_b: int) -> float:
+    """The chance that two groups with the same score distribution, of ``runs_a`` and ``runs_b``
+    runs, put every run of the first above every run of the second: ``1 / C(a + b, a)``."""
+    return 1 / math.comb(runs_a + runs_b, runs_a)
 
 
 def aso_between_groups(scores: Mapping[str, Sequence[float]], *,
@@ -109,7 +125,21 @@ def aso_between_groups(scores: Mapping[str, Sequence[float]], *,
                    if i != j and result.eps_min[i][j] < TAU]
     result.few_seeds = [label for label, values in tested.items()
                         if len(values) < RECOMMENDED_SEEDS]
+    result.runs = {label: len(values) for label, values in tested.items()}
+    result.provisional = [(a, b) for a, b, _ in result.wins
+                          if separation_chance(result.runs[a], result.runs[b])
+                          > 1 - result.confidence]
     return result
+
+
+def _win_line(result: SeedSignificance, a: str, b: str, eps: float) -> str:
+    line = f"- {a} beats {b} (eps_min {eps:.3f})"
+    if (a, b) not in result.provisional:
+        return line
+    n, m = result.runs[a], result.runs[b]
+    return (f"{line}, provisional: with {n} and {m} runs, identical groups rank every run of "
+            f"the first above every run of the second 1 time in {math.comb(n + m, n)}, more "
+            f"often than the {1 - result.confidence:.4f} the level allows")
 
 
 def markdown_section(result: SeedSignificance) -> list[str]:
@@ -133,7 +163,7 @@ def markdown_section(result: SeedSignificance) -> list[str]:
     lines.append("")
     if result.wins:
         lines += ["Differences that survive:", ""]
-        lines += [f"- {a} beats {b} (eps_min {eps:.3f})" for a, b, eps in result.wins]
+        lines += [_win_line(result, a, b, eps) for a, b, eps in result.wins]
     else:
         lines.append("No difference survives: no group beats another at this threshold.")
     lines.append("")
