@@ -137,9 +137,10 @@ def _win_line(result: SeedSignificance, a: str, b: str, eps: float) -> str:
     if (a, b) not in result.provisional:
         return line
     n, m = result.runs[a], result.runs[b]
+    odds = round(1 / separation_chance(n, m))
     return (f"{line}, provisional: with {n} and {m} runs, identical groups rank every run of "
-            f"the first above every run of the second 1 time in {math.comb(n + m, n)}, more "
-            f"often than the {1 - result.confidence:.4f} the level allows")
+            f"the first above every run of the second 1 time in {odds}, more often than the "
+            f"{1 - result.confidence:.4f} the level allows")
 
 
 def markdown_section(result: SeedSignificance) -> list[str]:
