@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train best study test lint bench clean
+.PHONY: install data train best study study-transformer test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -69,6 +69,19 @@ STUDY_TRAIN = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_j
 study: install
 	$(STUDY_TRAIN) model/attention=$(STUDY_SCORERS) $(ARGS)
 	$(STUDY_TRAIN) model/attention=$(STUDY_SPARSEMAX) model.attention.normalizer=sparsemax $(ARGS)
+	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS) \
+		plots=false test=none aso_iterations=0
+	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study
+
+# The Transformer row of the study: multi30k_transformer x STUDY_SEEDS under the same stopping
+# rule, its cosine schedule ending at STUDY_TRANSFORMER_STEPS instead of after 59 minutes.
+STUDY_TRANSFORMER_STEPS ?= 4000
+study-transformer: install
+	$(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
+		hydra.sweep.dir=$(STUDY_DIR) 'hydra.sweep.subdir=transformer-seed$${trainer.seed}' \
+		experiment=multi30k_transformer trainer.num_threads=1 trainer.resume=auto trainer.max_time=null \
+		trainer.max_steps=$(STUDY_TRANSFORMER_STEPS) trainer.valid_every=250 \
+		trainer.early_stopping_patience=4 trainer.seed=$(STUDY_SEEDS) $(ARGS)
 	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS) \
 		plots=false test=none aso_iterations=0
 	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study

@@ -219,6 +219,31 @@ def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
     assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
 
 
+def test_a_choice_fixed_by_an_earlier_choice_is_left_out_of_the_label(tmp_path):
+    from seq2seq.study.runs import Run
+
+    def run(number: int, experiment: str, attention: str, decoder: str) -> Run:
+        config = {"experiment/": experiment, "model/attention": attention,
+                  "model/decoder": decoder, "trainer.seed": number,
+                  "model.decoder._target_": decoder.title(),
+                  "model.attention._target_": attention.title(), "model.embed_dim": experiment}
+        return Run(path=tmp_path / str(number), config=config, checkpoint=None)
+
+    runs = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "additive", "luong"),
+            run(2, "transformer", "additive", "transformer")]
+    keys, groups = group_runs(runs)
+    assert "model/decoder" in keys  # still a grouping key: only the label leaves it out
+    assert [g.label for g in groups] == ["experiment=rnn, model/attention=dot",
+                                        "experiment=rnn, model/attention=additive",
+                                        "experiment=transformer, model/attention=additive"]
+    # Crossed choices fix neither: both are shown.
+    crossed = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "bahdanau"),
+               run(2, "transformer", "dot", "luong")]
+    assert [g.label for g in group_runs(crossed)[1]] == [
+        "experiment=rnn, model/decoder=luong", "experiment=rnn, model/decoder=bahdanau",
+        "experiment=transformer, model/decoder=luong"]
+
+
 def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_config, tmp_path):
     from seq2seq.checkpoint import load_checkpoint, save_checkpoint
     from seq2seq.training.run import train

@@ -27,6 +27,7 @@ import yaml
 from seq2seq.study.records import Record, is_record, read_record
 
 SEED_KEY = "trainer.seed"
+EXPERIMENT_CHOICE = "experiment/"  # the preset group, recorded like the other choices
 MISSING = "-"  # shown for a key a run's config does not have
 
 
@@ -294,23 +295,33 @@ def label_keys(keys: Sequence[str], runs: Sequence[Run]) -> list[str]:
     A config key under a choice's node (``model.attention.*`` for ``model/attention``) is
     implied when runs with the same choice agree on it; one set on the command line on top of
     the choice (``model.attention.normalizer=sparsemax``) differs within a choice and is shown.
+    A choice that an earlier shown choice fixes is implied too, and so is any key an experiment
+    preset fixes (``experiment=multi30k_transformer`` fixes ``model/encoder``, ``model/decoder``
+    and its own ``batch.max_tokens``).
     """
     recorded = [r for r in runs if any(is_choice(k) for k in r.config)]
 
+    def determines(choice: str, key: str) -> bool:
+        """Whether the runs that agree on ``choice`` all agree on ``key``."""
+        seen: dict[str, str] = {}
+        return all(seen.setdefault(repr(r.config.get(choice)), repr(r.config.get(key, MISSING)))
+                   == repr(r.config.get(key, MISSING)) for r in recorded)
+
+    shown_choices: list[str] = []
+    for choice in (k for k in keys if is_choice(k)):
+        if not any(determines(earlier, choice) for earlier in shown_choices):
+            shown_choices.append(choice)
+
+    def node(choice: str) -> str:
+        # An experiment preset is a global package: the keys it fixes may be anywhere.
+        return "" if choice == EXPERIMENT_CHOICE else choice.replace("/", ".") + "."
+
     def implied(key: str) -> bool:
-        for choice in (k for k in keys if is_choice(k)):
-            if not key.startswith(choice.rstrip("/").replace("/", ".") + "."):
-                continue
-            seen: dict[str, str] = {}
-            if all(seen.setdefault(repr(r.config.get(choice)), repr(r.config.get(key, MISSING)))
-                   == repr(r.config.get(key, MISSING)) for r in recorded):
-                return True
-        return False
+        return any(key.startswith(node(choice)) and determines(choice, key)
+                   for choice in (k for k in keys if is_choice(k)))
 
     # Choices first: they name the group; the keys set on top of them follow.
-    return [k for k in keys if is_choice(k)] + [
-        k for k in keys if not is_choice(k) and not implied(k)
-    ]
+    return shown_choices + [k for k in keys if not is_choice(k) and not implied(k)]
 
 
 def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
