@@ -17,7 +17,8 @@ from torch import nn
 
 from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.models.build import build_model, uses_scorer
+from seq2seq.config_types import ConfigError
+from seq2seq.models.build import build_model, check_model_config, uses_scorer
 from seq2seq.models.seq2seq import EncodedSource
 from seq2seq.models.transformer import (
     MultiHeadAttention,
@@ -149,6 +150,22 @@ def test_the_transformer_decoder_takes_no_scorer_and_ties_its_embeddings():
     assert model.generator.bias is None
     weight = model.generator.weight.detach()
     assert abs(weight[1:].std().item() - 16**-0.5) < 0.05  # N(0, 1/d): scaled, unit size
+
+
+def test_the_transformer_preset_has_no_attention_node_and_an_rnn_decoder_needs_one():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        preset = compose("train", overrides=["experiment=multi30k_transformer"])
+    assert "attention" not in preset.model  # model/attention=null: nothing unused in the config
+    plain = OmegaConf.to_container(transformer_config(), resolve=True)
+    del plain["attention"]
+    check_model_config(plain)
+    assert build_model(plain, src_vocab_size=12, tgt_vocab_size=12) is not None
+    plain["decoder"] = {"_target_": "seq2seq.models.decoders.LuongDecoder", "hidden_size": 8}
+    with pytest.raises(ConfigError, match=r"model.attention: the decoder .*LuongDecoder takes an "
+                                          r"attention scorer; choose one, e.g. model/attention="):
+        check_model_config(plain)
 
 
 def test_odd_model_size_or_heads_that_do_not_divide_it_are_clear_errors():

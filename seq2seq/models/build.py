@@ -86,15 +86,21 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
 
     Raises:
         ConfigError: naming the key of a value its class cannot take (see
-            :mod:`seq2seq.config_types`), an unknown ``attention.normalizer`` or a
-            ``word_dropout`` outside [0, 1).
+            :mod:`seq2seq.config_types`), an unknown ``attention.normalizer``, a
+            ``word_dropout`` outside [0, 1), or no ``attention`` node for a decoder that takes one.
     """
-    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
-    if normalizer not in NORMALIZERS:
-        raise ConfigError(f"{key}.attention.normalizer must be one of "
-                          f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
     word_dropout = model_cfg.get("word_dropout", 0.0)
     if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) \
             or not 0 <= word_dropout < 1:
         raise ConfigError(f"{key}.word_dropout must be a number in [0, 1), got {word_dropout!r}")
+    if model_cfg.get("attention") is None:  # model/attention=null, as the Transformer preset sets
+        if uses_scorer(model_cfg["decoder"]):
+            raise ConfigError(f"{key}.attention: the decoder {model_cfg['decoder']['_target_']} "
+                              "takes an attention scorer; choose one, e.g. model/attention=additive")
+        check_config(model_cfg, key)
+        return
+    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
+    if normalizer not in NORMALIZERS:
+        raise ConfigError(f"{key}.attention.normalizer must be one of "
+                          f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
     check_config({**model_cfg, "attention": scorer_cfg}, key)

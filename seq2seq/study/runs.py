@@ -282,6 +282,8 @@ def differing_keys(runs: Iterable[Run]) -> list[str]:
 
 
 def _short(value: Any) -> str:
+    if value is None:
+        return "null"  # as Hydra spells it (model/attention=null: no scorer)
     text = str(value)
     if "." in text and " " not in text and text.split(".")[0].isidentifier() and \
             text.rsplit(".", 1)[-1][:1].isupper():

@@ -142,7 +142,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             tgt_vocab_size=tokenizers.tgt.vocab_size,
         ).to(context.device)
         log.info("model: %s parameters\n%s", f"{count_parameters(model):,}", model)
-        if not uses_scorer(config["model"]["decoder"]):
+        if config["model"].get("attention") is not None and not uses_scorer(config["model"]["decoder"]):
             log.info("the decoder brings its own attention: the model.attention node "
                      "(model/attention=...) is not used")
         optimizer = instantiate(config["optimizer"])(model.parameters())
