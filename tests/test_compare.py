@@ -236,6 +236,16 @@ def test_a_choice_fixed_by_an_earlier_choice_is_left_out_of_the_label(tmp_path):
     assert [g.label for g in groups] == ["experiment=rnn, model/attention=dot",
                                         "experiment=rnn, model/attention=additive",
                                         "experiment=transformer, model/attention=additive"]
+    # A null choice (the Transformer's model/attention) shows nothing under its node.
+    runs = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "luong"),
+            run(2, "transformer", "dot", "transformer")]
+    runs[0].config["model.attention.normalizer"] = "sparsemax"
+    runs[1].config["model.attention.normalizer"] = "softmax"
+    runs[2].config["model/attention"] = None
+    del runs[2].config["model.attention._target_"]
+    assert [g.label for g in group_runs(runs)[1]] == [  # experiment fixes model/attention here
+        "experiment=rnn, model.attention.normalizer=sparsemax",
+        "experiment=rnn, model.attention.normalizer=softmax", "experiment=transformer"]
     # Crossed choices fix neither: both are shown.
     crossed = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "bahdanau"),
                run(2, "transformer", "dot", "luong")]

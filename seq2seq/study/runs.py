@@ -349,7 +349,11 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
     for key, group_runs_ in members.items():
         labelled = next((r for r in group_runs_ if any(is_choice(k) for k in r.config)),
                         group_runs_[0])
-        values = {k: labelled.config.get(k, MISSING) for k in shown}
+        # A choice set to null (model/attention=null) has no node: nothing under it to show.
+        absent = [c.replace("/", ".") + "." for c, v in labelled.config.items()
+                  if is_choice(c) and v is None]
+        values = {k: labelled.config.get(k, MISSING) for k in shown
+                  if not any(k.startswith(node) for node in absent)}
         label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
         groups.append(Group(key=key, label=label, runs=group_runs_))
     return keys, groups
