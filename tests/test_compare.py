@@ -219,7 +219,7 @@ def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
     assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
 
 
-def test_a_choice_fixed_by_an_earlier_choice_is_left_out_of_the_label(tmp_path):
+def test_what_an_experiment_preset_fixes_is_left_out_of_the_label(tmp_path):
     from seq2seq.study.runs import Run
 
     def run(number: int, experiment: str, attention: str, decoder: str) -> Run:
@@ -236,22 +236,44 @@ def test_a_choice_fixed_by_an_earlier_choice_is_left_out_of_the_label(tmp_path):
     assert [g.label for g in groups] == ["experiment=rnn, model/attention=dot",
                                         "experiment=rnn, model/attention=additive",
                                         "experiment=transformer, model/attention=additive"]
-    # A null choice (the Transformer's model/attention) shows nothing under its node.
-    runs = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "luong"),
-            run(2, "transformer", "dot", "transformer")]
-    runs[0].config["model.attention.normalizer"] = "sparsemax"
-    runs[1].config["model.attention.normalizer"] = "softmax"
-    runs[2].config["model/attention"] = None
-    del runs[2].config["model.attention._target_"]
-    assert [g.label for g in group_runs(runs)[1]] == [  # experiment fixes model/attention here
-        "experiment=rnn, model.attention.normalizer=sparsemax",
-        "experiment=rnn, model.attention.normalizer=softmax", "experiment=transformer"]
     # Crossed choices fix neither: both are shown.
     crossed = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "bahdanau"),
                run(2, "transformer", "dot", "luong")]
     assert [g.label for g in group_runs(crossed)[1]] == [
         "experiment=rnn, model/decoder=luong", "experiment=rnn, model/decoder=bahdanau",
         "experiment=transformer, model/decoder=luong"]
+
+
+def test_labels_of_null_and_top_level_choices_and_of_runs_without_choices(tmp_path):
+    from seq2seq.study.runs import Run
+
+    def run(number: int, **config) -> Run:
+        return Run(path=tmp_path / str(number), config={"trainer.seed": 1, **config},
+                   checkpoint=None)
+
+    # Without a preset every differing choice is shown; a null choice (the Transformer's
+    # model/attention) reads as Hydra spells it, with nothing under its node.
+    rnn = {"model/decoder": "luong", "model.decoder._target_": "Luong",
+           "model/attention": "dot", "model.attention._target_": "Dot"}
+    runs = [run(0, **rnn, **{"model.attention.normalizer": "softmax"}),
+            run(1, **rnn, **{"model.attention.normalizer": "sparsemax"}),
+            run(2, **{"model/decoder": "transformer", "model.decoder._target_": "Transformer",
+                      "model/attention": None})]
+    assert [g.label for g in group_runs(runs)[1]] == [
+        "model/attention=dot, model/decoder=luong, model.attention.normalizer=softmax",
+        "model/attention=dot, model/decoder=luong, model.attention.normalizer=sparsemax",
+        "model/attention=null, model/decoder=transformer"]
+    # A top-level choice (recorded as "optimizer/") implies the keys under its node.
+    runs = [run(0, **{"optimizer/": "adam", "optimizer._target_": "Adam"}),
+            run(1, **{"optimizer/": "adamw", "optimizer._target_": "AdamW"})]
+    assert [g.label for g in group_runs(runs)[1]] == ["optimizer=adam", "optimizer=adamw"]
+    # Runs that recorded no choices keep the keys that tell them apart.
+    runs = [run(0, **{"experiment/": "rnn", "optimizer.lr": 1}),
+            run(1, **{"experiment/": "transformer", "optimizer.lr": 2}),
+            run(2, **{"optimizer.lr": 4}), run(3, **{"optimizer.lr": 3})]
+    assert [g.label for g in group_runs(runs)[1]] == [
+        "experiment=rnn, optimizer.lr=1", "experiment=transformer, optimizer.lr=2",
+        "experiment=-, optimizer.lr=4", "experiment=-, optimizer.lr=3"]
 
 
 def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_config, tmp_path):

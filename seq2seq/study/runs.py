@@ -291,39 +291,39 @@ def _short(value: Any) -> str:
     return text
 
 
+def choice_node(choice: str) -> str:
+    """The prefix of the config keys a choice sets: ``model.attention.`` for ``model/attention``,
+    ``optimizer.`` for ``optimizer/``; ``""`` for an experiment preset, a global package whose
+    keys may be anywhere."""
+    return "" if choice == EXPERIMENT_CHOICE else choice.rstrip("/").replace("/", ".") + "."
+
+
 def label_keys(keys: Sequence[str], runs: Sequence[Run]) -> list[str]:
     """The keys worth showing: a differing group choice hides the config keys it implies.
 
     A config key under a choice's node (``model.attention.*`` for ``model/attention``) is
     implied when runs with the same choice agree on it; one set on the command line on top of
     the choice (``model.attention.normalizer=sparsemax``) differs within a choice and is shown.
-    A choice that an earlier shown choice fixes is implied too, and so is any key an experiment
-    preset fixes (``experiment=multi30k_transformer`` fixes ``model/encoder``, ``model/decoder``
-    and its own ``batch.max_tokens``).
+    An experiment preset implies every choice and key that takes one value per preset
+    (``experiment=multi30k_transformer`` fixes ``model/decoder`` and ``batch.max_tokens``).
     """
-    recorded = [r for r in runs if any(is_choice(k) for k in r.config)]
+    choices = [k for k in keys if is_choice(k)]
 
     def determines(choice: str, key: str) -> bool:
-        """Whether the runs that agree on ``choice`` all agree on ``key``."""
+        """Whether the runs that agree on ``choice`` all agree on ``key``; a run that recorded
+        no choices counts as one more value, so a key that tells such runs apart stays shown."""
         seen: dict[str, str] = {}
-        return all(seen.setdefault(repr(r.config.get(choice)), repr(r.config.get(key, MISSING)))
-                   == repr(r.config.get(key, MISSING)) for r in recorded)
-
-    shown_choices: list[str] = []
-    for choice in (k for k in keys if is_choice(k)):
-        if not any(determines(earlier, choice) for earlier in shown_choices):
-            shown_choices.append(choice)
-
-    def node(choice: str) -> str:
-        # An experiment preset is a global package: the keys it fixes may be anywhere.
-        return "" if choice == EXPERIMENT_CHOICE else choice.replace("/", ".") + "."
+        return all(seen.setdefault(repr(r.config.get(choice, MISSING)), value) == value
+                   for r in runs for value in [repr(r.config.get(key, MISSING))])
 
     def implied(key: str) -> bool:
-        return any(key.startswith(node(choice)) and determines(choice, key)
-                   for choice in (k for k in keys if is_choice(k)))
+        return any(key.startswith(choice_node(choice)) and determines(choice, key)
+                   for choice in choices if choice != key)
 
-    # Choices first: they name the group; the keys set on top of them follow.
-    return shown_choices + [k for k in keys if not is_choice(k) and not implied(k)]
+    # Choices first (less those a preset fixes): they name the group; the keys set on top follow.
+    return [k for k in choices if not implied(k)] + [
+        k for k in keys if not is_choice(k) and not implied(k)
+    ]
 
 
 def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
@@ -350,8 +350,8 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
         labelled = next((r for r in group_runs_ if any(is_choice(k) for k in r.config)),
                         group_runs_[0])
         # A choice set to null (model/attention=null) has no node: nothing under it to show.
-        absent = [c.replace("/", ".") + "." for c, v in labelled.config.items()
-                  if is_choice(c) and v is None]
+        absent = [choice_node(c) for c, v in labelled.config.items()
+                  if is_choice(c) and c != EXPERIMENT_CHOICE and v is None]
         values = {k: labelled.config.get(k, MISSING) for k in shown
                   if not any(k.startswith(node) for node in absent)}
         label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
