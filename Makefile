@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train best study study-transformer test lint bench clean
+.PHONY: install data train best study study-transformer study-report test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -60,28 +60,28 @@ STUDY_JOBS ?= 2
 STUDY_SCORERS ?= gaussian,scaled_dot,additive,multihead,location,dot,general
 STUDY_SPARSEMAX ?= scaled_dot
 STUDY_RECORDS ?= docs/attention_study/runs
-STUDY_TRAIN = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
-	hydra.sweep.dir=$(STUDY_DIR) \
-	'hydra.sweep.subdir=$${hydra:runtime.choices.model/attention}-$${model.attention.normalizer}-seed$${trainer.seed}' \
-	experiment=multi30k_luong_fast trainer.num_threads=1 trainer.resume=auto trainer.max_time=null \
-	trainer.max_steps=4000 trainer.valid_every=250 trainer.early_stopping_patience=4 \
-	trainer.seed=$(STUDY_SEEDS)
+# What every study run shares: side by side on one core each, resumable, stopped by validation.
+STUDY_SWEEP = $(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
+	hydra.sweep.dir=$(STUDY_DIR) trainer.num_threads=1 trainer.resume=auto trainer.max_time=null \
+	trainer.valid_every=250 trainer.early_stopping_patience=4 trainer.seed=$(STUDY_SEEDS)
+STUDY_TRAIN = $(STUDY_SWEEP) experiment=multi30k_luong_fast trainer.max_steps=4000 \
+	'hydra.sweep.subdir=$${hydra:runtime.choices.model/attention}-$${model.attention.normalizer}-seed$${trainer.seed}'
 study: install
 	$(STUDY_TRAIN) model/attention=$(STUDY_SCORERS) $(ARGS)
 	$(STUDY_TRAIN) model/attention=$(STUDY_SPARSEMAX) model.attention.normalizer=sparsemax $(ARGS)
-	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS) \
-		plots=false test=none aso_iterations=0
-	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study
+	$(MAKE) study-report
 
 # The Transformer row of the study: multi30k_transformer x STUDY_SEEDS under the same stopping
 # rule, its cosine schedule ending at STUDY_TRANSFORMER_STEPS instead of after 59 minutes.
 STUDY_TRANSFORMER_STEPS ?= 4000
 study-transformer: install
-	$(BIN)/python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$(STUDY_JOBS) \
-		hydra.sweep.dir=$(STUDY_DIR) 'hydra.sweep.subdir=transformer-seed$${trainer.seed}' \
-		experiment=multi30k_transformer trainer.num_threads=1 trainer.resume=auto trainer.max_time=null \
-		trainer.max_steps=$(STUDY_TRANSFORMER_STEPS) trainer.valid_every=250 \
-		trainer.early_stopping_patience=4 trainer.seed=$(STUDY_SEEDS) $(ARGS)
+	$(STUDY_SWEEP) experiment=multi30k_transformer trainer.max_steps=$(STUDY_TRANSFORMER_STEPS) \
+		'hydra.sweep.subdir=transformer-seed$${trainer.seed}' $(ARGS)
+	$(MAKE) study-report
+
+# Score the finished runs of STUDY_DIR into records (each once), then rebuild the report from
+# all the records.
+study-report: install
 	$(BIN)/python compare.py $(STUDY_DIR) split=test records_dir=$(STUDY_RECORDS) \
 		plots=false test=none aso_iterations=0
 	$(BIN)/python compare.py $(STUDY_RECORDS) split=test output_dir=docs/attention_study
