@@ -417,6 +417,32 @@ def test_bad_config_value_is_one_line_error_from_train_py(tmp_path, run_python):
     assert not (tmp_path / "data").exists()  # stopped before fetching or preparing anything
 
 
+@pytest.mark.parametrize("argv", [
+    ["model/attention=null"], ["trainer.seed=1", "+model/attention=NULL"],
+    ["-m", "model/attention=dot,null"]])
+def test_group_set_to_null_on_the_command_line_is_one_line_error(monkeypatch, capsys, argv):
+    """Hydra stops on ``group=null`` with its own traceback; train.py names the fix first."""
+    from seq2seq.cli import train as train_cli
+
+    monkeypatch.setattr(sys, "argv", ["train.py", *argv])
+    monkeypatch.setattr(train_cli, "_main", lambda: pytest.fail("Hydra was reached"))
+    with pytest.raises(SystemExit) as raised:
+        train_cli.main()
+    assert raised.value.code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: model/attention=null: a config group cannot be set to null on the command "
+        "line; remove it with ~model/attention"]
+
+
+def test_other_overrides_reach_hydra(monkeypatch):
+    """Keys and values that are not a group set to null pass the check untouched."""
+    from seq2seq.cli.common import check_group_overrides
+
+    check_group_overrides(["~model/attention", "model/attention=dot", "trainer.seed=null",
+                           "data.test.src=null", "--cfg", "job", "hydra/launcher=joblib",
+                           "model/attention='null'"])
+
+
 @pytest.mark.slow
 def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_path):
     """Two gloo ranks accumulating 4 batches a step, over 2 epochs whose batch count per rank

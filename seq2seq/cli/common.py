@@ -30,6 +30,19 @@ def fail(message: str | BaseException) -> NoReturn:
     sys.exit(1)
 
 
+def check_group_overrides(overrides: Sequence[str], config_dir: str | Path = CONFIG_DIR) -> None:
+    """Exit with a one-line error when a command line sets a config group to null
+    (``model/attention=null``): Hydra refuses it with its own traceback before any of our code
+    runs. ``~group`` removes a group; a preset's ``override /group: null`` still works."""
+    for override in overrides:
+        key, equals, value = override.lstrip("+").partition("=")
+        if not equals or key.startswith("~") or not (Path(config_dir) / key).is_dir():
+            continue
+        if any(choice.strip().lower() == "null" for choice in value.split(",")):
+            fail(f"{key}=null: a config group cannot be set to null on the command line; "
+                 f"remove it with ~{key}")
+
+
 # The types of the decoding options evaluate.py, translate.py and serve.py share (their YAML
 # files document each one).
 DECODING_OPTION_TYPES: dict[str, Any] = {

@@ -24,7 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seq2seq.cli.common import CONFIG_DIR, first_line
+from seq2seq.cli.common import CONFIG_DIR, check_group_overrides, first_line
 from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
@@ -92,6 +92,7 @@ def _exit_torchrun_rank() -> None:
 
 def main() -> None:
     _shared_run_dir_for_torchrun()
+    check_group_overrides(sys.argv[1:])
     _main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _exit_torchrun_rank()
