@@ -39,6 +39,13 @@ def _figure(width: float, height: float) -> Figure:
     return figure
 
 
+def _legend_below(axes: Any, fontsize: int) -> None:
+    """The legend under the axes, one group a line: group labels are long (a label names every
+    setting the groups differ in), and inside the axes they would cover the lines."""
+    axes.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(0.0, -0.16),
+                borderaxespad=0.0, frameon=False)
+
+
 def plot_bleu_curves(
     path: Path, curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], points: int = 200,
     *, x_label: str = "training minutes"
@@ -61,7 +68,7 @@ def plot_bleu_curves(
     axes.set_ylabel("validation BLEU")
     axes.grid(alpha=0.3)
     if axes.lines:
-        axes.legend(fontsize=8)
+        _legend_below(axes, 8)
     else:
         axes.text(0.5, 0.5, "no valid/bleu in the runs' TensorBoard logs", ha="center",
                   transform=axes.transAxes)
@@ -103,7 +110,7 @@ def _lines_with_intervals(path: Path, labels: Sequence[str],
     axes.set_xticks(range(len(labels)), labels=labels)
     axes.set_ylabel(ylabel)
     axes.grid(axis="y", alpha=0.3)
-    axes.legend(fontsize=7)
+    _legend_below(axes, 7)
     return _save(figure, path)
 
 
