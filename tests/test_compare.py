@@ -427,3 +427,19 @@ def test_slurm_launcher_config_composes():
                       return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.gpus_per_node == 1
+
+
+def test_parameter_count_counts_tied_embeddings_once(tmp_path):
+    """A checkpoint keeps tied weights as two keys over one storage: counted once, as
+    ``model.parameters()`` does (the report's params column for a tied Transformer)."""
+    import torch
+
+    from seq2seq.study.scoring import count_state_parameters
+
+    model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(50, 8),
+                                 "out": torch.nn.Linear(8, 50)})
+    model["out"].weight = model["embed"].weight  # tied
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert len(state) == 3  # embed.weight, out.weight, out.bias
+    assert count_state_parameters(state) == sum(p.numel() for p in model.parameters()) == 450
