@@ -97,10 +97,10 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
         if uses_scorer(model_cfg["decoder"]):
             raise ConfigError(f"{key}.attention: the decoder {model_cfg['decoder']['_target_']} "
                               "takes an attention scorer; choose one, e.g. model/attention=additive")
-        check_config(model_cfg, key)
-        return
-    scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
-    if normalizer not in NORMALIZERS:
-        raise ConfigError(f"{key}.attention.normalizer must be one of "
-                          f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
-    check_config({**model_cfg, "attention": scorer_cfg}, key)
+    else:
+        scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
+        if normalizer not in NORMALIZERS:
+            raise ConfigError(f"{key}.attention.normalizer must be one of "
+                              f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
+        model_cfg = {**model_cfg, "attention": scorer_cfg}
+    check_config(model_cfg, key)
