@@ -14,6 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import (
+    checkpoint_payload,
+    random_transformer_model,
+    transformer_model_config,
+    write_copy_corpus,
+)
 
 from seq2seq.cli import compare as compare_cli
 from seq2seq.inference.evaluation import attention_statistics
@@ -430,16 +436,17 @@ def test_slurm_launcher_config_composes():
 
 
 def test_parameter_count_counts_tied_embeddings_once(tmp_path):
-    """A checkpoint keeps tied weights as two keys over one storage: counted once, as
-    ``model.parameters()`` does (the report's params column for a tied Transformer)."""
-    import torch
+    """A checkpoint keeps tied weights as two keys over one storage; the count the report's
+    params column takes (the translator's) counts them once, as ``model.parameters()`` does."""
+    from seq2seq.checkpoint import load_checkpoint, save_checkpoint
+    from seq2seq.inference.translator import Translator
 
-    from seq2seq.study.scoring import count_state_parameters
-
-    model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(50, 8),
-                                 "out": torch.nn.Linear(8, 50)})
-    model["out"].weight = model["embed"].weight  # tied
-    torch.save(model.state_dict(), tmp_path / "model.pt")
-    state = torch.load(tmp_path / "model.pt", weights_only=True)
-    assert len(state) == 3  # embed.weight, out.weight, out.bias
-    assert count_state_parameters(state) == sum(p.numel() for p in model.parameters()) == 450
+    model = random_transformer_model(vocab=39, tie_embeddings=True)
+    payload = checkpoint_payload(model, write_copy_corpus(tmp_path),
+                                 transformer_model_config(tie_embeddings=True))
+    save_checkpoint(payload, tmp_path / "tied.pt")
+    loaded = load_checkpoint(tmp_path / "tied.pt")
+    state_numbers = sum(t.numel() for t in loaded["model"].values())
+    translator = Translator.from_payload(loaded, "cpu")
+    parameters = sum(p.numel() for p in model.parameters())
+    assert translator.parameter_count == parameters < state_numbers  # the tie is in the state

@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -103,17 +102,6 @@ def load_cached(run_dir: Path, checkpoint: Path, options: ScoringOptions) -> dic
     return cached
 
 
-def count_state_parameters(state: Mapping[str, Any]) -> int:
-    """The numbers in a model's state dict, each shared tensor once: tied embeddings are two keys
-    over one storage, which a checkpoint keeps shared (``model.parameters()`` counts it once too)."""
-    sizes = {}
-    for tensor in state.values():
-        if hasattr(tensor, "numel"):
-            sizes[(tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
-                   tuple(tensor.shape))] = int(tensor.numel())
-    return sum(sizes.values())
-
-
 def score_run(
     run_dir: str | Path, checkpoint: str | Path, options: ScoringOptions, *, refresh: bool = False
 ) -> dict[str, Any]:
@@ -145,11 +133,11 @@ def score_run(
     from seq2seq.inference.translator import Translator
 
     payload = load_checkpoint(checkpoint)
-    parameters = count_state_parameters(payload["model"])
     src_path, ref_path = split_files(payload["config"], options.split)
     sources, references = read_parallel(src_path, ref_path)
     translator = Translator.from_payload(payload, options.device,
                                          **options.translator_options())
+    parameters = translator.parameter_count  # model.parameters(): a tied embedding counted once
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
     evaluation = evaluate_translations(
