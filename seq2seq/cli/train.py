@@ -7,6 +7,9 @@ Examples::
     python train.py experiment=multi30k_luong_fast
     python train.py --cfg job                         # print the composed config
     python train.py hydra.run.dir=runs/a trainer.resume=auto   # continue runs/a
+    python train.py hydra.run.dir=runs/a trainer.overwrite=true  # start runs/a over
+
+A folder that already holds a run is refused without one of those two (nothing in it changes).
 
 Several GPUs or machines (each rank reads its own shard of every batch list)::
 
@@ -22,9 +25,9 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_DIR, check_group_overrides, first_line
+from seq2seq.cli.common import CONFIG_DIR, check_group_overrides, fail, first_line
 from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
@@ -50,6 +53,33 @@ def _shared_run_dir_for_torchrun() -> None:
         os.environ["SEQ2SEQ_RUN_DIR"] = f"outputs/torchrun-{run_id}"
 
 
+def _claim_run_folder(cfg: DictConfig, run_dir: Path) -> None:
+    """Refuse a folder that holds another run, or empty it (trainer.overwrite=true); then write
+    the Hydra snapshot (.hydra/) that Hydra itself is told not to write (train.yaml)."""
+    from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # rank 0 speaks for the shared folder
+    trainer = cfg.get("trainer") or {}
+    try:
+        removed = claim_run_folder(run_dir, resume=trainer.get("resume"),
+                                   overwrite=trainer.get("overwrite") is True)
+    except RunFolderError as error:
+        log_file = run_dir / LOG_NAME
+        if log_file.is_file() and log_file.stat().st_size == 0:
+            log_file.unlink()  # opened (created) by Hydra's logging set-up, before this check
+        fail(error)  # on stderr only: the old run's train.log stays as it was
+    if removed:
+        log.info("trainer.overwrite=true: removed the earlier run's %s from %s",
+                 ", ".join(removed), run_dir)
+    snapshot = run_dir / ".hydra"
+    snapshot.mkdir(parents=True, exist_ok=True)
+    hydra_config = HydraConfig.get()
+    OmegaConf.save(cfg, snapshot / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra_config}), snapshot / "hydra.yaml")
+    OmegaConf.save(hydra_config.overrides.task, snapshot / "overrides.yaml")
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def _main(cfg: DictConfig) -> float | None:
     from hydra.errors import InstantiationException
@@ -62,6 +92,7 @@ def _main(cfg: DictConfig) -> float | None:
 
     _quiet_other_ranks()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    _claim_run_folder(cfg, run_dir)
     try:
         result = train(cfg, run_dir)
     except (DataError, CheckpointError, TrainingError, ValueError, InstantiationException,

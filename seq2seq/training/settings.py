@@ -48,6 +48,7 @@ class TrainerSettings:
     early_stopping_patience: int | None = None
     max_consecutive_nonfinite: int = 5
     resume: str | None = None
+    overwrite: bool = False
     progress_bar: str | bool = "auto"
     valid: ValidationSettings = field(default_factory=ValidationSettings)
 
