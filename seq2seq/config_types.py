@@ -25,6 +25,19 @@ class ConfigError(ValueError):
     """A config value the code cannot use; the message names its key, on one line."""
 
 
+def error_reason(error: BaseException) -> str:
+    """An error as one line that keeps its reason.
+
+    Hydra's ``instantiate`` wraps what a constructor raised in an exception whose first line
+    only names the target (``Error in call to target 'X':``); the reason is the wrapped
+    exception, so that one is shown. Otherwise the message's first line, or the type's name.
+    """
+    while type(error).__name__ == "InstantiationException" and error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 _NUMBERS = {int, float}
 _NEVER_STRINGS = {int, float, bool, type(None)}
 

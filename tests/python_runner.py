@@ -199,7 +199,7 @@ class PreloadedPython:
         self._started = True
 
     def start(self, argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
-              env: Mapping[str, str] | None = None, input: str = "",
+              env: Mapping[str, str] | None = None, input: str | bytes = "",
               encoding: str | None = None) -> RunningScript:
         argv = [os.fspath(arg) for arg in argv]
         cwd = os.fspath(cwd if cwd is not None else os.getcwd())
@@ -215,7 +215,10 @@ class PreloadedPython:
         folder = tempfile.TemporaryDirectory(dir=self._scratch)
         streams = tuple(str(Path(folder.name, name)) for name in ("stdin", "stdout", "stderr"))
         encoding = encoding or locale.getpreferredencoding(False)
-        Path(streams[0]).write_text(input, encoding=encoding)
+        if isinstance(input, bytes):  # raw bytes: what a text stream could not carry
+            Path(streams[0]).write_bytes(input)
+        else:
+            Path(streams[0]).write_text(input, encoding=encoding)
         for path in streams[1:]:
             Path(path).touch()
         process = self._context.Process(target=_run_as_main,
@@ -226,8 +229,8 @@ class PreloadedPython:
         return script
 
     def run(self, argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
-            env: Mapping[str, str] | None = None, input: str = "", encoding: str | None = None,
-            timeout: float | None = None, check: bool = False) -> subprocess.CompletedProcess:
+            env: Mapping[str, str] | None = None, input: str | bytes = "",
+            encoding: str | None = None, timeout: float | None = None, check: bool = False) -> subprocess.CompletedProcess:
         running = self.start(argv, cwd=cwd, env=env, input=input, encoding=encoding)
         try:
             running.wait(timeout)

@@ -176,3 +176,33 @@ def test_config_keys_walk_nested_nodes_and_packages():
     assert "batch.max_tokens" in config_keys(CONFIGS / "train.yaml")
     assert config_name(CONFIGS / "model" / "attention" / "additive.yaml") == (
         "model/attention=additive")
+
+
+# A table row of the reference: | `key` | `default` | what |
+ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*`([^`]*)`\s*\|", re.MULTILINE)
+
+
+def differing_defaults(reference: str) -> list[str]:
+    """`file: key: reference -> config` for every row of a file's section whose default is not
+    the value the file gives (the one ``--help`` prints: seq2seq/cli/help.py reads it)."""
+    from seq2seq.cli.help import group_prefix, parse_options
+
+    found = sections(reference)
+    differing = []
+    for path in config_files():
+        if config_name(path).startswith("experiment="):
+            continue  # presets are overrides: their sections describe them in prose
+        name = config_name(path)
+        rows = {key: default for heading, body in found if f"`{name}`" in heading
+                for key, default in ROW.findall(body)}
+        for option in parse_options(path, group_prefix(path)):
+            written = option.default.strip("'\"") or "{}"
+            if option.key in rows and rows[option.key] != written:
+                differing.append(f"{name}: {option.key}: {rows[option.key]} -> {written}")
+    return differing
+
+
+def test_the_reference_gives_the_defaults_help_gives():
+    """docs/configuration.md and --help read the same files: a default changed in one place
+    shows here."""
+    assert differing_defaults(REFERENCE.read_text(encoding="utf-8")) == []

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR as _CONFIG_PATH
-from seq2seq.config_types import ConfigError, check_value
+from seq2seq.config_types import ConfigError, check_value, error_reason
 
 # An absolute path: Hydra resolves a relative config_path against the importing module's
 # package, which breaks when an app is imported (root scripts, console scripts) not run.
@@ -18,9 +18,8 @@ CONFIG_DIR = str(_CONFIG_PATH)
 
 
 def first_line(error: BaseException) -> str:
-    """An exception as one line: its message's first line, or its type's name."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """An exception as one line that keeps its reason (see :func:`error_reason`)."""
+    return error_reason(error)
 
 
 def fail(message: str | BaseException) -> NoReturn:

@@ -36,6 +36,7 @@ import glob
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +46,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -233,10 +235,16 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
-def main(cfg: DictConfig) -> float:
+def _main(cfg: DictConfig) -> float:
     """Entry point; see the module docstring. Returns the best BLEU (for Hydra sweepers)."""
     summaries = run(cfg)
     return max(s["bleu"] for s in summaries)
+
+
+def main() -> None:
+    """``python evaluate.py``: see the module docstring (``--help`` lists the options)."""
+    run_hydra_app(_main, config_name="evaluate", command=script_command(sys.argv[0]),
+                  summary=__doc__.splitlines()[0], strict=True)
 
 
 if __name__ == "__main__":

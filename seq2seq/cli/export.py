@@ -16,12 +16,14 @@ an existing output folder without ``overwrite=true`` or an invalid option.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR, fail
 from seq2seq.config_types import ConfigError, check_value
 
@@ -87,9 +89,15 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
     run(cfg)
+
+
+def main() -> None:
+    """``python export.py``: see the module docstring (``--help`` lists the options)."""
+    run_hydra_app(_main, config_name="export", command=script_command(sys.argv[0]),
+                  summary=__doc__.splitlines()[0], strict=True)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -127,9 +129,15 @@ def run(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="serve")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
     run(cfg)
+
+
+def main() -> None:
+    """``python serve.py``: see the module docstring (``--help`` lists the options)."""
+    run_hydra_app(_main, config_name="serve", command=script_command(sys.argv[0]),
+                  summary=__doc__.splitlines()[0], strict=True)
 
 
 if __name__ == "__main__":

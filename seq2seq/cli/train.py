@@ -27,7 +27,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_DIR, check_group_overrides, fail, first_line
+from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.common import CONFIG_DIR, fail, first_line
 from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
@@ -123,8 +124,9 @@ def _exit_torchrun_rank() -> None:
 
 def main() -> None:
     _shared_run_dir_for_torchrun()
-    check_group_overrides(sys.argv[1:])
-    _main()
+    run_hydra_app(_main, config_name="train", command=script_command(sys.argv[0]),
+                  summary="Train a translation model (a run folder: checkpoints, train.log, "
+                          "TensorBoard).", strict=False)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _exit_torchrun_rank()
 

@@ -46,6 +46,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -65,9 +66,11 @@ MODULE_LOADED = time.perf_counter()
 
 
 def _stdin_lines() -> Iterator[str]:
-    """Stdin as UTF-8 lines without terminators, split at ``\\n`` only (like the files)."""
-    for raw in sys.stdin.buffer:
-        yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+    """Stdin as UTF-8 lines without terminators, split at ``\\n`` only (like the files); a
+    line that is not valid UTF-8 is a DataError naming it, as in a file."""
+    from seq2seq.data.corpus import decode_lines
+
+    return decode_lines(sys.stdin.buffer, "<stdin>")
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -222,7 +225,7 @@ def run(cfg: DictConfig) -> int:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
     try:
         run(cfg)
@@ -234,6 +237,12 @@ def main(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         sys.exit(130)
+
+
+def main() -> None:
+    """``python translate.py``: see the module docstring (``--help`` lists the options)."""
+    run_hydra_app(_main, config_name="translate", command=script_command(sys.argv[0]),
+                  summary=__doc__.splitlines()[0], strict=True, literal_keys=('text',))
 
 
 if __name__ == "__main__":

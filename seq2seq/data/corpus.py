@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
 from typing import BinaryIO
@@ -57,7 +57,7 @@ def open_binary(path: Path) -> BinaryIO:
         raise DataError(f"cannot open {path}: {error.strerror or error}") from None
 
 
-def _decode_line(raw: bytes, path: Path, line_number: int) -> str:
+def _decode_line(raw: bytes, path: str | Path, line_number: int) -> str:
     """Decodes one raw line (terminator included) to text without its line terminator."""
     if raw.endswith(b"\n"):
         raw = raw[:-1]
@@ -101,8 +101,14 @@ def iter_lines(path: Path) -> Iterator[str]:
     """
     path = Path(path)
     with open_binary(path) as file:
-        for line_number, raw in enumerate(_raw_lines(file, path), start=1):
-            yield _decode_line(raw, path, line_number)
+        yield from decode_lines(_raw_lines(file, path), path)
+
+
+def decode_lines(raw_lines: Iterable[bytes], name: str | Path) -> Iterator[str]:
+    """Raw lines (stdin's, a file's) as text without terminators; ``name`` names the stream
+    in the DataError of a line that is not valid UTF-8 (with its 1-based number)."""
+    for line_number, raw in enumerate(raw_lines, start=1):
+        yield _decode_line(raw, name, line_number)
 
 
 def read_lines(path: Path) -> list[str]:

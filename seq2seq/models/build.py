@@ -10,9 +10,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
+import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from seq2seq.config_types import ConfigError, check_config, locate_target
+from seq2seq.config_types import ConfigError, check_config, error_reason, locate_target
 from seq2seq.data.vocab import PAD_ID
 from seq2seq.models.attention import NORMALIZERS, Attention
 from seq2seq.models.seq2seq import Seq2Seq
@@ -32,21 +34,24 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     with either normalizer.
     """
     tie = bool(model_cfg.get("tie_embeddings", False))
-    encoder = instantiate(model_cfg["encoder"], vocab_size=src_vocab_size, padding_idx=PAD_ID)
+    encoder = _instantiate(model_cfg["encoder"], "model.encoder", vocab_size=src_vocab_size,
+                           padding_idx=PAD_ID)
     decoder_cfg = model_cfg["decoder"]
     extra = {}
     if uses_scorer(decoder_cfg):
         scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
-        scorer = instantiate(
+        scorer = _instantiate(
             scorer_cfg,
+            "model.attention",
             query_dim=decoder_cfg["hidden_size"],
             key_dim=encoder.output_size,
         )
         extra["attention"] = Attention(scorer, normalizer=normalizer)
         if tie:
             extra["output_dim"] = decoder_cfg["embed_dim"]
-    decoder = instantiate(
+    decoder = _instantiate(
         decoder_cfg,
+        "model.decoder",
         vocab_size=tgt_vocab_size,
         encoder_output_size=encoder.output_size,
         encoder_final_size=encoder.output_size,
@@ -55,6 +60,15 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     )
     word_dropout = float(model_cfg.get("word_dropout", 0.0))
     return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie, word_dropout=word_dropout)
+
+
+def _instantiate(node: Mapping, key: str, **arguments):
+    """``instantiate(node, **arguments)``; a constructor's error becomes a ConfigError that
+    names the node (``model.decoder: hidden_size must be greater than zero``)."""
+    try:
+        return instantiate(node, **arguments)
+    except InstantiationException as error:
+        raise ConfigError(f"{key}: {error_reason(error)}") from error
 
 
 def uses_scorer(decoder_cfg: Mapping) -> bool:
@@ -81,14 +95,35 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+# Keys of the model's nodes that are sizes or counts: each must be a positive integer.
+_POSITIVE_KEY_SUFFIXES = ("_size", "_dim", "_layers", "heads", "d_model")
+
+
+def _check_positive_sizes(node, key: str) -> None:
+    if isinstance(node, Mapping):
+        for name, value in node.items():
+            path = f"{key}.{name}"
+            if (str(name).endswith(_POSITIVE_KEY_SUFFIXES) and isinstance(value, int)
+                    and not isinstance(value, bool) and value < 1):
+                raise ConfigError(f"{path} must be a positive integer, got {value}")
+            _check_positive_sizes(value, path)
+
+
 def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
-    """Check the ``model`` node's values before anything is built.
+    """Check the ``model`` node's values before anything is built or any data is read.
+
+    Besides each value on its own, the model is built once on PyTorch's ``meta`` device (no
+    memory, a fraction of a second), so that settings which cannot work together (a scorer
+    whose sizes do not match, heads that do not divide the width) are refused here with the
+    constructor's reason rather than after the data stage.
 
     Raises:
         ConfigError: naming the key of a value its class cannot take (see
-            :mod:`seq2seq.config_types`), an unknown ``attention.normalizer``, a
-            ``word_dropout`` outside [0, 1), or no ``attention`` node for a decoder that takes one.
+            :mod:`seq2seq.config_types`), a size or count below 1, an unknown
+            ``attention.normalizer``, a ``word_dropout`` outside [0, 1), no ``attention`` node
+            for a decoder that takes one, or parts that cannot be built together.
     """
+    full_cfg = model_cfg
     word_dropout = model_cfg.get("word_dropout", 0.0)
     if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) \
             or not 0 <= word_dropout < 1:
@@ -104,3 +139,13 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
                               f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
         model_cfg = {**model_cfg, "attention": scorer_cfg}
     check_config(model_cfg, key)
+    _check_positive_sizes(model_cfg, key)
+    try:
+        with torch.device("meta"):
+            build_model(full_cfg, src_vocab_size=8, tgt_vocab_size=8)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, ZeroDivisionError) as error:
+        raise ConfigError(f"{key}: {error_reason(error)}") from error
+    except (RuntimeError, NotImplementedError):
+        pass  # a user's part that cannot be built on "meta": the real build will tell

@@ -1,0 +1,194 @@
+"""What every Hydra entry point does before and around Hydra: ``--help`` from the tool's own
+config, sentences typed as a shell user types them, and a command line Hydra cannot compose
+as one line with the nearest valid keys instead of Hydra's message of six.
+
+Each entry point's ``main()`` is ``run_hydra_app(_main, ...)`` where ``_main`` is its
+``@hydra.main`` function.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from seq2seq import CONFIG_DIR
+from seq2seq.cli.common import check_group_overrides, fail
+
+
+def quote_literal(value: str) -> str:
+    """``value`` as a Hydra quoted string that composes back to exactly ``value`` (commas,
+    quotes, ``=``, brackets, non-ASCII letters and ``${`` included)."""
+    escaped = re.sub(r"(\\+)(?='|$)", lambda match: match[1] * 2, value)
+    return "'" + escaped.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+def literal_overrides(argv: Sequence[str], keys: Iterable[str]) -> list[str]:
+    """``key=VALUE`` arguments for ``keys`` taken as plain text.
+
+    The shell hands ``text="Zwei Männer, ein Hund."`` to the program as
+    ``text=Zwei Männer, ein Hund.``, which Hydra's grammar refuses (non-ASCII letters) or reads
+    as a sweep (the comma). A value already in Hydra's quoted form (``'text="a, b"'``) is left
+    as it is.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys = set(keys)
+    parser = OverridesParser.create()
+    rewritten = []
+    for argument in argv:
+        key, equals, value = argument.partition("=")
+        if equals and key in keys:
+            quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "'\""
+            try:
+                kept = quoted and isinstance(parser.parse_override(argument).value(), str)
+            except Exception:  # the grammar refuses it: it is text all the same
+                kept = False
+            if not kept:
+                argument = f"{key}={quote_literal(value)}"
+        rewritten.append(argument)
+    return rewritten
+
+
+def config_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every key of a plain config as a dotted path, the nodes that hold others included."""
+    keys = []
+    if isinstance(node, dict):
+        for name, value in node.items():
+            path = f"{prefix}{name}"
+            keys.append(path)
+            keys += config_keys(value, f"{path}.")
+    return keys
+
+
+def _file_node(config_name: str) -> dict:
+    import yaml
+
+    text = (CONFIG_DIR / f"{config_name}.yaml").read_text(encoding="utf-8")
+    node = yaml.safe_load(text) or {}
+    return {key: value for key, value in node.items() if key not in ("defaults", "hydra")}
+
+
+def file_keys(config_name: str) -> list[str]:
+    """The keys a primary config file declares (its own, not its groups', nor ``hydra``)."""
+    return config_keys(_file_node(config_name))
+
+
+def _open_nodes(config_name: str) -> list[str]:
+    """Top-level nodes declared empty (``data: {}``): any key below them is the user's."""
+    return [key for key, value in _file_node(config_name).items() if value == {}]
+
+
+def did_you_mean(key: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean a or b?)`` for the candidates nearest ``key``, or nothing."""
+    candidates = sorted(set(candidates))
+    # A mistyped last part first, among the keys beside it; then the whole dotted path.
+    parent, _, last = key.rpartition(".")
+    siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
+    close = [siblings[name] for name in difflib.get_close_matches(last, list(siblings), n=2)]
+    if not close:
+        close = difflib.get_close_matches(key, candidates, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def refuse_unknown_keys(argv: Sequence[str], config_name: str) -> None:
+    """Exit with one line for a ``key=value`` (``+key``/``++key`` too) that the tool's config
+    does not declare: a tool that is not ``train.py`` takes no key its code would not read."""
+    known = file_keys(config_name)
+    open_nodes = tuple(f"{node}." for node in _open_nodes(config_name))
+    for argument in argv:
+        if argument.startswith("-"):
+            continue
+        key, equals, _ = argument.lstrip("+").partition("=")
+        if not equals or key.startswith(("hydra.", "hydra/", "~")) or key in known \
+                or key.startswith(open_nodes):
+            continue
+        fail(f"{key} is not an option of {config_name}.yaml{did_you_mean(key, known)}; "
+             "--help lists them")
+
+
+def _known_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
+    """The keys of the config composed with ``overrides`` (those Hydra can compose)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=list(overrides))
+        return config_keys(OmegaConf.to_container(cfg, resolve=False))
+    except Exception:
+        return file_keys(config_name)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def explain_composition_error(error: Exception, config_name: str, argv: Sequence[str]) -> str:
+    """One line for an error Hydra raised while composing the command line's config."""
+    text = str(error)
+    # Hydra's flags (--cfg job, -m) are not overrides; every override has an "=" or a "~".
+    overrides = [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    if match := re.search(r"Could not override '([^']+)'", text):
+        key = match[1]
+        rest = [a for a in overrides if a.lstrip("+").partition("=")[0] != key]
+        hint = did_you_mean(key, _known_keys(config_name, rest))
+        return f"{key} is not an option{hint}; --help lists them"
+    if match := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
+        group, option = match[1], match[2]
+        choices = re.findall(r"^\t(\S+)$", text, re.MULTILINE)
+        return (f"{group}={option}: no such choice{did_you_mean(option, choices)}; "
+                f"choose one of {', '.join(choices)}")
+    if match := re.search(r"Ambiguous value for argument '([^']+)'", text):
+        key = match[1].partition("=")[0]
+        return (f"{match[1]}: a value with a comma is a list or a sweep to Hydra; quote it "
+                f"('{key}=\"a, b\"') or give a list ({key}=[a,b])")
+    if type(error).__name__ == "OverrideParseException" or "LexerNoViableAlt" in text:
+        first = text.strip().splitlines()[0]
+        return (f"cannot read the command line ({first}); quote a value that holds spaces, "
+                "commas, quotes or non-ASCII letters: 'key=\"...\"'")
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, summary: str,
+                  strict: bool, literal_keys: Sequence[str] = ()) -> Any:
+    """Run ``app`` (a ``@hydra.main`` function) on ``sys.argv`` as described in the module
+    docstring. ``strict``: refuse any key the tool's config file does not declare."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        from seq2seq.cli.help import render_help
+
+        print(render_help(config_name, command, argv, summary=summary), end="")
+        sys.exit(0)
+    check_group_overrides(argv)
+    if strict:
+        refuse_unknown_keys(argv, config_name)
+    if literal_keys:
+        argv = literal_overrides(argv, literal_keys)
+        sys.argv[1:] = argv
+    # Hydra prints a composition error in six lines and exits; with HYDRA_FULL_ERROR it raises
+    # it instead, so that it can be said in one.
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return app()
+    except (HydraException, OmegaConfBaseException) as error:
+        fail(explain_composition_error(error, config_name, argv))
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+def script_command(path: str | Path) -> str:
+    """How the user started the tool, for its usage line (``python translate.py``)."""
+    name = Path(path).name
+    return f"python {name}" if name.endswith(".py") else name

@@ -1,0 +1,186 @@
+"""``--help`` of the Hydra entry points, made from the comments of their YAML configs.
+
+Each option of a config file is a line ``key: value  # what it does``; the comment is the
+option's description (a key without a trailing comment takes the comment lines just above
+it). One source for ``--help``, docs/configuration.md (checked against it by
+tests/test_docs.py) and the file a user reads, so none of them can drift from the others.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from seq2seq import CONFIG_DIR
+
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*):(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a config file: its dotted key, default (as written) and description."""
+
+    key: str
+    default: str
+    description: str
+
+
+def _split_comment(text: str) -> tuple[str, str]:
+    """``value  # comment`` as (value, comment); a ``#`` inside quotes is part of the value."""
+    quote = None
+    for index, char in enumerate(text):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
+            return text[:index].strip(), text[index + 1:].strip()
+    return text.strip(), ""
+
+
+def parse_options(path: Path, prefix: str = "") -> list[Option]:
+    """The options of one YAML config file, in file order.
+
+    Left out: the ``defaults`` list and the ``hydra`` node (composition, not options), keys that
+    start with ``_`` (``_target_``, ``_partial_``), and nodes that hold other keys (their keys are
+    listed instead). ``prefix`` goes before every key (``trainer.`` for trainer/default.yaml).
+    """
+    options: list[Option] = []
+    stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing nodes
+    above: list[str] = []  # the comment lines just above the current line
+    skip_indent: int | None = None  # inside a skipped node (defaults, hydra)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            above = above + [stripped.lstrip("#").strip()] if stripped else []
+            continue
+        match = _KEY_LINE.match(line)
+        indent = len(line) - len(line.lstrip(" "))
+        if skip_indent is not None:
+            if indent > skip_indent or not match:
+                above = []
+                continue
+            skip_indent = None
+        if not match:  # a list item or a continuation
+            above = []
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        key = match["key"]
+        value, comment = _split_comment(match["rest"])
+        if not stack and key in ("defaults", "hydra"):
+            skip_indent = indent
+            above = []
+            continue
+        following = next((other for other in lines[number + 1:]
+                          if other.strip() and not other.strip().startswith("#")), "")
+        opens_node = value == "" and len(following) - len(following.lstrip(" ")) > indent
+        dotted = prefix + ".".join([name for _, name in stack] + [key])
+        if opens_node:
+            stack.append((indent, key))
+        elif not key.startswith("_"):
+            description = comment or " ".join(line for line in above if line)
+            options.append(Option(dotted, value, description))
+        above = []
+    return options
+
+
+def group_prefix(path: Path) -> str:
+    """The package a group option's keys go under: ``trainer.`` for trainer/default.yaml,
+    ``model.attention.`` for model/attention/dot.yaml, nothing for a global preset."""
+    relative = path.relative_to(CONFIG_DIR)
+    if len(relative.parts) == 1:
+        return ""
+    if "# @package _global_" in path.read_text(encoding="utf-8"):
+        return ""
+    return ".".join(relative.parts[:-1]) + "."
+
+
+def _header(path: Path) -> str:
+    """The first comment line of a config file: what the command does."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def _defaults(path: Path) -> list[tuple[str, str]]:
+    """The ``group: option`` entries of a primary config's defaults list."""
+    entries = []
+    in_defaults = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("defaults:"):
+            in_defaults = True
+            continue
+        if in_defaults and line and not line.startswith(" "):
+            break
+        item = re.match(r"^\s*-\s*(?!override )([\w/]+):\s*(\S+)", line) if in_defaults else None
+        if item:
+            entries.append((item[1], item[2]))
+    return entries
+
+
+def group_choices(group: str) -> list[str]:
+    return sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def _format(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
+    """Two columns: the name, then its text wrapped under itself."""
+    name_width = min(max((len(name) for name, _ in rows), default=0), 34) + 2
+    lines = []
+    for name, text in rows:
+        wrapped = textwrap.wrap(text, max(width - name_width - 2, 30)) or [""]
+        if len(name) + 2 > name_width:
+            lines.append(f"  {name}")
+            lines += [" " * (name_width + 2) + part for part in wrapped]
+        else:
+            lines.append(f"  {name:<{name_width}}{wrapped[0]}")
+            lines += [" " * (name_width + 2) + part for part in wrapped[1:]]
+    return lines
+
+
+def _option_rows(options: Sequence[Option]) -> list[tuple[str, str]]:
+    rows = []
+    for option in options:
+        default = "required" if option.default == "???" else f"default {option.default or '{}'}"
+        rows.append((option.key, f"{option.description} [{default}]".strip()))
+    return rows
+
+
+def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *,
+                summary: str = "", width: int | None = None) -> str:
+    """The ``--help`` text of the tool whose primary config is ``config_name``.
+
+    For a config with groups (train.yaml), the groups with their choices come first, then the
+    options of the primary file and of each chosen group option (``overrides`` may choose
+    others, as on the command line: ``model/attention=multihead --help``).
+    """
+    width = width or min(shutil.get_terminal_size((100, 20)).columns, 110)
+    primary = CONFIG_DIR / f"{config_name}.yaml"
+    chosen = dict(_defaults(primary))
+    for override in overrides:
+        key, equals, value = override.lstrip("+").partition("=")
+        if equals and key in chosen:
+            chosen[key] = value
+    lines = [f"usage: {command} [key=value ...]", "", summary or _header(primary), ""]
+    if chosen:
+        lines.append("Config groups (group=choice; the default first):")
+        lines += _format([(group, " | ".join([option] + [c for c in group_choices(group)
+                                                       if c != option]))
+                          for group, option in chosen.items()], width)
+        lines.append("")
+    lines.append("Options (key=value):")
+    options = parse_options(primary)
+    for group, option in chosen.items():
+        path = CONFIG_DIR / group / f"{option}.yaml"
+        if path.is_file():
+            options += parse_options(path, group_prefix(path))
+    lines += _format(_option_rows(options), width)
+    lines += ["", "Every option is described in docs/configuration.md; "
+              "Hydra's own flags: --hydra-help."]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
