@@ -7,13 +7,16 @@ The model is traced as it decodes (``torch.onnx.export``, the ``torch.export``-b
 - the **decoder-step graph** is one ``decode_step``:
   ``prev_tokens (N,), memory, mask, keys, *state -> logits (N, V), weights (N, S), *new state``.
 
-Every size a batch changes (sentences, beams, source length) stays open in both graphs. The
-folder's layout and manifest are described in :mod:`seq2seq.inference.onnx_model`, which
-decodes it. Before the folder is published, its fp32 graphs are run at sizes other than the
-traced ones and compared with the PyTorch model: a model that does not export faithfully (a
-user's scorer whose Python code fixes a size, say) is refused, not written. ``quantize=int8``
-then quantizes the weights of the graphs' matrix products with ONNX Runtime's dynamic
-quantization (``onnxruntime.quantization.quantize_dynamic``).
+Every size a batch changes (sentences, decoder rows, source length, a cache's decoded
+positions) is declared open, by name, on both graphs' inputs and outputs (:data:`SENTENCES`,
+:data:`ROWS`, :data:`SOURCE_LENGTH`, :data:`DECODED_POSITIONS`). The folder's layout and
+manifest are described in :mod:`seq2seq.inference.onnx_model`, which decodes it, and, for
+services that are not this package, in docs/export.md. Before the folder is published, its
+fp32 graphs are run at sizes other than the traced ones and compared with the PyTorch model: a
+model that does not export faithfully (a user's scorer whose Python code fixes a size, say) is
+refused, not written. ``quantize=int8`` then quantizes the weights of the graphs' matrix
+products with ONNX Runtime's dynamic quantization
+(``onnxruntime.quantization.quantize_dynamic``).
 
 The folder appears whole or not at all: it is written beside its destination and renamed.
 """
@@ -65,6 +68,9 @@ CHECK_STEPS = 4
 TRACE_STEPS = 3
 # fp32 graphs must give the PyTorch model's logits to this tolerance, relative to their size.
 RELATIVE_TOLERANCE = 1e-4
+# The names of the open axes, in both graphs' declared shapes (docs/export.md lists them).
+SENTENCES, ROWS, SOURCE_LENGTH = "sentences", "rows", "source_length"
+DECODED_POSITIONS = "decoded_positions"
 
 
 class EncoderGraph(nn.Module):
@@ -273,21 +279,55 @@ def check_against_model(model: nn.Module, folder: Path, manifest: dict[str, Any]
     return worst
 
 
-def _open_declared_sizes(path: Path, observed: dict[str, list[tuple[int, ...]]]) -> None:
-    """Declare open the output sizes that ran at other values than the graph states (some
-    exporter translations record the traced size of an output that is open)."""
+def declare_open_axes(path: Path, open_axes: dict[str, dict[int, str]],
+                      observed: dict[str, list[tuple[int, ...]]] | None = None) -> None:
+    """Declare open, by name, the axes ``open_axes`` gives for the graph's inputs and outputs
+    (value name -> {axis: name}), and any other output axis that ran at other sizes than the
+    graph states (``observed``: output name -> shapes); drop the shapes of intermediate values.
+
+    Some exporter translations (the RNNs') record the traced size of an open axis, on an output
+    or on an intermediate value; ONNX Runtime, which infers the intermediate shapes itself when
+    it loads a graph, would warn at every run of another size.
+    """
     import onnx
 
     graph_model = onnx.load(str(path))
-    changed = False
-    for output in graph_model.graph.output:
-        shapes = observed.get(output.name, [])
-        for axis, dim in enumerate(output.type.tensor_type.shape.dim):
+    graph = graph_model.graph
+    del graph.value_info[:]
+    for value in (*graph.input, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        for axis, name in open_axes.get(value.name, {}).items():
+            dims[axis].dim_param = name
+        shapes = (observed or {}).get(value.name, [])
+        for axis, dim in enumerate(dims):
             if dim.HasField("dim_value") and any(s[axis] != dim.dim_value for s in shapes):
-                dim.dim_param = f"{output.name}_{axis}"
-                changed = True
-    if changed:
-        onnx.save(graph_model, str(path))
+                dim.dim_param = f"{value.name}_{axis}"
+    onnx.save(graph_model, str(path))
+
+
+def graph_open_axes(state_names, source_axes: list[int],
+                    growing: dict[str, list[int]]) -> dict[str, dict[str, dict[int, str]]]:
+    """Each graph's open axes by value name: the batch (sentences in the encoder, decoder rows
+    in the step), the source length of the encoded source and of the weights, and the decoded
+    positions of a state that grows a position a step (0 in the encoder's initial state)."""
+
+    def encoded(batch: str) -> dict[str, dict[int, str]]:
+        return {name: {0: batch, axis: SOURCE_LENGTH}
+                for name, axis in zip(ENCODED_NAMES, source_axes, strict=True)}
+
+    def state(batch: str, positions: str | None, prefix: str = "") -> dict[str, dict[int, str]]:
+        return {f"{prefix}{name}": {0: batch, **({axis: positions for axis in growing[name]}
+                                                 if positions else {})}
+                for name in state_names}
+
+    return {
+        ENCODER_FILE: {"src": {0: SENTENCES, 1: SOURCE_LENGTH}, "src_lengths": {0: SENTENCES},
+                       **encoded(SENTENCES), **state(SENTENCES, None)},
+        STEP_FILE: {"prev_tokens": {0: ROWS}, **encoded(ROWS),
+                    **state(ROWS, DECODED_POSITIONS), "logits": {0: ROWS},
+                    "weights": {0: ROWS, 1: SOURCE_LENGTH},
+                    **state(ROWS, f"{DECODED_POSITIONS} + 1", prefix="new_")},
+    }
 
 
 def encoder_output_names(state_names) -> list[str]:
@@ -338,7 +378,26 @@ def quantize_graphs(folder: Path) -> None:
                              op_types_to_quantize=["MatMul", "Gemm"])
         finally:
             logging.disable(logging.NOTSET)
+        # The quantizer infers the shapes again and may state traced sizes: the fp32 graph's
+        # declarations are the ones checked.
+        _copy_declared_shapes(path, quantized)
         quantized.replace(path)
+
+
+def _copy_declared_shapes(source: Path, path: Path) -> None:
+    """Give the graph at ``path`` the input and output shapes of the graph at ``source`` (same
+    names), and drop the shapes of its intermediate values."""
+    import onnx
+
+    graph = onnx.load(str(source)).graph
+    declared = {value.name: value.type.tensor_type.shape
+                for value in (*graph.input, *graph.output)}
+    graph_model = onnx.load(str(path))
+    del graph_model.graph.value_info[:]
+    for value in (*graph_model.graph.input, *graph_model.graph.output):
+        if value.name in declared:
+            value.type.tensor_type.shape.CopyFrom(declared[value.name])
+    onnx.save(graph_model, str(path))
 
 
 def export_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: str = "none",
@@ -426,11 +485,12 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
     encoded_values = (encoded.memory, encoded.mask, encoded.keys)
     # The open sizes: sentences (encoder) or decoder rows (step), the source length and the
     # decoded positions a cache holds.
-    sentences, rows = torch.export.Dim("sentences"), torch.export.Dim("rows")
-    length, steps = torch.export.Dim("source_length"), torch.export.Dim("decoded_positions")
-    encoded_dynamic = [{0: rows, axis: length} for axis in length_axes(model, src_vocab)]
-    state_dynamic = tuple({0: rows, **{axis: steps for axis in axes}}
-                          for axes in growing_axes(model, prev_tokens, encoded, state).values())
+    sentences, rows = torch.export.Dim(SENTENCES), torch.export.Dim(ROWS)
+    length, steps = torch.export.Dim(SOURCE_LENGTH), torch.export.Dim(DECODED_POSITIONS)
+    source_axes = length_axes(model, src_vocab)
+    growing = growing_axes(model, prev_tokens, encoded, state)
+    encoded_dynamic = [{0: rows, axis: length} for axis in source_axes]
+    state_dynamic = tuple({0: rows, **{axis: steps for axis in axes}} for axes in growing.values())
     with torch.no_grad():
         _export(EncoderGraph(model, state_names).eval(), (src, lengths), folder / ENCODER_FILE,
                 dynamic=({0: sentences, 1: length}, {0: sentences}),
@@ -442,7 +502,11 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
                 input_names=["prev_tokens", *ENCODED_NAMES, *state_names],
                 output_names=step_output_names(state_names),
                 opset=opset, what="decoder step")
+    open_axes = graph_open_axes(state_names, source_axes, growing)
+    for name, axes in open_axes.items():
+        declare_open_axes(folder / name, axes)
 
+    kept_ids = getattr(tokenizers.tgt, "kept_ids", None)
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -451,7 +515,11 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
         "parameters": sum(int(p.numel()) for p in model.parameters()),
         "trainer_state": trainer_state,
         "vocabulary": {"source_size": src_vocab, "target_size": tgt_vocab, "pad_id": PAD_ID,
-                       "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
+                       "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,
+                       # A logits column, or a prev_tokens value, is an index into this list of
+                       # the target model's sentencepiece ids (a pruned target keeps a subset).
+                       "target_ids": (kept_ids.tolist() if kept_ids is not None
+                                      else list(range(tgt_vocab)))},
         "tokenizers": write_tokenizers(folder, tokenizers),
         "graphs": {"encoder": ENCODER_FILE, "decoder_step": STEP_FILE, "state": list(state_names)},
         "export": {"quantize": "none", "opset": opset, "torch_version": torch.__version__,
@@ -461,5 +529,5 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
     check_against_model(model, folder, manifest)
     shapes = _observed_shapes(folder, manifest, src_vocab)
     for name, observed in shapes.items():
-        _open_declared_sizes(folder / name, observed)
+        declare_open_axes(folder / name, open_axes[name], observed)
     return manifest
