@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 onnx = pytest.importorskip("onnx")
+onnxruntime = pytest.importorskip("onnxruntime")
 
 from conftest import (  # noqa: E402
     api_lines,
     assert_same_hypotheses,
+    copy_model_config,
     copy_tokenizers,
     made_once,
     padded_random_sources,
@@ -384,6 +389,152 @@ def test_manifest_names_what_a_service_needs(exported_copy_model):
     manifest = json.loads((exported_copy_model / MANIFEST_NAME).read_text())
     assert manifest["format"] == "seq2seq-onnx" and manifest["format_version"] == 1
     assert manifest["vocabulary"]["source_size"] == VOCAB
+    # The special ids docs/export.md states; an unpruned target's logits are its own ids.
+    assert {key: manifest["vocabulary"][key] for key in ("pad_id", "unk_id", "bos_id",
+                                                          "eos_id")} == \
+        {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+    assert manifest["vocabulary"]["target_ids"] == list(range(VOCAB))
     assert manifest["graphs"]["state"] == ["hidden"]
     assert manifest["export"]["quantize"] == "none" and manifest["export"]["opset"] >= 17
     assert manifest["config"]["model"]["attention"]["_target_"].endswith("AdditiveScorer")
+
+
+# -- a service that is not this package: docs/export.md's example client ------------------------
+CLIENT = ROOT / "docs" / "examples" / "onnx_client.py"
+# The copy vocabulary's pieces kept as targets (the special ids are always kept): a logits
+# column then differs from the sentencepiece id of its piece, as in a pruned joint model.
+PRUNED_TARGET = range(5, VOCAB, 2)
+CLIENT_LINES = ["red cat", "", "one two big house", "blue bird sun moon", "small tree green dog",
+                "fish car two", "big big big house tree"]
+
+
+def pruned_target_tokenizers():
+    from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
+
+    shared = copy_tokenizers().src
+    return Tokenizers(src=shared, tgt=SubsetTokenizer(base=shared, kept_ids=PRUNED_TARGET),
+                      joint=True)
+
+
+def pruned_gru_model() -> torch.nn.Module:
+    """A random GRU with additive attention over the pruned target, whose greedy outputs on
+    ``CLIENT_LINES`` mix EOS at the first step, short outputs and outputs cut at the limit."""
+    from omegaconf import OmegaConf
+
+    from seq2seq.models.build import build_model
+
+    torch.manual_seed(0)
+    model = build_model(OmegaConf.create(copy_model_config()), src_vocab_size=VOCAB,
+                        tgt_vocab_size=pruned_target_tokenizers().tgt.vocab_size).eval()
+    with torch.no_grad():
+        model.generator.weight.mul_(3.0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def exported_pruned_gru(tmp_path_factory) -> Path:
+    """The export of :func:`pruned_gru_model`, made once for all test workers; not to be
+    changed."""
+    return made_once(tmp_path_factory, "exported_random/pruned-gru",
+                     lambda path: export_model(pruned_gru_model(), pruned_target_tokenizers(),
+                                               {"model": {}}, path))
+
+
+def test_docs_show_the_example_client_file():
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "export.md").read_text(),
+                        flags=re.DOTALL)
+    shown = [block for block in blocks if "onnxruntime.InferenceSession" in block]
+    assert shown == [CLIENT.read_text()]
+
+
+@pytest.mark.parametrize("family", ["gru-pruned-target", "transformer"])
+def test_example_client_translates_as_translate_py(family, exported_random, exported_pruned_gru,
+                                                   tmp_path, run_python):
+    folder = exported_pruned_gru if family == "gru-pruned-target" else exported_random(family)[1]
+    text = "".join(f"{line}\n" for line in CLIENT_LINES)
+    want = run_python([ROOT / "translate.py", f"checkpoint={folder}", "beam_size=1",
+                       "device=cpu"], input=text, cwd=tmp_path, env=ENV, timeout=120)
+    assert want.returncode == 0, want.stderr
+    # A fresh interpreter in which torch and this package cannot be imported; ONNX Runtime at
+    # its default log level, which prints its warnings (a size a graph states wrongly, say).
+    for module in ("torch", "seq2seq"):
+        (tmp_path / f"{module}.py").write_text(f"raise ImportError('the client needs no {module}')")
+    got = subprocess.run([sys.executable, str(CLIENT), str(folder)], input=text, cwd=tmp_path,
+                         env={**ENV, "PYTHONPATH": str(tmp_path)}, capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stderr == ""
+    assert got.stdout.splitlines() == want.stdout.splitlines()
+    assert len({line for line in got.stdout.splitlines() if line}) >= 2  # not all alike
+
+
+def test_pruned_target_manifest_maps_logits_to_the_pieces(exported_pruned_gru, tmp_path):
+    manifest = json.loads((exported_pruned_gru / MANIFEST_NAME).read_text())
+    kept = [0, 1, 2, 3, *PRUNED_TARGET]
+    assert manifest["vocabulary"]["target_ids"] == kept
+    assert manifest["vocabulary"]["target_size"] == len(kept)
+    # Our tools translate the pieces of the kept ids (not the logits' own indices)...
+    translator = Translator.from_checkpoint(exported_pruned_gru, beam_size=1, device="cpu")
+    translations = [n_best[0] for n_best in translator.translate(CLIENT_LINES)]
+    tokens = [token for translation in translations
+              for token in translator.tokenizers.tgt.encode([translation.text])[0]]
+    assert tokens and all(token < len(kept) for token in tokens)
+    # ... and so they do with a folder exported before the manifest gave target_ids.
+    old = tmp_path / "old"
+    shutil.copytree(exported_pruned_gru, old)
+    del manifest["vocabulary"]["target_ids"]
+    (old / MANIFEST_NAME).write_text(json.dumps(manifest))
+    old_translator = Translator.from_checkpoint(old, beam_size=1, device="cpu")
+    assert [n_best[0].text for n_best in old_translator.translate(CLIENT_LINES)] == \
+        [translation.text for translation in translations]
+
+
+def _declared(value) -> list[int | str]:
+    return [dim.dim_param or dim.dim_value for dim in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize(("name", "quantize"), [*((name, "none") for name in COMBINATIONS),
+                                                ("gru-luong-additive", "int8")])
+def test_graphs_declare_every_open_axis(exported_random, capfd, name, quantize):
+    _, folder = exported_random(name, quantize)
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 2  # warnings
+    graphs = {}
+    for graph in ("encoder", "decoder_step"):
+        path = str(folder / manifest["graphs"][graph])
+        declared = onnx.load(path).graph
+        graphs[graph] = (onnxruntime.InferenceSession(path, options,
+                                                      providers=["CPUExecutionProvider"]),
+                         {value.name: _declared(value)
+                          for value in (*declared.input, *declared.output)})
+    capfd.readouterr()
+    # Batches unlike the traced one (3 sentences, 7 rows, 11 positions, 3 decoded), and a
+    # sentence with its beams.
+    for sentences, length, beams in ((2, 5, 3), (1, 8, 1), (4, 14, 2)):
+        src, src_lengths = padded_random_sources(sentences, vocab=VOCAB, max_len=length,
+                                                 seed=length)
+        feeds = {"src": src.numpy(), "src_lengths": src_lengths.numpy()}
+        for graph, steps in (("encoder", 1), ("decoder_step", 4)):
+            session, declared = graphs[graph]
+            names = [value.name for value in session.get_outputs()]
+            sizes: dict[str, int] = {}  # one size for each name, in a run
+            for step in range(steps):
+                if graph == "decoder_step":
+                    feeds["prev_tokens"] = np.full(sentences * beams, 2 + step, dtype=np.int64)
+                outputs = dict(zip(names, session.run(None, feeds), strict=True))
+                for value, array in (*feeds.items(), *outputs.items()):
+                    assert len(declared[value]) == array.ndim, value
+                    for axis, (dim, size) in enumerate(zip(declared[value], array.shape,
+                                                           strict=True)):
+                        if isinstance(dim, int):
+                            assert dim == size, (graph, value, axis, dim, size)
+                        else:
+                            assert sizes.setdefault(f"{step}:{dim}", size) == size, (value, dim)
+                if graph == "encoder":
+                    feeds = {key: np.repeat(array, beams, axis=0)
+                             for key, array in outputs.items()}
+                else:
+                    feeds.update((state, outputs[f"new_{state}"])
+                                 for state in manifest["graphs"]["state"])
+    assert capfd.readouterr().err == ""  # ONNX Runtime's warnings, e.g. a size stated wrongly
