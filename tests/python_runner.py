@@ -134,7 +134,8 @@ class RunningScript:
         self.pid = process.pid
 
     def _output(self, name: str) -> str:
-        return Path(self._folder.name, name).read_text(encoding=self._encoding)
+        path = Path(self._folder.name, name)  # absent when the stream was a terminal
+        return path.read_text(encoding=self._encoding) if path.is_file() else ""
 
     def poll(self) -> int | None:
         return self._process.exitcode
@@ -200,7 +201,8 @@ class PreloadedPython:
 
     def start(self, argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
               env: Mapping[str, str] | None = None, input: str | bytes = "",
-              encoding: str | None = None) -> RunningScript:
+              encoding: str | None = None, tty: str | None = None) -> RunningScript:
+        """``tty``: a terminal device (``os.ttyname`` of a pty) for stdout and stderr."""
         argv = [os.fspath(arg) for arg in argv]
         cwd = os.fspath(cwd if cwd is not None else os.getcwd())
         env = dict(os.environ if env is None else env)
@@ -221,6 +223,8 @@ class PreloadedPython:
             Path(streams[0]).write_text(input, encoding=encoding)
         for path in streams[1:]:
             Path(path).touch()
+        if tty is not None:
+            streams = (streams[0], tty, tty)
         process = self._context.Process(target=_run_as_main,
                                         args=(argv, cwd, env, self._sys_path, streams))
         process.start()

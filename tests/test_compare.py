@@ -47,7 +47,7 @@ def assert_png(path: Path) -> None:
 
 
 def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, capsys,
-                                                   monkeypatch, run_python):
+                                                   monkeypatch, run_python, caplog):
     sweep = tmp_path / "sweep"
     run_sweep(run_python, tiny_train_config.overrides(**TINY_SWEEP), sweep,
               "model/attention=dot,general", "trainer.seed=1,2")
@@ -57,9 +57,13 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
 
     record_dir = tmp_path / "records"
     monkeypatch.chdir(tmp_path)  # the records keep the data's paths relative to it
-    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
-                                  "aso_iterations=50", f"records_dir={record_dir}"])
+    with caplog.at_level("INFO", logger="seq2seq.compare"):
+        comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
+                                      "aso_iterations=50", f"records_dir={record_dir}"])
     table = capsys.readouterr().out
+    # Scoring says where it is: run k of the n to score (the one without best.pt is not).
+    assert [message.split(":")[0] for message in caplog.messages
+            if message.startswith("run ")] == [f"run {k} of 4" for k in range(1, 5)]
     assert "| group |" in table and "p vs best (sentences)" in table
     assert "ASO eps_min vs best" in table
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,55 @@ def test_train_py_refuses_a_used_folder_before_anything_changes(tiny_train_confi
     # train.py writes the Hydra snapshot itself, after the check (compare.py reads it).
     assert "runtime" in (run_dir / ".hydra" / "hydra.yaml").read_text()
     assert (run_dir / ".hydra" / "overrides.yaml").is_file()
+
+
+def test_on_a_terminal_the_bar_follows_max_time_and_train_log_keeps_the_loss_lines(
+        tiny_train_config, tmp_path, run_python):
+    """train.py with stdout and stderr on a pseudo-terminal, as a user sees it."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    import threading
+
+    run_dir = tmp_path / "run"
+    overrides = tiny_train_config.overrides(**{
+        "trainer.max_steps": "null", "trainer.max_epochs": "null", "trainer.max_time": 0.04,
+        "trainer.valid_every": "null", "trainer.progress_bar": "auto", "hydra.run.dir": run_dir})
+    master, slave = pty.openpty()
+    # A terminal 120 columns wide: tqdm draws nothing on one of width 0 (a new pty's size).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # a pty's buffer is small: read while the run writes
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        running = run_python.start([ROOT / "train.py", *overrides], cwd=tmp_path,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1", "TERM": "xterm"},
+                                   tty=os.ttyname(slave))
+        running.wait(240)
+        result = running.result()
+    finally:
+        os.close(slave)
+        reader.join(timeout=5)
+        os.close(master)
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert result.returncode == 0, screen[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert re.search(r"step \d+ epoch \d+: loss", log), log[-2000:]
+    assert "min trained" in screen, screen[-2000:]  # the bar counts minutes of max_time
+    assert "Seq2Seq(" in log and "Seq2Seq(" not in screen  # the printout: the file only
+    assert re.search(r"model: [\d,]+ parameters", screen)
+    for segment in re.split(r"[\r\n]", screen):  # no log line printed onto the bar's line
+        assert not ("min trained" in segment and "[INFO]" in segment), segment

@@ -210,3 +210,14 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
     rnn = Translator.from_checkpoint(trained_checkpoint, beam_size=2)
     assert not rnn.has_attention_heads
     assert rnn.translate(lines[:1], attention_heads=True)[0][0].attention_heads is None
+
+
+def test_progress_counts_every_sentence_batch_by_batch(trained_checkpoint, copy_sentences):
+    """What the bars of evaluate.py and compare.py count: each sentence once, empty ones
+    included, one call per batch."""
+    inputs = copy_sentences(9, seed=5) + ["", "  "]
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=1, max_tokens=30)
+    counts: list[int] = []
+    translator.translate(inputs, progress=counts.append)
+    assert sum(counts) == len(inputs)
+    assert len([count for count in counts if count]) > 2  # several batches, each reported

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR, fail, first_line
+from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.train")
@@ -92,6 +93,7 @@ def _main(cfg: DictConfig) -> float | None:
     from seq2seq.training.trainer import TrainingError
 
     _quiet_other_ranks()
+    keep_file_only_records_off_console()  # the model printout, loss lines under a bar
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     _claim_run_folder(cfg, run_dir)
     try:

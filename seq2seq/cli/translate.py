@@ -55,6 +55,7 @@ from seq2seq.cli.common import (
     require_checkpoint_files,
     translator_options,
 )
+from seq2seq.console import count_bar
 from seq2seq.onednn_caches import bound_onednn_caches
 
 if TYPE_CHECKING:
@@ -71,6 +72,13 @@ def _stdin_lines() -> Iterator[str]:
     from seq2seq.data.corpus import decode_lines
 
     return decode_lines(sys.stdin.buffer, "<stdin>")
+
+
+def _count_lines(path: Path) -> int:
+    from seq2seq.data.corpus import open_binary
+
+    with open_binary(path) as file:
+        return sum(1 for _ in file)
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -202,10 +210,16 @@ def run(cfg: DictConfig) -> int:
             if interactive:
                 decode_seconds = _interactive(translator, writer)
             else:
+                # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
+                total = _count_lines(Path(cfg.input)) if cfg.input is not None else None
+                bar = stack.enter_context(count_bar(
+                    total, description="translating", unit=" lines",
+                    enabled=None if total is not None and total > 1000 else False))
                 for chunk in _chunks(lines, cfg.chunk_lines):
                     chunk_started = time.perf_counter()
                     writer.write(translator.translate(chunk, return_attention=plot_dir is not None))
                     decode_seconds += time.perf_counter() - chunk_started
+                    bar.update(len(chunk))
             stream.flush()
     except DataError as error:
         fail(str(error))

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
+
+from seq2seq.console import count_bar
 
 
 def progress_bar(*, description: str, enabled: bool | None) -> Any:
-    """A tqdm bar counting pairs on stderr, shown only for steps lasting over two seconds.
+    """A bar counting pairs on stderr, shown only for steps lasting over two seconds.
 
     Args:
         description: The bar's label.
         enabled: True or False to force it on or off; None: only when stderr is a terminal.
     """
-    from tqdm import tqdm
-
-    return tqdm(
-        desc=description,
-        unit=" pairs",
-        unit_scale=True,
-        file=sys.stderr,
-        delay=2.0,
-        leave=False,
-        disable=None if enabled is None else not enabled,
-    )
+    return count_bar(None, description=description, unit=" pairs", unit_scale=True,
+                     enabled=enabled)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from seq2seq.atomic import write_text
+from seq2seq.console import count_bar
 from seq2seq.data.corpus import DataError, iter_parallel_chunks
 from seq2seq.metrics import corpus_scores
 
@@ -87,7 +88,9 @@ def evaluate_translations(
         )
     started = time.perf_counter()
     # The searches copy their results to the CPU, so no GPU work is still queued after this.
-    translations = translator.translate(list(sources), return_attention=attention_stats)
+    with count_bar(len(sources), description="translating", unit=" sentences") as bar:
+        translations = translator.translate(list(sources), return_attention=attention_stats,
+                                            progress=bar.update)
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
     scores = corpus_scores(hypotheses, references)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -292,13 +292,16 @@ class Translator:
 
     # -- ids ------------------------------------------------------------------------------
     def translate_ids(
-        self, src_ids: Sequence[np.ndarray], *, return_attention: bool = False
+        self, src_ids: Sequence[np.ndarray], *, return_attention: bool = False,
+        progress: Callable[[int], object] | None = None,
     ) -> list[list[Hypothesis]]:
         """Translate sentences given as source piece ids (without EOS).
 
         Args:
             src_ids: one 1-D integer array (or list) of piece ids per sentence.
             return_attention: also return each hypothesis' attention weights.
+            progress: called with the number of sentences each batch translated (a progress
+                bar's ``update``).
 
         Returns:
             Per sentence, in input order, up to ``nbest`` hypotheses, best first. An empty
@@ -312,6 +315,8 @@ class Translator:
         for index, source in enumerate(sources):
             if source.size == 0:
                 results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
+        if progress is not None:
+            progress(sum(source.size == 0 for source in sources))
         with eval_mode(self.model):
             for batch in self._batches(sources):
                 batch_results = self._search(
@@ -319,6 +324,8 @@ class Translator:
                 )
                 for index, hypotheses in zip(batch, batch_results, strict=True):
                     results[index] = hypotheses
+                if progress is not None:
+                    progress(len(batch))
         return results  # type: ignore[return-value]  # every slot is filled above
 
     @property
@@ -423,7 +430,7 @@ class Translator:
     # -- text -----------------------------------------------------------------------------
     def translate(
         self, sentences: Sequence[str], *, return_attention: bool = True,
-        attention_heads: bool = False,
+        attention_heads: bool = False, progress: Callable[[int], object] | None = None,
     ) -> list[list[Translation]]:
         """Translate sentences of raw text.
 
@@ -433,13 +440,15 @@ class Translator:
             attention_heads: also give the best translations' every layer's and head's
                 attention where the model has them (:attr:`has_attention_heads`): one more
                 teacher-forced pass.
+            progress: as in :meth:`translate_ids`.
 
         Returns:
             Per sentence, in input order, up to ``nbest`` translations, best first. An empty
             or blank sentence gives one empty translation (score 0.0, no attention).
         """
         src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
-        results = self.translate_ids(src_ids, return_attention=return_attention)
+        results = self.translate_ids(src_ids, return_attention=return_attention,
+                                     progress=progress)
         heads = (self._attention_heads(src_ids, results) if attention_heads
                  else [None] * len(results))
         # Detokenize every hypothesis in one sentencepiece call.

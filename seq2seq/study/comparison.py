@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
+from seq2seq.console import count_bar, logs_above_bars
 from seq2seq.study import buckets, faithfulness, positions
 from seq2seq.study.logs import TrainingLog, read_training_log
 from seq2seq.study.records import scored_with, write_record
@@ -85,27 +86,32 @@ def compare(
     scores: dict[str, dict[str, Any]] = {}
     logs: dict[str, TrainingLog] = {}
     wanted = settings_key(options)
-    for run in runs:
-        if not run.ok:
-            continue
-        if run.recorded is not None:
-            if not scored_with(run.recorded, wanted):
-                run.failure = ("recorded with other scoring settings or an older compare.py: "
-                               "score its run folder again")
+    to_score = [run for run in runs if run.ok and run.recorded is None]
+    with logs_above_bars(), count_bar(len(to_score), description="runs scored", unit=" runs",
+                                      leave=True) as runs_bar:
+        for run in runs:
+            if not run.ok:
                 continue
-            scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
-            continue
-        try:
-            scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
-            logs[str(run.path)] = read_training_log(run.path)
-        except Exception as error:  # a damaged run is listed as failed, the others go on
-            text = str(error).strip().splitlines()
-            run.failure = f"scoring failed: {text[0] if text else type(error).__name__}"
-            log.warning("%s: %s", run.path, run.failure)
-            continue
-        if records_dir is not None:
-            write_record(records_dir, run.path, run.config, scores[str(run.path)],
-                         logs[str(run.path)])
+            if run.recorded is not None:
+                if not scored_with(run.recorded, wanted):
+                    run.failure = ("recorded with other scoring settings or an older compare.py: "
+                                   "score its run folder again")
+                    continue
+                scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
+                continue
+            log.info("run %d of %d: %s", to_score.index(run) + 1, len(to_score), run.path)
+            try:
+                scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
+                logs[str(run.path)] = read_training_log(run.path)
+                runs_bar.update(1)
+            except Exception as error:  # a damaged run is listed as failed, the others go on
+                text = str(error).strip().splitlines()
+                run.failure = f"scoring failed: {text[0] if text else type(error).__name__}"
+                log.warning("%s: %s", run.path, run.failure)
+                continue
+            if records_dir is not None:
+                write_record(records_dir, run.path, run.config, scores[str(run.path)],
+                             logs[str(run.path)])
 
     rows = [summarize(group, scores, logs) for group in groups]
     scored = [(group, row) for group, row in zip(groups, rows, strict=True) if row.runs]

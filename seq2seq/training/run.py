@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
 from seq2seq.config_types import check_config
+from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
 from seq2seq.training import averaging
@@ -141,7 +142,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             src_vocab_size=tokenizers.src.vocab_size,
             tgt_vocab_size=tokenizers.tgt.vocab_size,
         ).to(context.device)
-        log.info("model: %s parameters\n%s", f"{count_parameters(model):,}", model)
+        parts = ", ".join(f"{name} {type(part).__name__}" for name, part in
+                          (("encoder", model.encoder), ("decoder", model.decoder),
+                           ("attention", getattr(getattr(model.decoder, "attention", None),
+                                                  "scorer", None)))
+                          if part is not None)
+        log.info("model: %s parameters (%s); the whole model is printed in train.log",
+                 f"{count_parameters(model):,}", parts)
+        log.info("model:\n%s", model, extra=FILE_ONLY)
         if config["model"].get("attention") is not None and not uses_scorer(config["model"]["decoder"]):
             log.info("the decoder brings its own attention: the model.attention node "
                      "(model/attention=...) is not used")

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
+from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision
 from seq2seq.training.averaging import average_recent
@@ -220,11 +221,27 @@ class Trainer:
             return True
         return False
 
-    def _progress_bar(self, total: int | None):
+    def _progress_bar(self, total_steps: int | None):
+        """A bar over the step budget, or else over the ``max_time`` budget (minutes trained of
+        max_time, with the ETA); on rank 0 only, on a terminal unless trainer.progress_bar."""
         show = self.settings.progress_bar
         show = (sys.stderr.isatty() if show == "auto" else show) and self.context.is_main
-        return tqdm(total=total, initial=self.state.step, disable=not show, unit="step",
+        self._bar_counts_minutes = total_steps is None and self.settings.max_time is not None
+        if self._bar_counts_minutes:
+            return tqdm(total=self.settings.max_time, initial=self.state.train_seconds / 60,
+                        disable=not show, dynamic_ncols=True, file=sys.stderr,
+                        bar_format="{l_bar}{bar}| {n:.1f}/{total:g} min trained "
+                                   "[{elapsed}<{remaining}{postfix}]")
+        return tqdm(total=total_steps, initial=self.state.step, disable=not show, unit="step",
                     dynamic_ncols=True, file=sys.stderr)
+
+    def _advance(self, progress, started: float) -> None:
+        """One step done: a step bar moves by one, a time bar to the minutes trained."""
+        if not self._bar_counts_minutes:
+            progress.update(1)
+        else:
+            minutes = (self.state.train_seconds + time.perf_counter() - started) / 60
+            progress.update(max(min(minutes, progress.total) - progress.n, 0))
 
     # -- training ----------------------------------------------------------------------------
     def _groups(self) -> Iterator[list[Batch]]:
@@ -259,13 +276,18 @@ class Trainer:
 
     def fit(self) -> TrainerState:
         """Train until max_steps, max_epochs, max_time or early stopping; return the state."""
-        settings, state = self.settings, self.state
+        settings = self.settings
         self.model.train()
         total = settings.max_steps
         if total is None and settings.max_epochs is not None:
             groups = math.ceil(len(self.sampler) / settings.accumulate_grad_batches)
             total = settings.max_epochs * groups
         progress = self._progress_bar(total)
+        with logs_above_bars(not progress.disable):
+            return self._fit(progress)
+
+    def _fit(self, progress) -> TrainerState:
+        settings, state = self.settings, self.state
         self.budget.start(state)  # a resumed run goes on from the seconds it had trained
         started = window_started = time.perf_counter()
         window_loss = torch.zeros((), device=self.device)
@@ -288,7 +310,7 @@ class Trainer:
                         stop = True
                         break
                     continue
-                progress.update(1)
+                self._advance(progress, started)
                 if state.step % settings.log_every == 0:
                     self._log_train(window_loss, window_tokens, window_started, progress)
                     window_loss = torch.zeros((), device=self.device)
@@ -384,7 +406,9 @@ class Trainer:
         loss = loss_sum.item() / max(loss_tokens, 1)
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = float(self.last_grad_norm)
-        progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}")
+        postfix = {"step": self.state.step} if self._bar_counts_minutes else {}
+        progress.set_postfix(**postfix, loss=f"{loss:.3f}", lr=f"{lr:.2e}",
+                             tok_s=f"{tokens_per_second:,.0f}")
         if self.writer is not None:
             step = self.state.step
             self.writer.add_scalar("train/loss", loss, step)
@@ -392,6 +416,7 @@ class Trainer:
             self.writer.add_scalar("train/lr", lr, step)
             self.writer.add_scalar("train/grad_norm", grad_norm, step)
             self.writer.add_scalar("train/tokens_per_sec", tokens_per_second, step)
-        if progress.disable and self.context.is_main:
+        if self.context.is_main:  # a visible bar shows them on the terminal already
             log.info("step %d epoch %d: loss %.3f lr %.2e grad norm %.2f %.0f tok/s",
-                     self.state.step, self.state.epoch + 1, loss, lr, grad_norm, tokens_per_second)
+                     self.state.step, self.state.epoch + 1, loss, lr, grad_norm, tokens_per_second,
+                     extra=None if progress.disable else FILE_ONLY)
