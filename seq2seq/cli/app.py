@@ -89,9 +89,10 @@ def did_you_mean(key: str, candidates: Iterable[str]) -> str:
     # A mistyped last part first, among the keys beside it; then the whole dotted path.
     parent, _, last = key.rpartition(".")
     siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
-    close = [siblings[name] for name in difflib.get_close_matches(last, list(siblings), n=2)]
+    close = [siblings[name] for name in difflib.get_close_matches(last, list(siblings), n=2,
+                                                                  cutoff=0.7)]
     if not close:
-        close = difflib.get_close_matches(key, candidates, n=2, cutoff=0.6)
+        close = difflib.get_close_matches(key, candidates, n=2, cutoff=0.7)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
