@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import json
 import math
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -368,7 +369,9 @@ def test_backward_moves_and_coverage_of_attention():
         (["{empty}/nothing_here"], "no such folder"),
         (["{empty}", "split=train"], "split must be valid or test"),
         (["{empty}", "beam_size=x"], "beam_size: expected an integer"),
-        (["{empty}", "colour=red"], "unknown option 'colour'"),
+        (["{empty}", "colour=red"], "colour is not an option of compare.py; --help lists them"),
+        (["{empty}", "+beem_size=3"], "beem_size is not an option of compare.py (did you mean "
+                                      "beam_size?)"),
         ([], "no run folder given"),
     ],
 )
@@ -454,3 +457,14 @@ def test_parameter_count_counts_tied_embeddings_once(tmp_path):
     translator = Translator.from_payload(loaded, "cpu")
     parameters = sum(p.numel() for p in model.parameters())
     assert translator.parameter_count == parameters < state_numbers  # the tie is in the state
+
+
+def test_help_lists_every_option_once_with_what_it_does_and_its_default(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        compare_cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    listed = re.findall(r"^  (\w+) +(.+)$", text, re.MULTILINE)
+    assert [name for name, _ in listed] == list(compare_cli.option_defaults())
+    assert set(compare_cli.OPTION_HELP) == set(compare_cli.option_defaults())
+    assert re.search(r"^  beam_size +beam size .*\[default 5\]$", text, re.MULTILINE)

@@ -206,3 +206,17 @@ def test_the_reference_gives_the_defaults_help_gives():
     """docs/configuration.md and --help read the same files: a default changed in one place
     shows here."""
     assert differing_defaults(REFERENCE.read_text(encoding="utf-8")) == []
+
+
+def test_the_reference_gives_compares_options_and_defaults():
+    from seq2seq.cli import compare
+
+    body = next(body for heading, body in sections(REFERENCE.read_text(encoding="utf-8"))
+                if "`compare.py` options" in heading)
+    rows = dict(ROW.findall(body))
+
+    def shown(value) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) \
+            else str(value)
+
+    assert rows == {name: shown(default) for name, default in compare.option_defaults().items()}

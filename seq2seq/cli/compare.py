@@ -12,26 +12,7 @@ arguments are options (Hydra-style, in any order)::
 A run record (``*.run.json.gz``, written with ``records_dir=``) is a scored run kept without
 its folder and checkpoint: given alone or beside run folders, it counts as a complete run.
 
-Options:
-    split=valid|test          the split of each run's own data config (default test)
-    beam_size=5               decoding, as in evaluate.py (also length_penalty, max_len_a,
-                              max_len_b, max_source_length, max_tokens, precision)
-    device=auto               auto | cpu | cuda | cuda:N | mps
-    num_threads=null          CPU threads for torch (null: torch's default)
-    output_dir=null           where comparison.{md,csv,json} and the PNGs go (null: the runs'
-                              deepest common parent folder)
-    test=bs                   significance test: bs (paired bootstrap) | ar (approximate
-                              randomization) | none
-    samples=0                 resamples/trials (0: sacreBLEU's default: 1000 bs, 10000 ar)
-    aso_iterations=1000       bootstrap iterations of the significance over seeds (Almost
-                              Stochastic Order between every pair of groups; 0: skip it)
-    heatmap_sentence=0        the sentence (line of the split, from 0) of the heatmaps
-    probes=true               the faithfulness probe: decode again with uniform and with
-                              shifted attention weights (two more decodings per run)
-    records_dir=null          also write each scored run folder's record (scores, curve,
-                              config; about 30 kB) there
-    refresh=false             re-score runs whose cached scores are still valid
-    plots=true                draw the PNGs
+Options: ``python compare.py --help`` lists each with its default (``OPTION_HELP`` below).
 
 Prints the table (markdown) on stdout, then one ``failed: RUN (GROUP): reason`` line per run that
 could not be scored; logs go to stderr. Bad options, no run folder, or no run that could be
@@ -55,6 +36,57 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "num_threads": None, "output_dir": None, "test": "bs", "samples": 0, "refresh": False,
     "plots": True, "aso_iterations": 1000, "records_dir": None,
 }
+# What each option does, in one line: the source of --help (docs/configuration.md gives the
+# same defaults, checked by tests/test_docs.py).
+OPTION_HELP: dict[str, str] = {
+    "split": "valid | test: the split of each run's own data config",
+    "beam_size": "beam size of the decoding (1: greedy), as in evaluate.py",
+    "length_penalty": "GNMT alpha; 0: rank by summed log-probability",
+    "max_len_a": "output length limit: floor(a * source length + b) pieces",
+    "max_len_b": "see max_len_a",
+    "max_source_length": "longer sources are cut to this many pieces",
+    "max_tokens": "padded source ids per decoding batch (also batch.max_tokens)",
+    "precision": "fp32 | bf16 | fp16 | auto: autocast during the decoding",
+    "device": "auto (CUDA, then MPS, then CPU) | cpu | cuda | cuda:N | mps",
+    "heatmap_sentence": "the line of the split (from 0) drawn in the heatmaps",
+    "probes": "the faithfulness probe: decode again with uniform and with shifted attention "
+              "weights (two more decodings per run)",
+    "num_threads": "CPU threads for torch; null: torch's default",
+    "output_dir": "where comparison.{md,csv,json} and the PNGs go; null: the runs' deepest "
+                  "common parent folder",
+    "test": "sentence-level significance test: bs (paired bootstrap) | ar (approximate "
+            "randomization) | none",
+    "samples": "resamples or trials; 0: sacreBLEU's default (1,000 bs, 10,000 ar)",
+    "aso_iterations": "bootstrap iterations of the significance over seeds (Almost Stochastic "
+                      "Order between every pair of groups); 0: skip it",
+    "records_dir": "also write each scored run folder's record (scores, curve, config; about "
+                   "30 kB) there",
+    "refresh": "score again runs whose cached scores are still valid",
+    "plots": "draw the PNGs",
+}
+
+
+def option_defaults() -> dict[str, Any]:
+    from seq2seq.study.scoring import ScoringOptions
+
+    return {f.name: f.default for f in fields(ScoringOptions)} | _EXTRA_OPTIONS
+
+
+def help_text(width: int = 100) -> str:
+    """``--help``: the usage, then every option with what it does and its default."""
+    import textwrap
+
+    def shown(value: Any) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) \
+            else str(value)
+
+    lines = [USAGE, "", __doc__.split("\n\nOptions:")[0].strip(), "", "Options (key=value):"]
+    for name, default in option_defaults().items():
+        text = f"{OPTION_HELP[name]} [default {shown(default)}]"
+        wrapped = textwrap.wrap(text, width - 22)
+        lines.append(f"  {name:<18}  {wrapped[0]}")
+        lines += [" " * 22 + part for part in wrapped[1:]]
+    return "\n".join(lines) + "\n"
 
 
 def _convert(key: str, text: str, default: Any) -> Any:
@@ -77,21 +109,21 @@ def _convert(key: str, text: str, default: Any) -> Any:
 
 def parse_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     """Split ``argv`` into run specs and typed options; exits with one line on bad options."""
-    from seq2seq.study.scoring import ScoringOptions
-
-    defaults = {f.name: f.default for f in fields(ScoringOptions)} | _EXTRA_OPTIONS
+    defaults = option_defaults()
     specs: list[str] = []
     options = dict(defaults)
     for argument in argv:
         if argument in ("-h", "--help"):
-            print(__doc__)
+            print(help_text(), end="")
             sys.exit(0)
         key, sep, value = argument.partition("=")
         key = key.removeprefix("+").removeprefix("batch.")  # batch.max_tokens as in evaluate.py
         if sep and key.isidentifier():
             if key not in defaults:
-                fail(f"unknown option {argument.partition('=')[0]!r} (options: "
-                     f"{', '.join(sorted(defaults))})")
+                from seq2seq.cli.app import did_you_mean
+
+                fail(f"{argument.partition('=')[0].lstrip('+')} is not an option of compare.py"
+                     f"{did_you_mean(key, defaults)}; --help lists them")
             options[key] = _convert(key, value, defaults[key])
         elif argument.startswith("-"):
             fail(f"unknown flag {argument!r}; {USAGE}")
