@@ -13,7 +13,7 @@ Examples::
     python translate.py checkpoint=best.pt nbest=3 < test.de     # 3 lines per input line
     python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
     python translate.py 'checkpoint=[a/best.pt,b/best.pt]' < test.de    # ensemble
-    python translate.py checkpoint=best.pt shortlist=shortlist.pt < test.de   # faster on CPUs
+    python translate.py checkpoint=best.pt shortlist=shortlist.pt < test.de   # a shortlist
 
 Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
 each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
