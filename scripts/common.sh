@@ -1,4 +1,8 @@
-# Sourced by the scripts in this folder, from the repository root: the interpreter and DRY_RUN.
+# Sourced by the scripts in this folder: the repository root, the interpreter and DRY_RUN.
+
+# The repository root, where every relative path of the scripts starts: the folder above this file.
+cd "$(dirname "${BASH_SOURCE[0]}")/.." \
+    || { echo "$0: cannot find the repository root; sbatch this script from it" >&2; exit 1; }
 
 # The interpreter: $PYTHON, else the project's virtual environment, else `python` on the PATH.
 if [[ -z ${PYTHON:-} ]]; then

@@ -16,14 +16,10 @@
 #SBATCH --time=08:00:00
 set -euo pipefail
 
-# The repository root: above this script or, under sbatch (which runs a copy of the script), the
-# folder the job was submitted from or the one above it.
-for root in "$(dirname "${BASH_SOURCE[0]}")/.." "${SLURM_SUBMIT_DIR:-/nonexistent}"{,/..}; do
-    if [[ -f $root/scripts/common.sh ]]; then break; fi
-done
-cd "$root" 2>/dev/null && [[ -f scripts/common.sh ]] \
-    || { echo "$0: cannot find the repository root; sbatch this script from it" >&2; exit 1; }
-source scripts/common.sh
+# scripts/common.sh finds the repository root (under sbatch, which runs a copy of this script,
+# from the folder the job was submitted from) and goes there.
+for c in "$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-.}"{/scripts,}; do [[ -f $c/common.sh ]] && break; done
+[[ -f $c/common.sh ]] && source "$c/common.sh" || { echo "$0: cannot find the repository root; sbatch this script from it" >&2; exit 1; }
 source scripts/study_common.sh
 
 STUDY_TRANSFORMER_STEPS=${STUDY_TRANSFORMER_STEPS:-4000}
