@@ -32,6 +32,8 @@ SENTENCES = [
     "--help ist kein Schalter hier",
     "Preis: ${oc.env:HOME} $x",
     "back\\slash am Ende\\",
+    "a\\${b}",
+    "a \\\\${b}",
     "null",
     "42",
 ]
@@ -135,9 +137,55 @@ def test_train_py_prints_the_reason_before_the_data_stage(run_tool, tmp_path):
                        f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
                       cwd=tmp_path)
     assert result.returncode == 1
-    assert "query_dim=256 != key_dim=512. Set model.attention.project_keys=true" in result.stdout
-    assert "Error in call to target" not in result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: model.attention: DotScorer takes the dot product of query and key, but "
+        "query_dim=256 != key_dim=512. Set model.attention.project_keys=true to learn a key "
+        "projection, or choose another scorer (e.g. model/attention=general or additive)."]
     assert not (tmp_path / "data").exists()
+    assert not (tmp_path / "run").exists()  # refused before the folder was claimed
+
+
+class ItemEncoder:
+    """A user's part whose constructor reads a tensor's value: it cannot be built on the meta
+    device, so the early check leaves it to the real build."""
+
+    def __new__(cls, **arguments):
+        import torch
+
+        from seq2seq.models.encoder import RNNEncoder
+
+        torch.ones(1).sum().item()
+        return RNNEncoder(**arguments)
+
+
+def test_a_part_that_cannot_be_built_on_meta_is_left_to_the_real_build():
+    config = OmegaConf.to_container(compose_train_config([]), resolve=True)
+    config["model"]["encoder"]["_target_"] = f"{__name__}.ItemEncoder"
+    check_model_config(config["model"])  # no error
+
+
+@pytest.mark.parametrize(("tool", "arguments", "message"), [
+    # A sweep elsewhere on the line does not cost the suggestion.
+    ("train.py", ["-m", "trainer.seed=1,2", "trainer.max_step=30"],
+     "trainer.max_step is not an option (did you mean trainer.max_steps or trainer.max_time?); "
+     "--help lists them"),
+    # Under a node that takes keys of its own, the + form is named.
+    ("evaluate.py", ["checkpoint=x.pt", "data.dir=/data"],
+     "data.dir is not an option, or add it with +data.dir=VALUE if your class takes it; "
+     "--help lists them"),
+    ("train.py", ["model.encoder.foo=3"],
+     "model.encoder.foo is not an option, or add it with +model.encoder.foo=VALUE if your class "
+     "takes it; --help lists them"),
+])
+def test_what_the_message_of_an_unknown_key_says(run_tool, tmp_path, tool, arguments, message):
+    result = run_tool([ROOT / tool, *arguments], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+def test_hydras_own_flags_pass(run_tool, tmp_path):
+    result = run_tool([ROOT / "translate.py", "-sc", "install=bash"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
 
 
 # -- --help ---------------------------------------------------------------------------------
@@ -176,6 +224,18 @@ def test_train_help_follows_the_chosen_groups():
     assert "model.attention.heads" in text and "trainer.max_steps" in text
     assert re.search(r"^  model/attention +multihead \| additive", text, re.MULTILINE)
     assert "model.attention.hidden_size" not in text  # additive's, not chosen
+
+
+def test_train_help_with_a_preset_shows_what_that_run_would_get():
+    text = render_help("train", "python train.py", ["experiment=multi30k_best"], width=200)
+    listed = re.findall(r"^  (\S+) +(.*)$", text, re.MULTILINE)
+    keys = [key for key, _ in listed]
+    assert len(keys) == len(set(keys))  # each option once
+    lines = dict(listed)
+    assert lines["model.dropout"].endswith("[default 0.3]")
+    assert lines["optimizer.weight_decay"].endswith("[default 0.1]")  # adamw, as the preset says
+    assert lines["scheduler"].startswith("cosine")  # the group's chosen option first
+    assert "min_factor" in text
 
 
 def test_help_from_the_command_line(run_tool, tmp_path):

@@ -208,6 +208,14 @@ def test_the_reference_gives_the_defaults_help_gives():
     assert differing_defaults(REFERENCE.read_text(encoding="utf-8")) == []
 
 
+def test_the_defaults_check_can_fail():
+    reference = REFERENCE.read_text(encoding="utf-8")
+    row = "| `trainer.max_epochs` | `20` |"
+    assert row in reference
+    assert differing_defaults(reference.replace(row, "| `trainer.max_epochs` | `30` |")) == [
+        "trainer=default: trainer.max_epochs: 30 -> 20"]
+
+
 def test_the_reference_gives_compares_options_and_defaults():
     from seq2seq.cli import compare
 
@@ -215,8 +223,7 @@ def test_the_reference_gives_compares_options_and_defaults():
                 if "`compare.py` options" in heading)
     rows = dict(ROW.findall(body))
 
-    def shown(value) -> str:
-        return "null" if value is None else str(value).lower() if isinstance(value, bool) \
-            else str(value)
+    from seq2seq.cli.help import format_value
 
-    assert rows == {name: shown(default) for name, default in compare.option_defaults().items()}
+    assert rows == {name: format_value(default)
+                    for name, default in compare.option_defaults().items()}

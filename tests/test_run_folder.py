@@ -42,7 +42,21 @@ def test_a_fresh_or_empty_folder_is_not_a_run(tmp_path):
     assert not holds_run(tmp_path)
     assert claim_run_folder(tmp_path, resume=None, overwrite=False) == []
     (tmp_path / "notes.txt").write_text("a user's own file")
+    (tmp_path / "config.yaml").write_text("a user's own config")
     assert not holds_run(tmp_path)
+    # A start that failed in the data stage left Hydra's snapshot and a log: not a run, so
+    # the corrected command may use the folder.
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "train.log").write_text("[ERROR] the data file is missing\n")
+    (tmp_path / "config.yaml").unlink()
+    assert not holds_run(tmp_path)
+
+
+def test_resume_auto_refuses_checkpoints_it_cannot_continue(tmp_path):
+    make_old_run(tmp_path)
+    (tmp_path / "checkpoints" / "last.pt").unlink()  # killed before its first save
+    with pytest.raises(RunFolderError, match="no checkpoints/last.pt to continue from"):
+        claim_run_folder(tmp_path, resume="auto", overwrite=False)
 
 
 def test_reuse_is_refused_with_both_ways_out_and_nothing_changes(tmp_path):
@@ -118,7 +132,8 @@ def test_on_a_terminal_the_bar_follows_max_time_and_train_log_keeps_the_loss_lin
 
     run_dir = tmp_path / "run"
     overrides = tiny_train_config.overrides(**{
-        "trainer.max_steps": "null", "trainer.max_epochs": "null", "trainer.max_time": 0.04,
+        # max_epochs left set: the bar follows whichever limit ends first.
+        "trainer.max_steps": "null", "trainer.max_epochs": 20, "trainer.max_time": 0.04,
         "trainer.valid_every": "null", "trainer.progress_bar": "auto", "hydra.run.dir": run_dir})
     master, slave = pty.openpty()
     # A terminal 120 columns wide: tqdm draws nothing on one of width 0 (a new pty's size).
@@ -151,8 +166,8 @@ def test_on_a_terminal_the_bar_follows_max_time_and_train_log_keeps_the_loss_lin
     assert result.returncode == 0, screen[-3000:]
     log = (run_dir / "train.log").read_text()
     assert re.search(r"step \d+ epoch \d+: loss", log), log[-2000:]
-    assert "min trained" in screen, screen[-2000:]  # the bar counts minutes of max_time
+    assert "% of the budget" in screen, screen[-2000:]  # the bar follows max_time
     assert "Seq2Seq(" in log and "Seq2Seq(" not in screen  # the printout: the file only
     assert re.search(r"model: [\d,]+ parameters", screen)
     for segment in re.split(r"[\r\n]", screen):  # no log line printed onto the bar's line
-        assert not ("min trained" in segment and "[INFO]" in segment), segment
+        assert not ("% of the budget" in segment and "[INFO]" in segment), segment

@@ -411,10 +411,10 @@ def test_bad_config_value_is_one_line_error_from_train_py(tmp_path, run_python):
     result = run_python([ROOT / "train.py", "optimizer.lr=abc"], cwd=tmp_path, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
-    errors = [line for line in output.splitlines() if "ERROR" in line]
-    assert len(errors) == 1 and "optimizer.lr: expected a number, got 'abc'" in errors[0], output
+    assert result.stderr.strip().splitlines() == ["error: optimizer.lr: expected a number, got 'abc'"]
     assert "Traceback" not in output
     assert not (tmp_path / "data").exists()  # stopped before fetching or preparing anything
+    assert not (tmp_path / "outputs").exists()  # nor a run folder left behind
 
 
 @pytest.mark.parametrize("argv", [

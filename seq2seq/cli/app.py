@@ -18,12 +18,13 @@ from typing import Any
 
 from seq2seq import CONFIG_DIR
 from seq2seq.cli.common import check_group_overrides, fail
+from seq2seq.config_types import error_reason
 
 
 def quote_literal(value: str) -> str:
     """``value`` as a Hydra quoted string that composes back to exactly ``value`` (commas,
     quotes, ``=``, brackets, non-ASCII letters and ``${`` included)."""
-    escaped = re.sub(r"(\\+)(?='|$)", lambda match: match[1] * 2, value)
+    escaped = re.sub(r"(\\+)(?='|$|\$\{)", lambda match: match[1] * 2, value)
     return "'" + escaped.replace("'", "\\'").replace("${", "\\${") + "'"
 
 
@@ -33,7 +34,7 @@ def literal_overrides(argv: Sequence[str], keys: Iterable[str]) -> list[str]:
     The shell hands ``text="Zwei Männer, ein Hund."`` to the program as
     ``text=Zwei Männer, ein Hund.``, which Hydra's grammar refuses (non-ASCII letters) or reads
     as a sweep (the comma). A value already in Hydra's quoted form (``'text="a, b"'``) is left
-    as it is.
+    as it is, so a sentence that is wholly in one pair of quotes loses them (as it always has).
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -52,6 +53,29 @@ def literal_overrides(argv: Sequence[str], keys: Iterable[str]) -> list[str]:
                 argument = f"{key}={quote_literal(value)}"
         rewritten.append(argument)
     return rewritten
+
+
+def parse_command_line(argv: Sequence[str]):
+    """Hydra's own reading of the command line: its flags (``--cfg``, ``-m``, ``--help``, shell
+    completion) and the overrides, as its entry point will see them."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_known_args(list(argv))[0]
+
+
+def _without_sweeps(overrides: Sequence[str]) -> list[str]:
+    """The overrides without sweeps (``trainer.seed=1,2``), which one composition cannot take."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    kept = []
+    for override in overrides:
+        try:
+            if not parser.parse_override(override).is_sweep_override():
+                kept.append(override)
+        except Exception:
+            continue  # an override Hydra cannot read is not one to compose with
+    return kept
 
 
 def config_keys(node: Any, prefix: str = "") -> list[str]:
@@ -91,7 +115,8 @@ def did_you_mean(key: str, candidates: Iterable[str]) -> str:
     siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
     close = [siblings[name] for name in difflib.get_close_matches(last, list(siblings), n=2,
                                                                   cutoff=0.7)]
-    if not close:
+    parents = {c.rpartition(".")[0] for c in candidates}
+    if not close and parent not in parents:  # a mistyped parent: the whole dotted path
         close = difflib.get_close_matches(key, candidates, n=2, cutoff=0.7)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
@@ -101,44 +126,60 @@ def refuse_unknown_keys(argv: Sequence[str], config_name: str) -> None:
     does not declare: a tool that is not ``train.py`` takes no key its code would not read."""
     known = file_keys(config_name)
     open_nodes = tuple(f"{node}." for node in _open_nodes(config_name))
-    for argument in argv:
-        if argument.startswith("-"):
-            continue
+    for argument in parse_command_line(argv).overrides:
         key, equals, _ = argument.lstrip("+").partition("=")
         if not equals or key.startswith(("hydra.", "hydra/", "~")) or key in known \
                 or key.startswith(open_nodes):
             continue
-        fail(f"{key} is not an option of {config_name}.yaml{did_you_mean(key, known)}; "
+        leaves = [k for k in known if not any(other.startswith(f"{k}.") for other in known)]
+        fail(f"{key} is not an option of {config_name}.yaml{did_you_mean(key, leaves)}; "
              "--help lists them")
 
 
-def _known_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
-    """The keys of the config composed with ``overrides`` (those Hydra can compose)."""
+def compose_config(config_name: str, overrides: Sequence[str] = ()):
+    """The config composed with ``overrides`` (sweeps left out), or None if it cannot be."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=list(overrides))
-        return config_keys(OmegaConf.to_container(cfg, resolve=False))
+            return compose(config_name=config_name, overrides=_without_sweeps(overrides),
+                           return_hydra_config=True)
     except Exception:
-        return file_keys(config_name)
+        return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _unknown_key_message(key: str, config_name: str, overrides: Sequence[str]) -> str:
+    """``KEY is not an option (did you mean ...?)``, with the ``+`` form where the key would go
+    under a node that takes keys of its own (a ``_target_`` class's, an open ``{}`` node)."""
+    from omegaconf import OmegaConf
+
+    rest = [o for o in overrides if o.lstrip("+").partition("=")[0] != key]
+    cfg = compose_config(config_name, rest)
+    if cfg is None:
+        leaves, parent_node = file_keys(config_name), None
+    else:
+        plain = OmegaConf.to_container(cfg, resolve=False)
+        plain.pop("hydra", None)
+        leaves = [k for k in config_keys(plain)
+                  if not isinstance(OmegaConf.select(cfg, k), dict | type(cfg))]
+        parent = key.rpartition(".")[0]
+        parent_node = OmegaConf.select(cfg, parent) if parent else None
+    hint = did_you_mean(key, leaves)
+    takes_own = OmegaConf.is_dict(parent_node) and ("_target_" in parent_node or not parent_node)
+    plus = f", or add it with +{key}=VALUE if your class takes it" if takes_own else ""
+    return f"{key} is not an option{hint}{plus}; --help lists them"
 
 
 def explain_composition_error(error: Exception, config_name: str, argv: Sequence[str]) -> str:
     """One line for an error Hydra raised while composing the command line's config."""
     text = str(error)
-    # Hydra's flags (--cfg job, -m) are not overrides; every override has an "=" or a "~".
-    overrides = [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    overrides = parse_command_line(argv).overrides
     if match := re.search(r"Could not override '([^']+)'", text):
-        key = match[1]
-        rest = [a for a in overrides if a.lstrip("+").partition("=")[0] != key]
-        hint = did_you_mean(key, _known_keys(config_name, rest))
-        return f"{key} is not an option{hint}; --help lists them"
+        return _unknown_key_message(match[1], config_name, overrides)
     if match := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
         group, option = match[1], match[2]
         choices = re.findall(r"^\t(\S+)$", text, re.MULTILINE)
@@ -152,41 +193,58 @@ def explain_composition_error(error: Exception, config_name: str, argv: Sequence
         first = text.strip().splitlines()[0]
         return (f"cannot read the command line ({first}); quote a value that holds spaces, "
                 "commas, quotes or non-ASCII letters: 'key=\"...\"'")
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return error_reason(error)
+
+
+# HYDRA_FULL_ERROR as the user set it (None: unset), put back when the task starts.
+_users_full_error: str | None = None
+
+
+def task_started() -> None:
+    """Called first by each ``@hydra.main`` task: from here on an error is the task's own, which
+    Hydra reports as usual (the task's one-line handlers come first)."""
+    if _users_full_error is None:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+    else:
+        os.environ["HYDRA_FULL_ERROR"] = _users_full_error
 
 
 def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, summary: str,
                   strict: bool, literal_keys: Sequence[str] = ()) -> Any:
-    """Run ``app`` (a ``@hydra.main`` function) on ``sys.argv`` as described in the module
-    docstring. ``strict``: refuse any key the tool's config file does not declare."""
+    """Run ``app`` (a ``@hydra.main`` function whose task calls :func:`task_started` first) on
+    ``sys.argv`` as described in the module docstring. ``strict``: refuse any key the tool's
+    config file does not declare."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     argv = sys.argv[1:]
-    if "--help" in argv or "-h" in argv:
+    parsed = parse_command_line(argv)
+    if parsed.shell_completion:  # Hydra's own business
+        return app()
+    if parsed.help:
         from seq2seq.cli.help import render_help
 
-        print(render_help(config_name, command, argv, summary=summary), end="")
+        print(render_help(config_name, command, parsed.overrides, summary=summary), end="")
         sys.exit(0)
-    check_group_overrides(argv)
+    check_group_overrides(parsed.overrides)
     if strict:
         refuse_unknown_keys(argv, config_name)
     if literal_keys:
         argv = literal_overrides(argv, literal_keys)
         sys.argv[1:] = argv
     # Hydra prints a composition error in six lines and exits; with HYDRA_FULL_ERROR it raises
-    # it instead, so that it can be said in one.
-    previous = os.environ.get("HYDRA_FULL_ERROR")
+    # it instead, so that it can be said in one. The task unsets it (task_started).
+    global _users_full_error
+    _users_full_error = previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         return app()
     except (HydraException, OmegaConfBaseException) as error:
+        if previous:  # the user asked for Hydra's full report
+            raise
         fail(explain_composition_error(error, config_name, argv))
     finally:
-        if previous is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = previous
+        task_started()  # the environment as the user had it
 
 
 def script_command(path: str | Path) -> str:

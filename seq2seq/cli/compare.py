@@ -76,13 +76,11 @@ def help_text(width: int = 100) -> str:
     """``--help``: the usage, then every option with what it does and its default."""
     import textwrap
 
-    def shown(value: Any) -> str:
-        return "null" if value is None else str(value).lower() if isinstance(value, bool) \
-            else str(value)
+    from seq2seq.cli.help import format_value
 
     lines = [USAGE, "", __doc__.split("\n\nOptions:")[0].strip(), "", "Options (key=value):"]
     for name, default in option_defaults().items():
-        text = f"{OPTION_HELP[name]} [default {shown(default)}]"
+        text = f"{OPTION_HELP[name]} [default {format_value(default)}]"
         wrapped = textwrap.wrap(text, width - 22)
         lines.append(f"  {name:<18}  {wrapped[0]}")
         lines += [" " * 22 + part for part in wrapped[1:]]

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from seq2seq import CONFIG_DIR
 
@@ -101,30 +102,6 @@ def group_prefix(path: Path) -> str:
     return ".".join(relative.parts[:-1]) + "."
 
 
-def _header(path: Path) -> str:
-    """The first comment line of a config file: what the command does."""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#") and not line.startswith("# @package"):
-            return line.lstrip("#").strip()
-    return ""
-
-
-def _defaults(path: Path) -> list[tuple[str, str]]:
-    """The ``group: option`` entries of a primary config's defaults list."""
-    entries = []
-    in_defaults = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("defaults:"):
-            in_defaults = True
-            continue
-        if in_defaults and line and not line.startswith(" "):
-            break
-        item = re.match(r"^\s*-\s*(?!override )([\w/]+):\s*(\S+)", line) if in_defaults else None
-        if item:
-            entries.append((item[1], item[2]))
-    return entries
-
-
 def group_choices(group: str) -> list[str]:
     return sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
 
@@ -144,43 +121,74 @@ def _format(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
     return lines
 
 
-def _option_rows(options: Sequence[Option]) -> list[tuple[str, str]]:
-    rows = []
-    for option in options:
-        default = "required" if option.default == "???" else f"default {option.default or '{}'}"
-        rows.append((option.key, f"{option.description} [{default}]".strip()))
-    return rows
+def format_value(value: Any) -> str:
+    """A default as a user would type it on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    return str(value)
+
+
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every option of a plain config; ``_target_``-like keys left out."""
+    if not isinstance(node, dict) or not node:
+        return [(prefix.rstrip("."), node)]
+    leaves = []
+    for key, value in node.items():
+        if not str(key).startswith("_"):
+            leaves += _leaves(value, f"{prefix}{key}.")
+    return leaves
 
 
 def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *,
                 summary: str = "", width: int | None = None) -> str:
     """The ``--help`` text of the tool whose primary config is ``config_name``.
 
-    For a config with groups (train.yaml), the groups with their choices come first, then the
-    options of the primary file and of each chosen group option (``overrides`` may choose
-    others, as on the command line: ``model/attention=multihead --help``).
+    The config is composed as the command line would compose it (``overrides``: a preset or
+    another group choice changes what is listed, e.g. ``model/attention=multihead --help``),
+    so every option shows the default that run would get. The groups and their choices come
+    first, then every option with the comment of the file that declares it.
     """
+    from omegaconf import OmegaConf
+
+    from seq2seq.cli.app import compose_config
+
     width = width or min(shutil.get_terminal_size((100, 20)).columns, 110)
-    primary = CONFIG_DIR / f"{config_name}.yaml"
-    chosen = dict(_defaults(primary))
-    for override in overrides:
-        key, equals, value = override.lstrip("+").partition("=")
-        if equals and key in chosen:
-            chosen[key] = value
-    lines = [f"usage: {command} [key=value ...]", "", summary or _header(primary), ""]
-    if chosen:
-        lines.append("Config groups (group=choice; the default first):")
+    cfg = compose_config(config_name, overrides) or compose_config(config_name)
+    # Hydra lists the choices last-composed first: shown here in the defaults list's order.
+    choices = {group: format_value(option)
+               for group, option in reversed(list(cfg.hydra.runtime.choices.items()))
+               if not group.startswith("hydra/") and group != "hydra"}
+    files = [CONFIG_DIR / f"{config_name}.yaml"] + [
+        CONFIG_DIR / group / f"{option}.yaml" for group, option in choices.items()
+        if option != "null"]
+    descriptions: dict[str, str] = {}
+    # A preset's comments only where no group file describes the key (they say why a value).
+    for path in sorted((f for f in files if f.is_file()), key=lambda f: "experiment" in f.parts):
+        for option in parse_options(path, group_prefix(path)):
+            if option.description:
+                descriptions.setdefault(option.key, option.description)
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain.pop("hydra", None)
+    summary = (summary or "").replace("``", "`")
+    lines = [f"usage: {command} [key=value ...]", "", summary, ""]
+    if choices:
+        lines.append("Config groups (group=choice; the chosen one first):")
         lines += _format([(group, " | ".join([option] + [c for c in group_choices(group)
                                                        if c != option]))
-                          for group, option in chosen.items()], width)
+                          for group, option in choices.items()], width)
         lines.append("")
     lines.append("Options (key=value):")
-    options = parse_options(primary)
-    for group, option in chosen.items():
-        path = CONFIG_DIR / group / f"{option}.yaml"
-        if path.is_file():
-            options += parse_options(path, group_prefix(path))
-    lines += _format(_option_rows(options), width)
+    rows = []
+    for key, value in _leaves(plain):
+        default = "required" if value == "???" else f"default {format_value(value)}"
+        rows.append((key, f"{descriptions.get(key, '')} [{default}]".strip()))
+    lines += _format(rows, width)
     lines += ["", "Every option is described in docs/configuration.md; "
               "Hydra's own flags: --hydra-help."]
     return "\n".join(line.rstrip() for line in lines) + "\n"

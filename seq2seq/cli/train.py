@@ -22,15 +22,17 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.app import run_hydra_app, script_command, task_started
 from seq2seq.cli.common import CONFIG_DIR, fail, first_line
 from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
+from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
 
 log = logging.getLogger("seq2seq.train")
 # Before any matrix product of this process (see the function's docstring).
@@ -39,7 +41,7 @@ bound_onednn_caches()
 
 def _quiet_other_ranks() -> None:
     """Under torchrun only rank 0 writes the log file and prints INFO lines."""
-    if int(os.environ.get("RANK", "0")) == 0:
+    if _rank() == 0:
         return
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -55,22 +57,41 @@ def _shared_run_dir_for_torchrun() -> None:
         os.environ["SEQ2SEQ_RUN_DIR"] = f"outputs/torchrun-{run_id}"
 
 
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _discard_empty_log(run_dir: Path) -> None:
+    """Remove what Hydra's logging set-up made before a refusal: an empty train.log, and the
+    folders that are then empty."""
+    log_file = run_dir / LOG_NAME
+    if log_file.is_file() and log_file.stat().st_size == 0:
+        log_file.unlink()
+        # The folders Hydra made for it, up to the working folder (outputs/DATE/TIME).
+        cwd, folder = Path.cwd().resolve(), run_dir.resolve()
+        while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+
+
+def _refuse(error: BaseException, run_dir: Path) -> NoReturn:
+    """A one-line error on stderr, before the run folder is claimed: nothing is written into
+    it (an earlier run's train.log stays as it was)."""
+    _discard_empty_log(run_dir)
+    fail(first_line(error))
+
+
 def _claim_run_folder(cfg: DictConfig, run_dir: Path) -> None:
     """Refuse a folder that holds another run, or empty it (trainer.overwrite=true); then write
     the Hydra snapshot (.hydra/) that Hydra itself is told not to write (train.yaml)."""
-    from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
-
-    if int(os.environ.get("RANK", "0")) != 0:
+    if _rank() != 0:
         return  # rank 0 speaks for the shared folder
     trainer = cfg.get("trainer") or {}
     try:
         removed = claim_run_folder(run_dir, resume=trainer.get("resume"),
                                    overwrite=trainer.get("overwrite") is True)
     except RunFolderError as error:
-        log_file = run_dir / LOG_NAME
-        if log_file.is_file() and log_file.stat().st_size == 0:
-            log_file.unlink()  # opened (created) by Hydra's logging set-up, before this check
-        fail(error)  # on stderr only: the old run's train.log stays as it was
+        _refuse(error, run_dir)
     if removed:
         log.info("trainer.overwrite=true: removed the earlier run's %s from %s",
                  ", ".join(removed), run_dir)
@@ -89,12 +110,17 @@ def _main(cfg: DictConfig) -> float | None:
 
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
-    from seq2seq.training.run import train
+    from seq2seq.training.run import check_train_config, train
     from seq2seq.training.trainer import TrainingError
 
+    task_started()
     _quiet_other_ranks()
     keep_file_only_records_off_console()  # the model printout, loss lines under a bar
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:  # every value checked before the folder is claimed (a typo never costs a run)
+        check_train_config(OmegaConf.to_container(cfg, resolve=True))
+    except (ValueError, InstantiationException, OmegaConfBaseException) as error:
+        _refuse(error, run_dir)
     _claim_run_folder(cfg, run_dir)
     try:
         result = train(cfg, run_dir)

@@ -46,7 +46,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
-from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.app import run_hydra_app, script_command, task_started
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -211,7 +211,8 @@ def run(cfg: DictConfig) -> int:
                 decode_seconds = _interactive(translator, writer)
             else:
                 # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
-                total = _count_lines(Path(cfg.input)) if cfg.input is not None else None
+                total = (_count_lines(Path(cfg.input))  # a second read: only for a bar
+                         if cfg.input is not None and sys.stderr.isatty() else None)
                 bar = stack.enter_context(count_bar(
                     total, description="translating", unit=" lines",
                     enabled=None if total is not None and total > 1000 else False))
@@ -241,6 +242,7 @@ def run(cfg: DictConfig) -> int:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
+    task_started()
     try:
         run(cfg)
     except BrokenPipeError:

@@ -66,6 +66,7 @@ def evaluate_translations(
     *,
     hypotheses_path: str | Path | None = None,
     attention_stats: bool = False,
+    progress: bool | None = None,
 ) -> Evaluation:
     """Translate ``sources`` with ``translator``, score against ``references``, write hypotheses.
 
@@ -78,6 +79,8 @@ def evaluate_translations(
         attention_stats: also keep the best hypotheses' attention weights and return their
             mean entropy and mean maximum weight (the translation keeps the weights, which
             makes it a little slower; the hypotheses are the same).
+        progress: a bar over the sentences on stderr; None: on a terminal, once the
+            decoding has lasted two seconds.
 
     Raises:
         ValueError: when the counts of sources and references differ.
@@ -88,7 +91,8 @@ def evaluate_translations(
         )
     started = time.perf_counter()
     # The searches copy their results to the CPU, so no GPU work is still queued after this.
-    with count_bar(len(sources), description="translating", unit=" sentences") as bar:
+    with count_bar(len(sources), description="translating", unit=" sentences",
+                   enabled=progress) as bar:
         translations = translator.translate(list(sources), return_attention=attention_stats,
                                             progress=bar.update)
     generation_seconds = time.perf_counter() - started

@@ -109,13 +109,15 @@ def _check_positive_sizes(node, key: str) -> None:
             _check_positive_sizes(value, path)
 
 
-def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
+def check_model_config(model_cfg: Mapping, *, key: str = "model", vocab_size: int = 1000) -> None:
     """Check the ``model`` node's values before anything is built or any data is read.
 
     Besides each value on its own, the model is built once on PyTorch's ``meta`` device (no
-    memory, a fraction of a second), so that settings which cannot work together (a scorer
-    whose sizes do not match, heads that do not divide the width) are refused here with the
-    constructor's reason rather than after the data stage.
+    memory, a fraction of a second; ``vocab_size`` pieces on each side), so that settings which
+    cannot work together (a scorer whose sizes do not match, heads that do not divide the
+    width) are refused here with the constructor's reason rather than after the data stage. A
+    part that cannot be built on ``meta`` at all (a user's class that reads a tensor's value)
+    is left to the real build.
 
     Raises:
         ConfigError: naming the key of a value its class cannot take (see
@@ -142,10 +144,13 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model") -> None:
     _check_positive_sizes(model_cfg, key)
     try:
         with torch.device("meta"):
-            build_model(full_cfg, src_vocab_size=8, tgt_vocab_size=8)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError, ZeroDivisionError) as error:
+            build_model(full_cfg, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
+    except (ValueError, TypeError, ZeroDivisionError, RuntimeError, NotImplementedError) as error:
+        root = error
+        while root.__cause__ is not None:
+            root = root.__cause__
+        if isinstance(root, RuntimeError | NotImplementedError):
+            return  # not buildable on "meta" (e.g. Tensor.item()): the real build will tell
+        if isinstance(error, ConfigError):
+            raise
         raise ConfigError(f"{key}: {error_reason(error)}") from error
-    except (RuntimeError, NotImplementedError):
-        pass  # a user's part that cannot be built on "meta": the real build will tell

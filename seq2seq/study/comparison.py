@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
+from seq2seq.config_types import error_reason
 from seq2seq.console import count_bar, logs_above_bars
 from seq2seq.study import buckets, faithfulness, positions
 from seq2seq.study.logs import TrainingLog, read_training_log
@@ -87,6 +88,7 @@ def compare(
     logs: dict[str, TrainingLog] = {}
     wanted = settings_key(options)
     to_score = [run for run in runs if run.ok and run.recorded is None]
+    number = 0  # of the run being scored, among to_score
     with logs_above_bars(), count_bar(len(to_score), description="runs scored", unit=" runs",
                                       leave=True) as runs_bar:
         for run in runs:
@@ -99,16 +101,17 @@ def compare(
                     continue
                 scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
                 continue
-            log.info("run %d of %d: %s", to_score.index(run) + 1, len(to_score), run.path)
+            number += 1
+            log.info("run %d of %d: %s", number, len(to_score), run.path)
             try:
                 scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
                 logs[str(run.path)] = read_training_log(run.path)
-                runs_bar.update(1)
             except Exception as error:  # a damaged run is listed as failed, the others go on
-                text = str(error).strip().splitlines()
-                run.failure = f"scoring failed: {text[0] if text else type(error).__name__}"
+                run.failure = f"scoring failed: {error_reason(error)}"
                 log.warning("%s: %s", run.path, run.failure)
                 continue
+            finally:
+                runs_bar.update(1)
             if records_dir is not None:
                 write_record(records_dir, run.path, run.config, scores[str(run.path)],
                              logs[str(run.path)])

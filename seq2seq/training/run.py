@@ -24,6 +24,7 @@ from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
 from seq2seq.training import averaging
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
+from seq2seq.training.run_folder import NO_RESUME
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.trainer import Trainer
 
@@ -76,7 +77,7 @@ def check_resume_compatible(checkpoint: dict, config: dict, tokenizers, path: Pa
 
 
 def resolve_resume(resume: str | None, run_dir: Path) -> Path | None:
-    if resume in (None, "", "null", "none"):
+    if resume in NO_RESUME:
         return None
     if resume == "auto":
         last = run_dir / "checkpoints" / "last.pt"
@@ -111,6 +112,21 @@ def prepare(config: dict, *, is_main: bool, barrier):
     return prepared
 
 
+def check_train_config(config: dict) -> tuple[TrainerSettings, BatchSettings]:
+    """Every value of a plain train config checked, before any data is read or file written.
+
+    Raises:
+        ConfigError: (a ValueError) naming the key of the first value that cannot work.
+    """
+    settings = TrainerSettings.from_dict(config["trainer"])
+    batch = BatchSettings.from_dict(config["batch"])
+    # Every _target_ node against its class's signature.
+    check_config({name: node for name, node in config.items() if name != "model"})
+    check_model_config(config["model"],
+                       vocab_size=(config.get("tokenizer") or {}).get("vocab_size") or 1000)
+    return settings, batch
+
+
 def train(cfg: DictConfig, run_dir: Path) -> dict:
     """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers.
 
@@ -120,11 +136,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         ``checkpoints/best.pt``, whichever validated better).
     """
     config = OmegaConf.to_container(cfg, resolve=True)  # the library takes plain containers
-    settings = TrainerSettings.from_dict(config["trainer"])
-    batch = BatchSettings.from_dict(config["batch"])
-    # Every _target_ node against its class's signature, before any data is read.
-    check_config({name: node for name, node in config.items() if name != "model"})
-    check_model_config(config["model"])
+    settings, batch = check_train_config(config)
     context = init_distributed(settings.device)
     try:
         if context.device.type == "cpu":

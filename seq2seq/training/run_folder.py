@@ -12,11 +12,15 @@ import shutil
 from pathlib import Path
 
 # What a training run writes into its folder (seq2seq.training.trainer's module docstring),
-# plus the reports derived from it; only these are removed by trainer.overwrite=true, so a
-# mistaken hydra.run.dir=. never deletes a user's own files.
+# plus the reports derived from it. Only these names are removed by trainer.overwrite=true, and
+# only in a folder that holds a run: one with a training run's own folders (MARKERS) or its
+# config.yaml beside Hydra's snapshot.
+MARKERS = ("checkpoints", "validation", "tensorboard")
 RUN_FILES = ("config.yaml",)
-RUN_FOLDERS = ("checkpoints", "validation", "tensorboard", "eval", ".hydra")
+RUN_FOLDERS = (*MARKERS, "eval", ".hydra")
 LOG_NAME = "train.log"
+# trainer.resume values that ask for no resumption.
+NO_RESUME = (None, "", "null", "none")
 
 
 class RunFolderError(ValueError):
@@ -24,16 +28,16 @@ class RunFolderError(ValueError):
 
 
 def holds_run(folder: Path) -> bool:
-    """Whether ``folder`` holds (part of) an earlier training run."""
+    """Whether ``folder`` holds (part of) an earlier training run. A failed start that wrote
+    only Hydra's snapshot and its log is not one: the corrected command may use the folder."""
     folder = Path(folder)
-    log = folder / LOG_NAME
-    return (any((folder / name).exists() for name in RUN_FILES + RUN_FOLDERS)
-            or (log.is_file() and log.stat().st_size > 0))
+    return (any((folder / name).is_dir() for name in MARKERS)
+            or ((folder / "config.yaml").is_file() and (folder / ".hydra").is_dir()))
 
 
 def _continues_this_run(resume: str | None, folder: Path) -> bool:
     """``trainer.resume`` asks to continue the run in ``folder`` (auto, or a path inside it)."""
-    if resume in (None, "", "null", "none"):
+    if resume in NO_RESUME:
         return False
     if resume == "auto":
         return True
@@ -48,7 +52,8 @@ def claim_run_folder(folder: Path, *, resume: str | None, overwrite: bool) -> li
 
     Raises:
         RunFolderError: the folder holds a run and neither ``resume`` continues it nor
-            ``overwrite`` is set; or both are set.
+            ``overwrite`` is set; both are set; or ``resume=auto`` finds checkpoints but no
+            ``last.pt`` (starting afresh would leave them beside the new run's).
     """
     folder = Path(folder)
     continues = _continues_this_run(resume, folder)
@@ -58,6 +63,13 @@ def claim_run_folder(folder: Path, *, resume: str | None, overwrite: bool) -> li
     if not holds_run(folder):
         return []
     if continues:
+        checkpoints = folder / "checkpoints"
+        if (resume == "auto" and not (checkpoints / "last.pt").is_file()
+                and checkpoints.is_dir() and any(checkpoints.glob("*.pt"))):
+            raise RunFolderError(
+                f"{folder} holds checkpoints of a run but no checkpoints/last.pt to continue "
+                "from; start it over with trainer.overwrite=true (they are deleted), or give "
+                "another hydra.run.dir")
         return []
     if not overwrite:
         raise RunFolderError(

@@ -128,6 +128,9 @@ class Trainer:
             rank=context.rank,
             world_size=context.world_size,
         )
+        # The progress bar follows the budget's share spent when a time limit is set (the
+        # presets): the steps such a run will make are not known.
+        self.bar_follows_budget = settings.max_time is not None
         self.budget = TrainingBudget(
             max_steps=settings.max_steps, max_epochs=settings.max_epochs,
             max_time=settings.max_time, batches_per_epoch=len(self.sampler),
@@ -222,26 +225,26 @@ class Trainer:
         return False
 
     def _progress_bar(self, total_steps: int | None):
-        """A bar over the step budget, or else over the ``max_time`` budget (minutes trained of
-        max_time, with the ETA); on rank 0 only, on a terminal unless trainer.progress_bar."""
+        """With ``max_time`` set, a bar over the share of the budget spent (whichever limit ends
+        first: time, steps or epochs), with the ETA; else a bar over the steps. On rank 0 only,
+        on a terminal unless trainer.progress_bar says otherwise."""
         show = self.settings.progress_bar
         show = (sys.stderr.isatty() if show == "auto" else show) and self.context.is_main
-        self._bar_counts_minutes = total_steps is None and self.settings.max_time is not None
-        if self._bar_counts_minutes:
-            return tqdm(total=self.settings.max_time, initial=self.state.train_seconds / 60,
+        if self.bar_follows_budget:
+            return tqdm(total=100, initial=100 * (self.budget.progress(self.state) or 0),
                         disable=not show, dynamic_ncols=True, file=sys.stderr,
-                        bar_format="{l_bar}{bar}| {n:.1f}/{total:g} min trained "
+                        bar_format="{l_bar}{bar}| {n:.0f}% of the budget "
                                    "[{elapsed}<{remaining}{postfix}]")
         return tqdm(total=total_steps, initial=self.state.step, disable=not show, unit="step",
                     dynamic_ncols=True, file=sys.stderr)
 
-    def _advance(self, progress, started: float) -> None:
-        """One step done: a step bar moves by one, a time bar to the minutes trained."""
-        if not self._bar_counts_minutes:
+    def _advance(self, progress) -> None:
+        """One step done: a step bar moves by one, a budget bar to the share spent."""
+        if not self.bar_follows_budget:
             progress.update(1)
-        else:
-            minutes = (self.state.train_seconds + time.perf_counter() - started) / 60
-            progress.update(max(min(minutes, progress.total) - progress.n, 0))
+            return
+        spent = min(100 * (self.budget.progress(self.state) or 0), 100)
+        progress.update(max(spent - progress.n, 0))
 
     # -- training ----------------------------------------------------------------------------
     def _groups(self) -> Iterator[list[Batch]]:
@@ -310,7 +313,7 @@ class Trainer:
                         stop = True
                         break
                     continue
-                self._advance(progress, started)
+                self._advance(progress)
                 if state.step % settings.log_every == 0:
                     self._log_train(window_loss, window_tokens, window_started, progress)
                     window_loss = torch.zeros((), device=self.device)
@@ -406,7 +409,10 @@ class Trainer:
         loss = loss_sum.item() / max(loss_tokens, 1)
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = float(self.last_grad_norm)
-        postfix = {"step": self.state.step} if self._bar_counts_minutes else {}
+        postfix = {}
+        if self.bar_follows_budget:
+            postfix = {"step": self.state.step,
+                       "min": f"{self.budget.seconds_trained / 60:.1f}/{self.settings.max_time:g}"}
         progress.set_postfix(**postfix, loss=f"{loss:.3f}", lr=f"{lr:.2e}",
                              tok_s=f"{tokens_per_second:,.0f}")
         if self.writer is not None:

@@ -121,8 +121,9 @@ class Validator:
         started = time.perf_counter()
         loss = self.loss(model, device)
         translator = self.translator(model, device)
+        # No bar of its own: the training bar (or trainer.progress_bar=false) speaks for it.
         evaluation = evaluate_translations(translator, self.sources, self.references,
-                                           hypotheses_path=hyp_path)
+                                           hypotheses_path=hyp_path, progress=False)
         scores = dict(evaluation.scores, loss=loss, ppl=math.exp(min(loss, 100)),
                       seconds=time.perf_counter() - started)
         return scores, evaluation.hypotheses, translator
