@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import CONFIG_DIR
-from seq2seq.cli.common import check_group_overrides, fail
+from seq2seq.cli.common import check_group_overrides, compose_config, fail
 from seq2seq.config_types import error_reason
 
 
@@ -61,21 +61,6 @@ def parse_command_line(argv: Sequence[str]):
     from hydra._internal.utils import get_args_parser
 
     return get_args_parser().parse_known_args(list(argv))[0]
-
-
-def _without_sweeps(overrides: Sequence[str]) -> list[str]:
-    """The overrides without sweeps (``trainer.seed=1,2``), which one composition cannot take."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    kept = []
-    for override in overrides:
-        try:
-            if not parser.parse_override(override).is_sweep_override():
-                kept.append(override)
-        except Exception:
-            continue  # an override Hydra cannot read is not one to compose with
-    return kept
 
 
 def config_keys(node: Any, prefix: str = "") -> list[str]:
@@ -134,22 +119,6 @@ def refuse_unknown_keys(argv: Sequence[str], config_name: str) -> None:
         leaves = [k for k in known if not any(other.startswith(f"{k}.") for other in known)]
         fail(f"{key} is not an option of {config_name}.yaml{did_you_mean(key, leaves)}; "
              "--help lists them")
-
-
-def compose_config(config_name: str, overrides: Sequence[str] = ()):
-    """The config composed with ``overrides`` (sweeps left out), or None if it cannot be."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return compose(config_name=config_name, overrides=_without_sweeps(overrides),
-                           return_hydra_config=True)
-    except Exception:
-        return None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def _unknown_key_message(key: str, config_name: str, overrides: Sequence[str]) -> str:

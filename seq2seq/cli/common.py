@@ -125,3 +125,34 @@ def translator_options(cfg: DictConfig) -> dict[str, Any]:
         "quantize": cfg.get("quantize", "none"),
         "shortlist": load_shortlist(cfg),
     }
+
+
+def _without_sweeps(overrides: Sequence[str]) -> list[str]:
+    """The overrides without sweeps (``trainer.seed=1,2``), which one composition cannot take."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    kept = []
+    for override in overrides:
+        try:
+            if not parser.parse_override(override).is_sweep_override():
+                kept.append(override)
+        except Exception:
+            continue  # an override Hydra cannot read is not one to compose with
+    return kept
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()):
+    """The config composed with ``overrides`` (sweeps left out), or None if it cannot be."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=_without_sweeps(overrides),
+                           return_hydra_config=True)
+    except Exception:
+        return None
+    finally:
+        GlobalHydra.instance().clear()

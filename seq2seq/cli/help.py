@@ -156,7 +156,7 @@ def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *
     """
     from omegaconf import OmegaConf
 
-    from seq2seq.cli.app import compose_config
+    from seq2seq.cli.common import compose_config
 
     width = width or min(shutil.get_terminal_size((100, 20)).columns, 110)
     cfg = compose_config(config_name, overrides) or compose_config(config_name)
