@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.onnx_model import load_model_payload
+    from seq2seq.inference.loading import load_model_payload
 
     try:
         data_started = time.perf_counter()

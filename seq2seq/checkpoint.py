@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from seq2seq.atomic import atomic_write
+from seq2seq.config_types import error_reason
 
 FORMAT_VERSION = 1
 # The encoder's RNN parameters as one bidirectional nn.GRU/LSTM named them, before #41 gave
@@ -178,6 +179,6 @@ def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):
     except RuntimeError as error:
         raise CheckpointError(
             f"the checkpoint's weights do not fit the model its config describes: "
-            f"{str(error).splitlines()[0]}"
+            f"{error_reason(error)}"
         ) from None
     return model.to(device).eval(), tokenizers, config

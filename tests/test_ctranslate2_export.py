@@ -23,7 +23,7 @@ from conftest import (  # noqa: E402
 
 from seq2seq.export.ctranslate2_export import convert_model  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
-from seq2seq.inference.onnx_model import MANIFEST_NAME  # noqa: E402
+from seq2seq.inference.export_format import MANIFEST_NAME  # noqa: E402
 from seq2seq.inference.search import greedy_search  # noqa: E402
 
 VOCAB = 39  # the copy tokenizers' vocabulary

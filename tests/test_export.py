@@ -39,13 +39,9 @@ from seq2seq.data.corpus import DataError  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.export.onnx_export import export_model  # noqa: E402
 from seq2seq.inference.ensemble import Ensemble  # noqa: E402
-from seq2seq.inference.onnx_model import (  # noqa: E402
-    ENCODER_FILE,
-    MANIFEST_NAME,
-    OnnxModel,
-    load_model_payload,
-    model_from_payload,
-)
+from seq2seq.inference.export_format import ENCODER_FILE, MANIFEST_NAME  # noqa: E402
+from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
+from seq2seq.inference.onnx_model import OnnxModel  # noqa: E402
 from seq2seq.inference.search import beam_search, greedy_search  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.models.attention import Scorer  # noqa: E402

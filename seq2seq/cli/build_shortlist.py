@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_from_payload
+from seq2seq.config_types import error_reason
 from seq2seq.data.corpus import DataError, read_lines
 from seq2seq.inference.shortlist import (
     Shortlist,
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         shortlist.save(args.output)
     except (CheckpointError, DataError, ShortlistError) as error:
-        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {error_reason(error)}", file=sys.stderr)
         return 1
     except OSError as error:
         print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)

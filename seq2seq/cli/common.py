@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR as _CONFIG_PATH
 from seq2seq.config_types import ConfigError, check_value, error_reason
+from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 
 # An absolute path: Hydra resolves a relative config_path against the importing module's
 # package, which breaks when an app is imported (root scripts, console scripts) not run.
@@ -72,24 +73,15 @@ def checkpoint_paths(value: Any) -> list[str]:
     return [str(value)]
 
 
-# seq2seq.inference.onnx_model.MANIFEST_NAME, not imported from there: that module loads torch.
-EXPORT_MANIFEST = "manifest.json"
-
-
-def is_exported_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written by ``seq2seq-export`` (it has a manifest)."""
-    return Path(path, EXPORT_MANIFEST).is_file()
-
-
 def require_checkpoint_files(paths: Sequence[str], *, prefix: str = "") -> None:
     """Exit with ``error: PREFIXcheckpoint not found: PATH`` for the first of `paths` that is
     neither a file nor an exported folder. Called before torch loads: a mistyped path is the
     commonest mistake."""
     for path in paths:
-        if Path(path).is_dir() and not is_exported_folder(path):
-            fail(f"{prefix}{path} is a folder but not an exported model (no {EXPORT_MANIFEST}); "
+        if Path(path).is_dir() and not is_exported(path):
+            fail(f"{prefix}{path} is a folder but not an exported model (no {MANIFEST_NAME}); "
                  "give a checkpoint file or a folder written by seq2seq-export")
-        if not Path(path).is_file() and not is_exported_folder(path):
+        if not Path(path).is_file() and not is_exported(path):
             fail(f"{prefix}checkpoint not found: {path}")
 
 

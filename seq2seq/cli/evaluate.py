@@ -52,9 +52,9 @@ from seq2seq.cli.common import (
     check_options,
     checkpoint_paths,
     fail,
-    is_exported_folder,
     translator_options,
 )
+from seq2seq.inference.export_format import is_exported
 from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -71,7 +71,7 @@ def find_checkpoints(spec: str) -> list[Path]:
         FileNotFoundError: when nothing matches (its message says what was looked for).
     """
     path = Path(spec).expanduser()
-    if path.is_file() or is_exported_folder(path):
+    if path.is_file() or is_exported(path):
         return [path]
     if path.is_dir():
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -112,7 +112,7 @@ def evaluate_checkpoint(
     """
     started = time.perf_counter() if started is None else started
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
-    from seq2seq.inference.onnx_model import load_model_payload
+    from seq2seq.inference.loading import load_model_payload
     from seq2seq.inference.translator import Translator
 
     members = path if isinstance(path, list) else [path]

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq.config_types import error_reason
+
 
 class CurveError(Exception):
     """A run folder with no validation BLEU to plot."""
@@ -69,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
         return 1
     except ValueError as error:  # an extension matplotlib cannot write
-        print(f"error: {args.output}: {str(error).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {args.output}: {error_reason(error)}", file=sys.stderr)
         return 1
     finally:
         plt.close(figure)

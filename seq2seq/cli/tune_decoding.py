@@ -34,6 +34,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq.config_types import error_reason
+
 
 def _number_list(kind):
     def parse(text: str) -> list:
@@ -240,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         del checkpoint, payloads
         cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties)
     except (CheckpointError, DataError, ValueError) as error:
-        return fail(str(error).splitlines()[0] if str(error) else repr(error), 1)
+        return fail(error_reason(error), 1)
 
     best = best_cell(cells)
     command = evaluate_command(args, best)

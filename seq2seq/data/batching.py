@@ -27,8 +27,8 @@ class Batch:
 
     Attributes:
         src: (B, S) int64 source ids followed by EOS_ID, padded with PAD_ID.
-        src_lengths: (B,) int64 source lengths including the eos; stays on the CPU because
-            pack_padded_sequence wants CPU lengths.
+        src_lengths: (B,) int64 source lengths including the eos; left on the CPU by
+            :meth:`to` (the encoders move them to the source's device themselves).
         tgt_in: (B, T) int64 decoder input: BOS_ID then the target ids, padded.
         tgt_out: (B, T) int64 decoder output: the target ids then EOS_ID, padded.
         indices: (B,) int64 dataset index of each row (to put translations back in order).
@@ -46,7 +46,7 @@ class Batch:
         return self.src.shape[0]
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
-        """Returns a copy whose tensors are on `device`, except src_lengths (kept on CPU).
+        """Returns a copy whose tensors are on `device`, except src_lengths (left as they are).
 
         Args:
             device: Target device.

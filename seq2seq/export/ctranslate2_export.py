@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 import seq2seq
+from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, UNK_PIECE
 from seq2seq.export.folder import (
     ExportError,
@@ -34,7 +35,7 @@ from seq2seq.export.folder import (
     write_manifest,
     write_tokenizers,
 )
-from seq2seq.inference.onnx_model import CTRANSLATE2_FORMAT_NAME
+from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
 from seq2seq.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,
@@ -187,7 +188,7 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize:
             [tokenizers.tgt.pieces(ids) for ids in targets])
     except Exception as error:  # ctranslate2's own errors
         raise ExportError(f"CTranslate2 cannot load or run the converted model: "
-                          f"{str(error).splitlines()[0]}") from None
+                          f"{error_reason(error)}") from None
     want = _model_log_probs(model, sources, targets)
     worst = max(float(np.abs(np.asarray(result.log_probs) - expected).max())
                 for result, expected in zip(results, want, strict=True))

@@ -13,7 +13,7 @@ from typing import Any
 
 from seq2seq.atomic import default_permissions, fsync_directory
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
-from seq2seq.inference.onnx_model import MANIFEST_NAME
+from seq2seq.inference.export_format import MANIFEST_NAME
 
 QUANTIZE_CHOICES = ("none", "int8")
 

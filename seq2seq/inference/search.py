@@ -2,9 +2,9 @@
 
 Both searches decode every sentence of a batch (and, for beam search, every beam of every
 sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened into the batch
-dimension, the source is encoded once (memory and attention keys) and kept at one row per
-sentence (attention reads the ``K`` beam rows of a sentence against it), and after each step
-the decoder state is reordered to follow the surviving beams with
+dimension, the source is encoded once (memory and attention keys) and its rows are repeated
+per beam (``index_select``; again only when finished sentences leave the batch), and after each
+step the decoder state is reordered to follow the surviving beams with
 :func:`~seq2seq.models.seq2seq.select_state`.
 
 Conventions shared by both searches:

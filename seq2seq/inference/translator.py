@@ -43,12 +43,8 @@ from seq2seq.data.batching import collate
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.onnx_model import (
-    OnnxModel,
-    load_model_payload,
-    model_from_payload,
-    require_cpu,
-)
+from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
+from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 
@@ -244,7 +240,7 @@ class Translator:
         cls, checkpoint: dict, device: str | torch.device = "cpu", **options
     ) -> Translator:
         """Wrap the model of a checkpoint or exported folder already read with
-        :func:`~seq2seq.inference.onnx_model.load_model_payload` (for callers that also need
+        :func:`~seq2seq.inference.loading.load_model_payload` (for callers that also need
         its config).
 
         Raises:
@@ -265,7 +261,7 @@ class Translator:
 
         Args:
             checkpoints: checkpoints or exported folders read with
-                :func:`~seq2seq.inference.onnx_model.load_model_payload`.
+                :func:`~seq2seq.inference.loading.load_model_payload`.
             device: where the models go.
             names: what to call each checkpoint in an error message (default: its number).
             **options: any keyword argument of :class:`Translator`.
@@ -400,7 +396,7 @@ class Translator:
             src[row, : source.size] = source
             src[row, source.size] = EOS_ID
         src_tensor = torch.from_numpy(src).to(self.device)  # (B, S)
-        src_lengths = torch.from_numpy(lengths)  # (B,) stays on the CPU for packing
+        src_lengths = torch.from_numpy(lengths)  # (B,); the encoder moves them to src's device
         options = {
             "max_len_a": self.max_len_a,
             "max_len_b": self.max_len_b,

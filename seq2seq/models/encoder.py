@@ -79,7 +79,7 @@ class RNNEncoder(nn.Module):
 
     Shape:
         - src: (B, S) token ids, padded with ``padding_idx``
-        - src_lengths: (B,) real lengths, on the CPU
+        - src_lengths: (B,) real lengths, on any device
         - output: :class:`EncoderOutput` with memory (B, S, output_size), mask (B, S),
           final (B, output_size)
     """

@@ -79,7 +79,7 @@ class Seq2Seq(nn.Module):
             replaced by ``<unk>`` (:func:`drop_words`); 0 turns it off.
 
     Shape:
-        - src: (B, S), src_lengths: (B,) on the CPU, tgt_in: (B, T)
+        - src: (B, S), src_lengths: (B,) on any device, tgt_in: (B, T)
         - forward output: features (B, T, D) and attention weights (B, T, S)
         - project: (..., D) -> logits (..., V)
     """

@@ -78,7 +78,7 @@ def load_model(
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
-    from seq2seq.inference.onnx_model import load_model_payload
+    from seq2seq.inference.loading import load_model_payload
     from seq2seq.inference.translator import Translator
 
     paths = list(path) if isinstance(path, list | tuple) else [path]

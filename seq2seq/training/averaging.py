@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.config_types import error_reason
 from seq2seq.training.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ def _average_and_validate(trainer) -> float:
         try:
             payload = checkpoints.write_average(names)
         except (CheckpointError, OSError) as error:
-            log.error("could not average the last checkpoints: %s", str(error).splitlines()[0])
+            log.error("could not average the last checkpoints: %s", error_reason(error))
             return NOT_AVERAGED
         model = copy.deepcopy(trainer.model).eval()
         model.load_state_dict(payload["model"])

@@ -1,0 +1,27 @@
+"""The exported folder's format: its file names and manifest markers, without torch.
+
+``seq2seq-export`` writes the folder (:mod:`seq2seq.export.onnx_export`,
+:mod:`seq2seq.export.ctranslate2_export`); :mod:`seq2seq.inference.loading` reads it. The
+command-line tools use these names to tell a folder from a checkpoint before torch loads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_NAME = "seq2seq-onnx"
+# The manifest of a seq2seq-export format=ctranslate2 folder (ctranslate2.Translator reads it).
+CTRANSLATE2_FORMAT_NAME = "seq2seq-ctranslate2"
+FORMAT_VERSION = 1
+ENCODER_FILE = "encoder.onnx"
+STEP_FILE = "decoder_step.onnx"
+# The encoder graph's outputs before the initial state entries, and the step graph's inputs
+# after prev_tokens (then the state entries, in the manifest's order).
+ENCODED_NAMES = ("memory", "mask", "keys")
+
+
+def is_exported(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder with an export manifest (else: a checkpoint file)."""
+    return Path(path, MANIFEST_NAME).is_file()

@@ -1,0 +1,141 @@
+"""Loading a model of either kind, a checkpoint file or an exported folder, for decoding.
+
+:func:`load_model_payload` reads either into one payload dict, and :func:`model_from_payload`
+turns it into a decodable model (:class:`~seq2seq.inference.search.DecodingModel`): the
+checkpoint's PyTorch model, or the exported folder's
+:class:`~seq2seq.inference.onnx_model.OnnxModel`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seq2seq.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_from_checkpoint,
+    tokenizers_from_payload,
+)
+from seq2seq.inference.export_format import (
+    CTRANSLATE2_FORMAT_NAME,
+    ENCODER_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    STEP_FILE,
+)
+from seq2seq.inference.onnx_model import OnnxModel
+
+
+def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    """The folder's manifest, checked for its format and version.
+
+    Raises:
+        CheckpointError: when the manifest is missing, unreadable, of another format or
+            version, or names files the folder lacks.
+    """
+    folder = Path(folder)
+    path = folder / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder} is not an exported model (no {MANIFEST_NAME})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"cannot read {path}: {error}") from None
+    if isinstance(manifest, dict) and manifest.get("format") == CTRANSLATE2_FORMAT_NAME:
+        raise CheckpointError(
+            f"{folder} is a CTranslate2 model: decode it with ctranslate2.Translator "
+            "(docs/export.md), or export the checkpoint with format=onnx for these tools")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path} is not a {FORMAT_NAME} manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{folder} is an exported model of format version {version}; this seq2seq reads "
+            f"version {FORMAT_VERSION}: export the checkpoint again with this version"
+        )
+    try:
+        files = manifest["tokenizers"]["files"]
+        checks = (isinstance(manifest["config"], dict), isinstance(files, dict), "src" in files,
+                  manifest["tokenizers"]["joint"] or "tgt" in files,
+                  isinstance(manifest["graphs"]["state"], list),
+                  manifest["export"]["quantize"] in ("none", "int8"),
+                  isinstance(manifest["parameters"], int))
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(f"{path} is damaged: it lacks {error}") from None
+    if not all(checks):
+        raise CheckpointError(f"{path} is damaged: an entry has the wrong type")
+    for name in (ENCODER_FILE, STEP_FILE, *files.values()):
+        if not (folder / name).is_file():
+            raise CheckpointError(f"the exported model {folder} lacks its file {name}")
+    return manifest
+
+
+def read_exported(folder: str | os.PathLike) -> dict[str, Any]:
+    """An exported folder as a payload like a checkpoint's: ``config``, ``tokenizers`` (in
+    :func:`~seq2seq.checkpoint.tokenizers_to_payload`'s form) and ``exported`` (its folder and
+    manifest); no weights.
+
+    Raises:
+        CheckpointError: see :func:`read_manifest`.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    entry = manifest["tokenizers"]
+
+    def model_bytes(side: str) -> Tensor:
+        data = (folder / entry["files"][side]).read_bytes()
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+    tokenizers = {"joint": bool(entry["joint"]), "src": model_bytes("src")}
+    tokenizers["tgt"] = tokenizers["src"] if entry["joint"] else model_bytes("tgt")
+    if entry.get("tgt_kept_ids") is not None:
+        tokenizers["tgt_kept_ids"] = torch.tensor(entry["tgt_kept_ids"], dtype=torch.int64)
+    return {
+        "config": manifest["config"],
+        "tokenizers": tokenizers,
+        "trainer_state": manifest.get("trainer_state"),
+        "exported": {"folder": str(folder), "manifest": manifest},
+    }
+
+
+def load_model_payload(path: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint file (:func:`~seq2seq.checkpoint.load_checkpoint`) or an exported folder
+    (:func:`read_exported`), read into one payload dict.
+
+    Raises:
+        CheckpointError: on a missing, corrupted or unsafe file, or a bad exported folder.
+    """
+    return read_exported(path) if Path(path).is_dir() else load_checkpoint(path)
+
+
+def require_cpu(device: torch.device) -> None:
+    """Raise a one-line ValueError unless ``device`` is the CPU, where exported models run."""
+    if device.type != "cpu":
+        raise ValueError(
+            f"an exported model runs on the CPU (ONNX Runtime's CPU provider), not {device}: "
+            "give device=cpu"
+        )
+
+
+def model_from_payload(payload: dict[str, Any], device: torch.device):
+    """The decodable model and tokenizers of a payload from :func:`load_model_payload`: a
+    checkpoint's PyTorch model on ``device``, or an exported folder's :class:`OnnxModel` (which
+    runs on the CPU whatever ``device``: callers resolve ``auto`` to the CPU for it).
+
+    Raises:
+        CheckpointError: when a checkpoint's config or weights do not make a model, or an
+            exported graph cannot be loaded.
+        ValueError: for an exported model on a device other than the CPU.
+    """
+    if "exported" not in payload:
+        return model_from_checkpoint(payload, device)[:2]
+    require_cpu(device)
+    model = OnnxModel(payload["exported"]["folder"], payload["exported"]["manifest"])
+    return model, tokenizers_from_payload(payload["tokenizers"])
