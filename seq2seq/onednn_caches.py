@@ -2,8 +2,9 @@
 variables.
 
 Free of torch on purpose, so that the entry points can import it at the top and refuse a bad
-option without importing torch. train.py sets the bounds when it is imported, the decoding tools
-before their first matrix product. docs/speed.md has the measurements behind the values.
+option without importing torch. train.py's main() sets the bounds first, the decoding tools
+before their first matrix product (``seq2seq.cli.common.set_up_decoding``). docs/speed.md has
+the measurements behind the values.
 """
 
 from __future__ import annotations

@@ -109,14 +109,18 @@ def test_decoding_keeps_onednns_kernel_cache_and_bounds_the_matmul_setups(monkey
     assert os.environ[MATMUL_SETUP_CACHE_ENV] == str(MATMUL_SETUP_CACHE)
 
 
-def test_the_training_entry_point_bounds_both_caches_on_import():
-    code = (f"import os; os.environ.pop({ONEDNN_CACHE_ENV!r}, None); "
-            f"os.environ.pop({MATMUL_SETUP_CACHE_ENV!r}, None); import seq2seq.cli.train; "
-            f"print(os.environ[{ONEDNN_CACHE_ENV!r}], os.environ[{MATMUL_SETUP_CACHE_ENV!r}])")
+def test_the_training_entry_point_bounds_both_caches_first():
+    # main() sets them before anything else, --help included (importing sets nothing).
+    code = (f"import os, sys; os.environ.pop({ONEDNN_CACHE_ENV!r}, None); "
+            f"os.environ.pop({MATMUL_SETUP_CACHE_ENV!r}, None); import seq2seq.cli.train as t; "
+            f"assert {ONEDNN_CACHE_ENV!r} not in os.environ; sys.argv = ['train.py', '--help']\n"
+            "try:\n    t.main()\nexcept SystemExit:\n    pass\n"
+            f"print(os.environ[{ONEDNN_CACHE_ENV!r}], os.environ[{MATMUL_SETUP_CACHE_ENV!r}], "
+            "file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(TRAINING_ONEDNN_CACHE), str(MATMUL_SETUP_CACHE)]
+    assert result.stderr.split() == [str(TRAINING_ONEDNN_CACHE), str(MATMUL_SETUP_CACHE)]
 
 
 # One bf16 linear layer, forward and backward, on 120 batch sizes: the heap in use (glibc's

@@ -30,6 +30,18 @@ def fail(message: str | BaseException) -> NoReturn:
     sys.exit(1)
 
 
+def set_up_decoding(num_threads: int | None) -> None:
+    """What every decoding tool sets before its first matrix product: the bound on torch's
+    per-shape matmul set-up cache (:mod:`seq2seq.onednn_caches`; oneDNN's kernel cache keeps
+    its default) and the CPU threads (``num_threads``; None: the cores this process may use).
+    Loads torch."""
+    from seq2seq.device import set_num_threads
+    from seq2seq.onednn_caches import bound_onednn_caches
+
+    bound_onednn_caches(kernels=None)
+    set_num_threads(num_threads)
+
+
 def check_group_overrides(overrides: Sequence[str], config_dir: str | Path = CONFIG_DIR) -> None:
     """Exit with a one-line error when a command line sets a config group to null
     (``model/attention=null``): Hydra refuses it with its own traceback before any of our code

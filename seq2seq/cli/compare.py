@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from seq2seq.cli.common import fail
+from seq2seq.cli.common import fail, set_up_decoding
 
 log = logging.getLogger("seq2seq.compare")
 
@@ -145,15 +145,12 @@ def run(argv: Sequence[str]):
     specs, options = parse_arguments(argv)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
-    from seq2seq.device import set_num_threads
-    from seq2seq.onednn_caches import bound_onednn_caches
     from seq2seq.study.comparison import compare
     from seq2seq.study.runs import StudyError
     from seq2seq.study.scoring import ScoringOptions
 
     scoring = ScoringOptions(**{f.name: options[f.name] for f in fields(ScoringOptions)})
-    bound_onednn_caches(kernels=None)  # before the first matrix product
-    set_num_threads(options["num_threads"])
+    set_up_decoding(options["num_threads"])
     try:
         comparison = compare(
             specs, scoring, output_dir=options["output_dir"], test=options["test"],

@@ -52,10 +52,10 @@ from seq2seq.cli.common import (
     check_options,
     checkpoint_paths,
     fail,
+    set_up_decoding,
     translator_options,
 )
 from seq2seq.inference.export_format import is_exported
-from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.evaluate")
 # The first checkpoint's startup time counts from here: Hydra's config composition and the
@@ -215,10 +215,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
-    from seq2seq.device import set_num_threads
 
-    bound_onednn_caches(kernels=None)  # before the first matrix product
-    set_num_threads(cfg.get("num_threads"))
+    set_up_decoding(cfg.get("num_threads"))
     summaries = []
     try:
         for number, path in enumerate(paths):

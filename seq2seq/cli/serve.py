@@ -29,9 +29,9 @@ from seq2seq.cli.common import (
     checkpoint_paths,
     fail,
     require_checkpoint_files,
+    set_up_decoding,
     translator_options,
 )
-from seq2seq.onednn_caches import bound_onednn_caches
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -75,10 +75,8 @@ def build_app(cfg: DictConfig):
     except ImportError as error:
         fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.device import set_num_threads
 
-    bound_onednn_caches(kernels=None)  # before the first matrix product
-    set_num_threads(cfg.get("num_threads"))
+    set_up_decoding(cfg.get("num_threads"))
     served = {}
     for name, path in paths.items():
         try:

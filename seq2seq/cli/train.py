@@ -35,8 +35,6 @@ from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
 
 log = logging.getLogger("seq2seq.train")
-# Before any matrix product of this process (see the function's docstring).
-bound_onednn_caches()
 
 
 def _quiet_other_ranks() -> None:
@@ -151,6 +149,7 @@ def _exit_torchrun_rank() -> None:
 
 
 def main() -> None:
+    bound_onednn_caches()  # before any matrix product of this process (its docstring says why)
     _shared_run_dir_for_torchrun()
     run_hydra_app(_main, config_name="train", command=script_command(sys.argv[0]),
                   summary="Train a translation model (a run folder: checkpoints, train.log, "

@@ -53,10 +53,10 @@ from seq2seq.cli.common import (
     checkpoint_paths,
     fail,
     require_checkpoint_files,
+    set_up_decoding,
     translator_options,
 )
 from seq2seq.console import count_bar
-from seq2seq.onednn_caches import bound_onednn_caches
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translation
@@ -170,11 +170,9 @@ def run(cfg: DictConfig) -> int:
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError, iter_lines
-    from seq2seq.device import set_num_threads
     from seq2seq.inference.translator import Translator
 
-    bound_onednn_caches(kernels=None)  # before the first matrix product
-    set_num_threads(cfg.get("num_threads"))
+    set_up_decoding(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
             paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)

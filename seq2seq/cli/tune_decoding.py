@@ -187,10 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="CPU threads for torch")
     parser.add_argument("--json", default=None, help="also write the results here as JSON")
     args = parser.parse_args(argv)
-    from seq2seq.onednn_caches import bound_onednn_caches
-
-    bound_onednn_caches(kernels=None)  # as seq2seq-translate does
-
     def fail(message: str, status: int = 2) -> int:
         print(f"error: {message}", file=sys.stderr)
         return status
@@ -205,10 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.src is not None and args.split is not None:
         return fail("give either --split or --src/--ref, not both")
 
-    import torch
+    from seq2seq.cli.common import set_up_decoding
 
-    if args.num_threads:
-        torch.set_num_threads(args.num_threads)
+    set_up_decoding(args.num_threads)  # as seq2seq-translate does
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.data.corpus import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
