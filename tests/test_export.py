@@ -234,7 +234,7 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
     (tmp_path / "out").mkdir()
     with pytest.raises(ExportError, match="overwrite=true"):
         export_model(model, copy_tokenizers(), {}, tmp_path / "out")
-    with pytest.raises(ExportError, match="quantize must be none or int8"):
+    with pytest.raises(ExportError, match="quantize must be one of none, int8"):
         export_model(model, copy_tokenizers(), {}, tmp_path / "new", quantize="int4")
     # overwrite=true replaces an earlier export only, never another folder.
     (tmp_path / "out" / "best.pt").write_bytes(b"a checkpoint")
@@ -298,7 +298,7 @@ def test_export_py_writes_the_folder_and_translate_py_reads_it(trained_checkpoin
     (["output=out"], "error: no checkpoint given: add checkpoint=PATH"),
     (["checkpoint=missing.pt", "output=out"], "error: checkpoint not found: missing.pt"),
     (["checkpoint=missing.pt", "output=out", "quantize=int4"],
-     "error: quantize must be none or int8, got 'int4'"),
+     "error: quantize must be one of none, int8, got 'int4'"),
     (["checkpoint=missing.pt", "output=out", "opset=high"], "error: opset: expected an integer"),
 ])
 def test_export_py_refuses_bad_options_in_one_line(tmp_path, run_python, arguments, message):

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.cli.app import run_hydra_app, script_command, task_started
 from seq2seq.cli.common import CONFIG_DIR, fail
 from seq2seq.config_types import ConfigError, check_value
+from seq2seq.inference.export_format import QUANTIZE_MODES
 
 log = logging.getLogger("seq2seq.export")
 OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str, "opset": int,
@@ -46,8 +47,8 @@ def run(cfg: DictConfig) -> dict:
             fail(error)
     if cfg.format not in FORMAT_PACKAGES:
         fail(f"format must be one of {', '.join(FORMAT_PACKAGES)}, got {cfg.format!r}")
-    if cfg.quantize not in ("none", "int8"):
-        fail(f"quantize must be none or int8, got {cfg.quantize!r}")
+    if cfg.quantize not in QUANTIZE_MODES:
+        fail(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {cfg.quantize!r}")
     if not Path(cfg.checkpoint).is_file():
         fail(f"checkpoint not found: {cfg.checkpoint}")
     # torch loads from here on: a bad option or a mistyped path above is refused without it.

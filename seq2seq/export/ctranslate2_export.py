@@ -36,6 +36,7 @@ from seq2seq.export.folder import (
     write_tokenizers,
 )
 from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
+from seq2seq.models.build import count_parameters
 from seq2seq.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,
@@ -232,7 +233,7 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
             "format_version": FORMAT_VERSION,
             "package_version": seq2seq.__version__,
             "config": config,
-            "parameters": sum(int(p.numel()) for p in model.parameters()),
+            "parameters": count_parameters(model),
             "trainer_state": trainer_state,
             "vocabulary": {"source_size": tokenizers.src.vocab_size,
                            "target_size": tokenizers.tgt.vocab_size, "pad_id": PAD_ID,

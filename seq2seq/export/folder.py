@@ -13,9 +13,7 @@ from typing import Any
 
 from seq2seq.atomic import default_permissions, fsync_directory
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
-from seq2seq.inference.export_format import MANIFEST_NAME
-
-QUANTIZE_CHOICES = ("none", "int8")
+from seq2seq.inference.export_format import MANIFEST_NAME, QUANTIZE_MODES
 
 
 class ExportError(Exception):
@@ -29,8 +27,8 @@ def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) 
     Raises:
         ExportError: naming the option.
     """
-    if quantize not in QUANTIZE_CHOICES:
-        raise ExportError(f"quantize must be none or int8, got {quantize!r}")
+    if quantize not in QUANTIZE_MODES:
+        raise ExportError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     output = Path(output)
     if output.exists() and not overwrite:
         raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "

@@ -54,6 +54,7 @@ from seq2seq.inference.export_format import (
     STEP_FILE,
 )
 from seq2seq.inference.onnx_model import OnnxModel
+from seq2seq.models.build import count_parameters
 from seq2seq.models.seq2seq import EncodedSource
 
 DEFAULT_OPSET = 20
@@ -512,7 +513,7 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
         "format_version": FORMAT_VERSION,
         "package_version": seq2seq.__version__,
         "config": config,
-        "parameters": sum(int(p.numel()) for p in model.parameters()),
+        "parameters": count_parameters(model),
         "trainer_state": trainer_state,
         "vocabulary": {"source_size": src_vocab, "target_size": tgt_vocab, "pad_id": PAD_ID,
                        "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,

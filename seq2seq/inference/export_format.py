@@ -15,6 +15,8 @@ FORMAT_NAME = "seq2seq-onnx"
 # The manifest of a seq2seq-export format=ctranslate2 folder (ctranslate2.Translator reads it).
 CTRANSLATE2_FORMAT_NAME = "seq2seq-ctranslate2"
 FORMAT_VERSION = 1
+# The weight formats of an export (and of decoding it): float as trained, or int8 weights.
+QUANTIZE_MODES = ("none", "int8")
 ENCODER_FILE = "encoder.onnx"
 STEP_FILE = "decoder_step.onnx"
 # The encoder graph's outputs before the initial state entries, and the step graph's inputs

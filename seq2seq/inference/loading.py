@@ -28,6 +28,7 @@ from seq2seq.inference.export_format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    QUANTIZE_MODES,
     STEP_FILE,
 )
 from seq2seq.inference.onnx_model import OnnxModel
@@ -65,7 +66,7 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         checks = (isinstance(manifest["config"], dict), isinstance(files, dict), "src" in files,
                   manifest["tokenizers"]["joint"] or "tgt" in files,
                   isinstance(manifest["graphs"]["state"], list),
-                  manifest["export"]["quantize"] in ("none", "int8"),
+                  manifest["export"]["quantize"] in QUANTIZE_MODES,
                   isinstance(manifest["parameters"], int))
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path} is damaged: it lacks {error}") from None

@@ -43,14 +43,15 @@ from seq2seq.data.batching import collate
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
+from seq2seq.models.build import count_parameters
 
 logger = logging.getLogger(__name__)
 
-QUANTIZE_MODES = ("none", "int8")
 
 
 def check_quantize_mode(mode: str) -> str:
@@ -68,7 +69,7 @@ def _parameter_count(model) -> int:
     """A model's parameters: an exported one's from its manifest."""
     if isinstance(model, OnnxModel):
         return model.parameter_count
-    return sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
+    return count_parameters(model) if hasattr(model, "parameters") else 0
 
 
 class Translation(NamedTuple):

@@ -91,8 +91,10 @@ def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
     return scorer_cfg, str(attention_cfg.get("normalizer", "softmax"))
 
 
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+def count_parameters(model, *, trainable: bool = False) -> int:
+    """The model's parameters, a shared (tied) tensor counted once; ``trainable``: only those
+    that train (``requires_grad``)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
 
 
 # Keys of the model's nodes that are sizes or counts: each must be a positive integer.

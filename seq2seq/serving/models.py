@@ -33,7 +33,9 @@ class ServedModel:
         model = getattr(translator, "model", None)
         parameters = getattr(translator, "parameter_count", None)  # of the model as trained
         if parameters is None:
-            parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
+            from seq2seq.models.build import count_parameters
+
+            parameters = count_parameters(model) if model is not None else 0
         return cls(translator, scorer=_scorer_of_module(model), parameters=parameters)
 
     def defaults(self) -> dict[str, Any]:

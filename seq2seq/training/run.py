@@ -159,8 +159,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                            ("attention", getattr(getattr(model.decoder, "attention", None),
                                                   "scorer", None)))
                           if part is not None)
-        log.info("model: %s parameters (%s); the whole model is printed in train.log",
-                 f"{count_parameters(model):,}", parts)
+        total, training = count_parameters(model), count_parameters(model, trainable=True)
+        log.info("model: %s parameters%s (%s); the whole model is printed in train.log",
+                 f"{total:,}", "" if training == total else f", {training:,} of them trained",
+                 parts)
         log.info("model:\n%s", model, extra=FILE_ONLY)
         if config["model"].get("attention") is not None and not uses_scorer(config["model"]["decoder"]):
             log.info("the decoder brings its own attention: the model.attention node "
