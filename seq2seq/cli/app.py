@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import CONFIG_DIR
-from seq2seq.cli.common import check_group_overrides, compose_config, fail
+from seq2seq.cli.common import check_group_overrides, compose_config, config_leaves, fail
 from seq2seq.config_types import error_reason
 
 
@@ -116,7 +116,7 @@ def refuse_unknown_keys(argv: Sequence[str], config_name: str) -> None:
         if not equals or key.startswith(("hydra.", "hydra/", "~")) or key in known \
                 or key.startswith(open_nodes):
             continue
-        leaves = [k for k in known if not any(other.startswith(f"{k}.") for other in known)]
+        leaves = [leaf for leaf, _ in config_leaves(_file_node(config_name))]
         fail(f"{key} is not an option of {config_name}.yaml{did_you_mean(key, leaves)}; "
              "--help lists them")
 
@@ -133,8 +133,7 @@ def _unknown_key_message(key: str, config_name: str, overrides: Sequence[str]) -
     else:
         plain = OmegaConf.to_container(cfg, resolve=False)
         plain.pop("hydra", None)
-        leaves = [k for k in config_keys(plain)
-                  if not isinstance(OmegaConf.select(cfg, k), dict | type(cfg))]
+        leaves = [leaf for leaf, _ in config_leaves(plain)]
         parent = key.rpartition(".")[0]
         parent_node = OmegaConf.select(cfg, parent) if parent else None
     hint = did_you_mean(key, leaves)

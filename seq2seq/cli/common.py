@@ -160,3 +160,15 @@ def compose_config(config_name: str, overrides: Sequence[str] = ()):
         return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def config_leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every option of a plain config: its leaves, an empty node
+    (``data: {}``) included; ``_target_``-like keys left out."""
+    if not isinstance(node, dict) or not node:
+        return [(prefix.rstrip("."), node)]
+    leaves = []
+    for key, value in node.items():
+        if not str(key).startswith("_"):
+            leaves += config_leaves(value, f"{prefix}{key}.")
+    return leaves

@@ -74,16 +74,11 @@ def option_defaults() -> dict[str, Any]:
 
 def help_text(width: int = 100) -> str:
     """``--help``: the usage, then every option with what it does and its default."""
-    import textwrap
-
-    from seq2seq.cli.help import format_value
+    from seq2seq.cli.help import format_value, two_columns
 
     lines = [USAGE, "", __doc__.split("\n\nOptions:")[0].strip(), "", "Options (key=value):"]
-    for name, default in option_defaults().items():
-        text = f"{OPTION_HELP[name]} [default {format_value(default)}]"
-        wrapped = textwrap.wrap(text, width - 22)
-        lines.append(f"  {name:<18}  {wrapped[0]}")
-        lines += [" " * 22 + part for part in wrapped[1:]]
+    lines += two_columns([(name, f"{OPTION_HELP[name]} [default {format_value(default)}]")
+                          for name, default in option_defaults().items()], width)
     return "\n".join(lines) + "\n"
 
 

@@ -106,7 +106,7 @@ def group_choices(group: str) -> list[str]:
     return sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
 
 
-def _format(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
+def two_columns(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
     """Two columns: the name, then its text wrapped under itself."""
     name_width = min(max((len(name) for name, _ in rows), default=0), 34) + 2
     lines = []
@@ -134,17 +134,6 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted key, value) of every option of a plain config; ``_target_``-like keys left out."""
-    if not isinstance(node, dict) or not node:
-        return [(prefix.rstrip("."), node)]
-    leaves = []
-    for key, value in node.items():
-        if not str(key).startswith("_"):
-            leaves += _leaves(value, f"{prefix}{key}.")
-    return leaves
-
-
 def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *,
                 summary: str = "", width: int | None = None) -> str:
     """The ``--help`` text of the tool whose primary config is ``config_name``.
@@ -156,7 +145,7 @@ def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *
     """
     from omegaconf import OmegaConf
 
-    from seq2seq.cli.common import compose_config
+    from seq2seq.cli.common import compose_config, config_leaves
 
     width = width or min(shutil.get_terminal_size((100, 20)).columns, 110)
     cfg = compose_config(config_name, overrides) or compose_config(config_name)
@@ -179,16 +168,16 @@ def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *
     lines = [f"usage: {command} [key=value ...]", "", summary, ""]
     if choices:
         lines.append("Config groups (group=choice; the chosen one first):")
-        lines += _format([(group, " | ".join([option] + [c for c in group_choices(group)
+        lines += two_columns([(group, " | ".join([option] + [c for c in group_choices(group)
                                                        if c != option]))
                           for group, option in choices.items()], width)
         lines.append("")
     lines.append("Options (key=value):")
     rows = []
-    for key, value in _leaves(plain):
+    for key, value in config_leaves(plain):
         default = "required" if value == "???" else f"default {format_value(value)}"
         rows.append((key, f"{descriptions.get(key, '')} [{default}]".strip()))
-    lines += _format(rows, width)
+    lines += two_columns(rows, width)
     lines += ["", "Every option is described in docs/configuration.md; "
               "Hydra's own flags: --hydra-help."]
     return "\n".join(line.rstrip() for line in lines) + "\n"

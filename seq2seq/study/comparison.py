@@ -87,21 +87,17 @@ def compare(
     scores: dict[str, dict[str, Any]] = {}
     logs: dict[str, TrainingLog] = {}
     wanted = settings_key(options)
+    for run in runs:
+        if run.ok and run.recorded is not None:
+            if scored_with(run.recorded, wanted):
+                scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
+            else:
+                run.failure = ("recorded with other scoring settings or an older compare.py: "
+                               "score its run folder again")
     to_score = [run for run in runs if run.ok and run.recorded is None]
-    number = 0  # of the run being scored, among to_score
     with logs_above_bars(), count_bar(len(to_score), description="runs scored", unit=" runs",
                                       leave=True) as runs_bar:
-        for run in runs:
-            if not run.ok:
-                continue
-            if run.recorded is not None:
-                if not scored_with(run.recorded, wanted):
-                    run.failure = ("recorded with other scoring settings or an older compare.py: "
-                                   "score its run folder again")
-                    continue
-                scores[str(run.path)], logs[str(run.path)] = run.recorded.scores, run.recorded.log
-                continue
-            number += 1
+        for number, run in enumerate(to_score, start=1):
             log.info("run %d of %d: %s", number, len(to_score), run.path)
             try:
                 scores[str(run.path)] = score_run(run.path, run.checkpoint, options, refresh=refresh)
