@@ -720,7 +720,7 @@ def test_decoder_state_queries_reach_the_scorer_with_plain_strides(rnn_type):
     """Bahdanau queries the state: with a transposed state's strides, bf16 matrix products on
     CPUs broadcast the weight per sentence. The decoders keep their state contiguous."""
     from seq2seq.models.decoders import BahdanauDecoder
-    from seq2seq.models.seq2seq import EncodedSource
+    from seq2seq.models.interfaces import EncodedSource
 
     seen = []
 

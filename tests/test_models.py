@@ -14,7 +14,7 @@ from seq2seq.config_types import check_config
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.models.attention import NORMALIZERS
 from seq2seq.models.build import build_model, split_attention_config
-from seq2seq.models.seq2seq import EncodedSource, select_state
+from seq2seq.models.interfaces import EncodedSource, select_state
 
 CONFIGS = CONFIG_DIR
 ENCODERS = ["gru", "lstm"]

@@ -25,7 +25,7 @@ from seq2seq.inference.search import (
 )
 from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
-from seq2seq.models.seq2seq import EncodedSource
+from seq2seq.models.interfaces import EncodedSource
 
 CONFIGS = CONFIG_DIR
 VOCAB = 16

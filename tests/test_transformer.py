@@ -19,7 +19,7 @@ from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config_types import ConfigError
 from seq2seq.models.build import build_model, check_model_config, uses_scorer
-from seq2seq.models.seq2seq import EncodedSource
+from seq2seq.models.interfaces import EncodedSource
 from seq2seq.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,

@@ -55,7 +55,7 @@ from seq2seq.inference.export_format import (
 )
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.models.build import count_parameters
-from seq2seq.models.seq2seq import EncodedSource
+from seq2seq.models.interfaces import EncodedSource
 
 DEFAULT_OPSET = 20
 # Sizes of the example batch the graphs are traced with, and of the batch they are checked

@@ -47,7 +47,7 @@ from torch import Tensor
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.ensemble import EnsembleEncoded
 from seq2seq.inference.search_history import collect_hypotheses, full_history, history_index
-from seq2seq.models.seq2seq import EncodedSource, State, select_state
+from seq2seq.models.interfaces import EncodedSource, State, select_state
 
 
 class DecodingModel(Protocol):

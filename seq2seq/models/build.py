@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from seq2seq.config_types import ConfigError, check_config, error_reason, locate_target
 from seq2seq.data.vocab import PAD_ID
 from seq2seq.models.attention import NORMALIZERS, Attention
+from seq2seq.models.interfaces import count_parameters  # noqa: F401  (re-exported for callers)
 from seq2seq.models.seq2seq import Seq2Seq
 
 # Keys of the ``model.attention`` node that configure the shared Attention, not the scorer.
@@ -89,12 +90,6 @@ def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
     """
     scorer_cfg = {key: value for key, value in attention_cfg.items() if key not in ATTENTION_KEYS}
     return scorer_cfg, str(attention_cfg.get("normalizer", "softmax"))
-
-
-def count_parameters(model, *, trainable: bool = False) -> int:
-    """The model's parameters, a shared (tied) tensor counted once; ``trainable``: only those
-    that train (``requires_grad``)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
 
 
 # Keys of the model's nodes that are sizes or counts: each must be a positive integer.

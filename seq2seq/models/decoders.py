@@ -21,8 +21,7 @@ from torch import Tensor, nn
 
 from seq2seq.models.attention import Attention
 from seq2seq.models.encoder import make_rnn
-
-State = dict[str, Tensor]
+from seq2seq.models.interfaces import State
 
 
 class AttentionDecoder(nn.Module):

@@ -12,37 +12,15 @@ and training is ``features, weights = model(src, src_lengths, tgt_in)`` followed
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.models.decoders import AttentionDecoder, State
+from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.models.encoder import RNNEncoder
+from seq2seq.models.interfaces import DecodingModel, EncodedSource, State
 from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
-
-
-class EncodedSource(NamedTuple):
-    """The encoder's output plus the attention keys, computed once per source batch.
-
-    Attributes:
-        memory: encoder outputs, the attention values. Shape (B, S, D).
-        mask: True at real source positions. Shape (B, S).
-        final: the encoder's final state. Shape (B, D).
-        keys: the decoder's precomputed keys (e.g. W_k k for additive attention, every layer's
-            cross-attention keys and values for the Transformer). Batch first, then
-            decoder-specific: (B, S, *) for most scorers.
-    """
-
-    memory: Tensor
-    mask: Tensor
-    final: Tensor
-    keys: Tensor
-
-    def index_select(self, index: Tensor) -> EncodedSource:
-        """Reorder or repeat sentences (dim 0), e.g. to expand a batch into beams."""
-        return EncodedSource(*(t.index_select(0, index) for t in self))
 
 
 def drop_words(tokens: Tensor, p: float) -> Tensor:
@@ -60,12 +38,7 @@ def drop_words(tokens: Tensor, p: float) -> Tensor:
     return tokens.masked_fill(dropped, UNK_ID)
 
 
-def select_state(state: State, index: Tensor) -> State:
-    """Reorder or repeat the sentences of a decoder state (every entry is batch-first)."""
-    return {name: value.index_select(0, index) for name, value in state.items()}
-
-
-class Seq2Seq(nn.Module):
+class Seq2Seq(nn.Module, DecodingModel):
     """Attention-based encoder-decoder.
 
     Args:
@@ -131,16 +104,30 @@ class Seq2Seq(nn.Module):
             src, tgt_in = drop_words(src, self.word_dropout), drop_words(tgt_in, self.word_dropout)
         return self.decoder(tgt_in, self.encode(src, src_lengths), need_weights=need_weights)
 
-    def project(self, features: Tensor) -> Tensor:
-        """Output layer: features (..., D) -> logits (..., V)."""
-        return self.generator(features)
+    def project(self, features: Tensor, output_ids: Tensor | None = None) -> Tensor:
+        """Output layer: features (..., D) -> logits (..., V), or (..., K) over the K target
+        pieces ``output_ids`` only (a shortlist: the other rows are never computed)."""
+        if output_ids is None:
+            return self.generator(features)
+        bias = self.generator.bias
+        return F.linear(features, self.generator.weight.index_select(0, output_ids),
+                        None if bias is None else bias.index_select(0, output_ids))
 
     def init_state(self, encoded: EncodedSource) -> State:
         return self.decoder.init_state(encoded.final)
 
     def decode_step(
-        self, prev_tokens: Tensor, state: State, encoded: EncodedSource
+        self, prev_tokens: Tensor, state: State, encoded: EncodedSource, *,
+        output_ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, State]:
-        """One decoding step: logits (B, V), attention weights (B, S) and the new state."""
+        """One decoding step: logits (B, V) (or (B, K) over ``output_ids``), attention weights
+        (B, S) and the new state."""
         features, weights, state = self.decoder.step(prev_tokens, state, encoded)
-        return self.project(features), weights, state
+        return self.project(features, output_ids), weights, state
+
+    def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor | None:
+        """Every layer's and head's cross-attention (B, L, H, T, S) over whole targets, where the
+        decoder has heads to show (the Transformer's); else None."""
+        if not hasattr(self.decoder, "attention_heads"):
+            return None
+        return self.decoder.attention_heads(tgt_in, self.encode(src, src_lengths))

@@ -35,8 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.models.encoder import EncoderOutput, source_mask
-
-State = dict[str, Tensor]
+from seq2seq.models.interfaces import State
 
 
 def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
