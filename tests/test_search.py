@@ -422,15 +422,15 @@ def test_encoded_source_is_cast_once_for_autocast():
     memory = torch.randn(2, 3, 4)
     encoded = EncodedSource(memory=memory, mask=torch.ones(2, 3, dtype=torch.bool),
                             final=torch.randn(2, 4), keys=memory)
-    assert in_autocast_dtype(encoded) is encoded  # no autocast: unchanged
+    assert in_autocast_dtype(encoded, "cpu") is encoded  # no autocast: unchanged
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = in_autocast_dtype(encoded)
-        members = in_autocast_dtype(EnsembleEncoded([encoded, encoded]))
+        cast = in_autocast_dtype(encoded, "cpu")
+        members = in_autocast_dtype(EnsembleEncoded([encoded, encoded]), "cpu")
     assert cast.memory.dtype == torch.bfloat16 and cast.keys is cast.memory
     assert cast.mask.dtype == torch.bool and cast.final.dtype == torch.float32
     assert isinstance(members, EnsembleEncoded)
     assert all(member.memory.dtype == torch.bfloat16 for member in members)
     projected = encoded._replace(keys=torch.randn(2, 3, 5))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = in_autocast_dtype(projected)
+        cast = in_autocast_dtype(projected, "cpu")
     assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone

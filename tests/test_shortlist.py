@@ -17,7 +17,6 @@ from seq2seq.cli.build_shortlist import main as build_shortlist
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference import translator as translator_module
 from seq2seq.inference.shortlist import (
-    RestrictedModel,
     Shortlist,
     ShortlistError,
     restrict,
@@ -185,8 +184,19 @@ def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_mode
     plain = Translator.from_checkpoint(pair, beam_size=3)
     restricted = Translator.from_checkpoint(pair, beam_size=3, shortlist=everything(tokenizers))
     assert_identical(restricted.translate(inputs), plain.translate(inputs))
-    wrapped = restrict(restricted.model, torch.arange(5))
-    assert all(isinstance(member, RestrictedModel) for member in wrapped.members)
+    # Each member's log-probabilities are renormalised over the shortlist, then averaged.
+    ensemble, ids = restricted.model, torch.tensor([0, 1, 2, 3, 6, 9])
+    src, src_lengths = torch.tensor([[5, 7, 8, 2]]), torch.tensor([4])
+    prev = torch.tensor([2])  # shortlist position 2: BOS
+    with torch.no_grad():
+        wrapped = restrict(ensemble, ids)
+        encoded = wrapped.encode(src, src_lengths)
+        got, _, _ = wrapped.decode_step(prev, wrapped.init_state(encoded), encoded)
+        expected = torch.stack([
+            torch.log_softmax(member.decode_step(ids[prev], member.init_state(part), part)[0]
+                              [:, ids], dim=-1)
+            for member, part in zip(ensemble.members, encoded, strict=True)]).mean(0)
+    torch.testing.assert_close(got, expected)
 
 
 def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
@@ -201,8 +211,8 @@ def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
     def spying_search(search_model, *args, **kwargs):
         step = search_model.decode_step
 
-        def decode_step(*step_args):
-            logits, weights, state = step(*step_args)
+        def decode_step(*step_args, **step_kwargs):
+            logits, weights, state = step(*step_args, **step_kwargs)
             widths.append(logits.size(-1))
             return logits, weights, state
 

@@ -195,7 +195,6 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
 
     translator = Translator.from_checkpoint(transformer_checkpoint(tmp_path), beam_size=3,
                                             nbest=2)
-    assert translator.has_attention_heads
     lines = ["red cat big house", "", "blue bird sun moon small tree"]
     results = translator.translate(lines, attention_heads=True)
     assert results[1][0].attention_heads is None  # an empty sentence
@@ -208,7 +207,6 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
                                    atol=1e-5, rtol=1e-5)
     assert translator.translate(lines[:1])[0][0].attention_heads is None  # not asked for
     rnn = Translator.from_checkpoint(trained_checkpoint, beam_size=2)
-    assert not rnn.has_attention_heads
     assert rnn.translate(lines[:1], attention_heads=True)[0][0].attention_heads is None
 
 

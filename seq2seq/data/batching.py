@@ -72,6 +72,21 @@ class Batch:
         return Batch(**values)
 
 
+def pad_sources(sources: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source id arrays (without EOS) as one padded batch, each followed by EOS_ID.
+
+    Shape:
+        - output: src (B, S) int64 padded with PAD_ID, S = longest + 1; src_lengths (B,)
+          int64, EOS included
+    """
+    lengths = np.fromiter((len(ids) for ids in sources), dtype=np.int64, count=len(sources)) + 1
+    src = np.full((len(sources), int(lengths.max())), PAD_ID, dtype=np.int64)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids)] = ids
+        src[row, len(ids)] = EOS_ID
+    return torch.from_numpy(src), torch.from_numpy(lengths)
+
+
 def collate(
     samples: Sequence[tuple[np.ndarray, np.ndarray]], indices: Sequence[int] | None = None
 ) -> Batch:
@@ -100,22 +115,19 @@ def collate(
         raise ValueError("cannot collate an empty batch")
     if len(indices) != size:
         raise ValueError(f"got {size} samples but {len(indices)} indices")
-    src_lengths = np.fromiter((len(src) for src, _ in samples), dtype=np.int64, count=size) + 1
+    src, src_lengths = pad_sources([src_ids for src_ids, _ in samples])
     tgt_lengths = np.fromiter((len(tgt) for _, tgt in samples), dtype=np.int64, count=size) + 1
-    src = np.full((size, int(src_lengths.max())), PAD_ID, dtype=np.int64)
     tgt_in = np.full((size, int(tgt_lengths.max())), PAD_ID, dtype=np.int64)
     tgt_out = np.full_like(tgt_in, PAD_ID)
-    for row, (src_ids, tgt_ids) in enumerate(samples):
-        src_length, tgt_length = len(src_ids), len(tgt_ids)
-        src[row, :src_length] = src_ids
-        src[row, src_length] = EOS_ID
+    for row, (_, tgt_ids) in enumerate(samples):
+        tgt_length = len(tgt_ids)
         tgt_in[row, 0] = BOS_ID
         tgt_in[row, 1 : tgt_length + 1] = tgt_ids
         tgt_out[row, :tgt_length] = tgt_ids
         tgt_out[row, tgt_length] = EOS_ID
     return Batch(
-        src=torch.from_numpy(src),
-        src_lengths=torch.from_numpy(src_lengths),
+        src=src,
+        src_lengths=src_lengths,
         tgt_in=torch.from_numpy(tgt_in),
         tgt_out=torch.from_numpy(tgt_out),
         indices=torch.as_tensor(np.asarray(indices, dtype=np.int64)),
@@ -123,10 +135,11 @@ def collate(
     )
 
 
-def _cut_sorted(
+def cut_sorted(
     indices: np.ndarray, costs: np.ndarray, *, max_tokens: int, max_sentences: int
 ) -> list[np.ndarray]:
-    """Greedily cuts pairs sorted by ascending cost into batches within the token budget.
+    """Greedily cuts items sorted by ascending cost into batches within the token budget
+    (the padded size: a batch's count times its largest cost).
 
     With ascending costs the padded size of a batch starting at i and holding c pairs is
     c * costs[i + c - 1], which grows with c, so the largest c under the budget is found by
@@ -256,7 +269,7 @@ class TokenBucketSampler(Sampler[list[int]]):
             batches: list[np.ndarray] = []
         elif not self.shuffle:
             ordered = self._sort_order(np.arange(count))
-            batches = _cut_sorted(
+            batches = cut_sorted(
                 ordered, self._costs[ordered], max_tokens=self.max_tokens, max_sentences=cap
             )
         else:
@@ -269,7 +282,7 @@ class TokenBucketSampler(Sampler[list[int]]):
             for start in range(0, count, window):
                 ordered = self._sort_order(permutation[start : start + window])
                 batches.extend(
-                    _cut_sorted(
+                    cut_sorted(
                         ordered, self._costs[ordered], max_tokens=self.max_tokens, max_sentences=cap
                     )
                 )

@@ -1,7 +1,7 @@
 """Ensemble decoding: several models of one vocabulary searched as one.
 
-``Ensemble([model_a, model_b])`` offers the interface the searches use (``encode``,
-``init_state``, ``decode_step``), so greedy search, beam search, n-best lists and attention
+``Ensemble([model_a, model_b])`` is a :class:`~seq2seq.models.interfaces.DecodingModel` like
+its members, so greedy search, beam search, n-best lists and attention
 output work unchanged. At each step every member reads the same previous tokens and its own
 state; the ensemble's next-token scores are the **mean of the members' log-probabilities**
 (the search's ``log_softmax`` then renormalises them: a normalised geometric mean of the
@@ -22,42 +22,65 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+
+from seq2seq.models.interfaces import PRECISIONS, DecodingModel, State
 
 
 class EnsembleEncoded(tuple):
-    """One :class:`~seq2seq.models.seq2seq.EncodedSource` per member, reordered together."""
+    """One encoded source per member, reordered (and cast) together."""
 
     def index_select(self, index: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(encoded.index_select(index) for encoded in self)
 
+    def cast_memory(self, dtype: torch.dtype) -> EnsembleEncoded:
+        return EnsembleEncoded(encoded.cast_memory(dtype) for encoded in self)
 
-class Ensemble(nn.Module):
+
+class Ensemble(DecodingModel):
     """Several models decoded as one; see the module docstring.
 
+    Its capabilities are what every member can do: the precisions all of them decode in, the
+    CPU alone if one needs it, int8 only if all are int8.
+
     Args:
-        models: the members (PyTorch models or exported ones), on one device, with the same
-            vocabularies.
+        models: the members (any :class:`~seq2seq.models.interfaces.DecodingModel`: PyTorch
+            models, exported ones), on one device, with the same vocabularies.
 
     Raises:
         ValueError: when ``models`` is empty.
     """
 
-    def __init__(self, models: Sequence[nn.Module]) -> None:
-        super().__init__()
+    def __init__(self, models: Sequence[DecodingModel]) -> None:
         if not models:
             raise ValueError("an ensemble needs at least one model")
         self.members = list(models)
-        # Registered, so eval() and parameters() reach the PyTorch members (an exported
-        # OnnxModel is no nn.Module: it has no parameters and is always in eval mode).
-        for number, model in enumerate(self.members):
-            if isinstance(model, nn.Module):
-                self.add_module(f"member{number}", model)
+        self.precisions = tuple(p for p in PRECISIONS
+                                if all(p in model.precisions for model in self.members))
+        self.cpu_only = any(model.cpu_only for model in self.members)
+        self.quantize = ("int8" if all(model.quantize == "int8" for model in self.members)
+                         else "none")
+
+    @property
+    def training(self) -> bool:
+        return any(model.training for model in self.members)
+
+    def train(self, mode: bool = True) -> Ensemble:
+        for model in self.members:
+            model.train(mode)
+        return self
+
+    def eval(self) -> Ensemble:
+        return self.train(False)
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(model.parameter_count for model in self.members)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(model.encode(src, src_lengths) for model in self.members)
 
-    def init_state(self, encoded: EnsembleEncoded) -> dict[str, Tensor]:
+    def init_state(self, encoded: EnsembleEncoded) -> State:
         # One flat dict ("0.hidden", "1.hidden", ...) so select_state reorders every member.
         state = {}
         for number, (model, member_encoded) in enumerate(zip(self.members, encoded, strict=True)):
@@ -66,9 +89,11 @@ class Ensemble(nn.Module):
         return state
 
     def decode_step(
-        self, prev_tokens: Tensor, state: dict[str, Tensor], encoded: EnsembleEncoded
-    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        """Mean log-probabilities (B, V), mean attention weights (B, S) and the new state."""
+        self, prev_tokens: Tensor, state: State, encoded: EnsembleEncoded, *,
+        output_ids: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, State]:
+        """Mean log-probabilities (B, V) (or (B, K) over ``output_ids``: each member
+        renormalised over them), mean attention weights (B, S) and the new state."""
         log_prob_sum: Tensor | None = None
         weight_sum: Tensor | None = None
         new_state = {}
@@ -79,7 +104,7 @@ class Ensemble(nn.Module):
                 if name.startswith(prefix)
             }
             logits, weights, member_state = model.decode_step(
-                prev_tokens, member_state, member_encoded
+                prev_tokens, member_state, member_encoded, output_ids=output_ids
             )
             log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
             log_prob_sum = log_probs if log_prob_sum is None else log_prob_sum + log_probs

@@ -8,8 +8,7 @@ package's training code nor PyTorch's model classes::
     decoder_step.onnx      prev_tokens (N,), memory, mask, keys, state -> logits, weights, state
     source.model           sentencepiece model(s); target.model when the vocabularies differ
 
-:class:`OnnxModel` offers ``encode`` / ``init_state`` / ``decode_step``
-(:class:`~seq2seq.inference.search.DecodingModel`), so greedy search, beam search, ensembles
+:class:`OnnxModel` is a :class:`~seq2seq.models.interfaces.DecodingModel`, so greedy search, beam search, ensembles
 and attention output run unchanged on it. Tensors cross to ONNX Runtime as NumPy arrays that
 share their memory (``Tensor.numpy()`` and ``torch.from_numpy`` copy nothing).
 
@@ -32,6 +31,7 @@ from seq2seq.checkpoint import CheckpointError
 from seq2seq.config_types import error_reason
 from seq2seq.data.corpus import DataError
 from seq2seq.inference.export_format import ENCODER_FILE, STEP_FILE
+from seq2seq.models.interfaces import DecodingModel, State
 
 
 @functools.lru_cache(maxsize=16)
@@ -80,14 +80,18 @@ class ExportedEncoded(NamedTuple):
             tuple(t.index_select(0, index) for t in self.initial_state),
         )
 
+    def cast_memory(self, dtype: torch.dtype) -> ExportedEncoded:
+        return self  # the graphs take the types they were exported with
+
 
 def _arrays(tensors) -> list[np.ndarray]:
     # Contiguous CPU tensors become arrays over the same memory.
     return [t.contiguous().numpy() for t in tensors]
 
 
-class OnnxModel:
-    """An exported folder's two graphs behind the searches' step interface.
+class OnnxModel(DecodingModel):
+    """An exported folder's two graphs behind the searches' step interface: fp32 (or int8 weights
+    where exported so), on the CPU only.
 
     Args:
         folder: the exported folder.
@@ -96,8 +100,11 @@ class OnnxModel:
             the ``num_threads`` option of the command-line tools sets.
 
     Shape:
-        as :class:`~seq2seq.inference.search.DecodingModel`; tensors live on the CPU.
+        as :class:`~seq2seq.models.interfaces.DecodingModel`; tensors live on the CPU.
     """
+
+    precisions = ("fp32",)  # ONNX Runtime runs the graphs in the types they were exported with
+    cpu_only = True
 
     def __init__(self, folder: str | os.PathLike, manifest: dict[str, Any], *,
                  num_threads: int | None = None, reuse_sessions: bool = True) -> None:
@@ -105,13 +112,16 @@ class OnnxModel:
         self.manifest = manifest
         self.state_names = tuple(manifest["graphs"]["state"])
         self.quantize = manifest["export"]["quantize"]  # none | int8
-        self.parameter_count = int(manifest["parameters"])
+        self._parameter_count = int(manifest["parameters"])
         self.reuse_sessions = reuse_sessions
         threads = num_threads or torch.get_num_threads()
         self.encoder = self._load(ENCODER_FILE, threads)
         self.step = self._load(STEP_FILE, threads)
         self._step_inputs = [i.name for i in self.step.get_inputs()]
-        self.training = False  # what Translator and Ensemble read from a model
+
+    @property
+    def parameter_count(self) -> int:
+        return self._parameter_count  # the exporter counted them
 
     def _load(self, name: str, threads: int):
         path = self.folder / name
@@ -127,23 +137,24 @@ class OnnxModel:
             raise DataError(f"the exported model {self.folder} could not decode a batch: "
                             f"{error_reason(error)}") from None
 
-    def eval(self) -> OnnxModel:
-        return self
-
     def encode(self, src: Tensor, src_lengths: Tensor) -> ExportedEncoded:
         outputs = self._run(self.encoder, {"src": src.cpu().numpy(),
                                            "src_lengths": src_lengths.cpu().numpy()})
         tensors = [torch.from_numpy(array) for array in outputs]
         return ExportedEncoded(*tensors[:3], tuple(tensors[3:]))
 
-    def init_state(self, encoded: ExportedEncoded) -> dict[str, Tensor]:
+    def init_state(self, encoded: ExportedEncoded) -> State:
         return dict(zip(self.state_names, encoded.initial_state, strict=True))
 
     def decode_step(
-        self, prev_tokens: Tensor, state: dict[str, Tensor], encoded: ExportedEncoded
-    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        """Logits (N, V), attention weights (N, S) and the new state."""
+        self, prev_tokens: Tensor, state: State, encoded: ExportedEncoded, *,
+        output_ids: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, State]:
+        """Logits (N, V) (the graph scores every piece; ``output_ids`` keeps K columns),
+        attention weights (N, S) and the new state."""
         values = [prev_tokens, *encoded[:3], *(state[name] for name in self.state_names)]
         outputs = self._run(self.step, dict(zip(self._step_inputs, _arrays(values), strict=True)))
         logits, weights, *new_state = (torch.from_numpy(array) for array in outputs)
+        if output_ids is not None:
+            logits = logits.index_select(-1, output_ids)
         return logits, weights, dict(zip(self.state_names, new_state, strict=True))

@@ -32,45 +32,22 @@ Conventions shared by both searches:
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
 
-The searches call a model through :class:`DecodingModel` only; they do not switch it to eval
-mode, call ``model.eval()`` first.
+The searches call a model through :class:`~seq2seq.models.interfaces.DecodingModel` only (the
+PyTorch model, an exported one, an ensemble, a shortlisted one alike); they do not switch it to
+eval mode, call ``model.eval()`` first.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.ensemble import EnsembleEncoded
 from seq2seq.inference.search_history import collect_hypotheses, full_history, history_index
-from seq2seq.models.interfaces import EncodedSource, State, select_state
-
-
-class DecodingModel(Protocol):
-    """What greedy and beam search call: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, an
-    :class:`~seq2seq.inference.ensemble.Ensemble`, a shortlisted model, or any other runtime.
-
-    The encoded source must offer ``index_select(index)`` over its sentences (dim 0), and
-    every state entry must be a tensor whose dim 0 is the decoder row.
-
-    Shape:
-        - encode: src (B, S), src_lengths (B,) on the CPU -> encoded source of B rows
-        - init_state: encoded source of N rows -> state of N rows
-        - decode_step: prev_tokens (N,), state and encoded source of N rows -> logits (N, V),
-          attention weights (N, S), the new state
-    """
-
-    def encode(self, src: Tensor, src_lengths: Tensor) -> Any: ...
-
-    def init_state(self, encoded: Any) -> State: ...
-
-    def decode_step(
-        self, prev_tokens: Tensor, state: State, encoded: Any
-    ) -> tuple[Tensor, Tensor, State]: ...
+from seq2seq.models.interfaces import DecodingModel, Encoded, State, select_state
 
 
 class Hypothesis(NamedTuple):
@@ -127,23 +104,45 @@ def _kept_rows(finished: Tensor, count: int) -> Tensor:
     return rows.masked_fill(finished, finished.numel()).sort().values[:count]
 
 
-def in_autocast_dtype(encoded):
-    """Under autocast, the encoded source's memory (and keys that are the memory itself) in
-    the autocast dtype; unchanged otherwise.
+def in_autocast_dtype(encoded: Encoded, device_type: str) -> Encoded:
+    """Under autocast on ``device_type``, the encoded source with its memory in the autocast
+    dtype (cast once per batch rather than at every step's products); unchanged otherwise."""
+    if not torch.is_autocast_enabled(device_type):
+        return encoded
+    return encoded.cast_memory(torch.get_autocast_dtype(device_type))
 
-    Autocast casts a float32 input of a matrix product at every call: in a search, the whole
-    memory at every step. Cast once per batch, the products get the same values.
+
+class SearchStart(NamedTuple):
+    """What both searches set up first: the encoded source (one row per sentence), the decoder
+    state, and the output length limits.
+
+    Attributes:
+        encoded: the model's encoded source, in the autocast dtype under autocast.
+        state: the decoder's initial state, one row per sentence.
+        max_lengths: (B,) each sentence's output limit (EOS not counted), on the device.
+        max_steps: steps the longest limit allows (its EOS step included).
+        first_forced_step: the first step at which some sentence is forced to end.
     """
-    if isinstance(encoded, EnsembleEncoded):
-        return EnsembleEncoded(in_autocast_dtype(member) for member in encoded)
-    if not isinstance(encoded, EncodedSource):
-        return encoded
-    device_type = encoded.memory.device.type
-    if not torch.is_autocast_enabled(device_type) or encoded.memory.dtype != torch.float32:
-        return encoded
-    memory = encoded.memory.to(torch.get_autocast_dtype(device_type))
-    keys = memory if encoded.keys is encoded.memory else encoded.keys
-    return encoded._replace(memory=memory, keys=keys)
+
+    encoded: Encoded
+    state: State
+    max_lengths: Tensor
+    max_steps: int
+    first_forced_step: int
+
+
+def start_search(model: DecodingModel, src: Tensor, src_lengths: Tensor, *, max_len_a: float,
+                 max_len_b: float) -> SearchStart:
+    """Encode the batch once and compute its length limits (see the module docstring)."""
+    encoded = in_autocast_dtype(model.encode(src, src_lengths), src.device.type)
+    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    return SearchStart(
+        encoded=encoded,
+        state=model.init_state(encoded),
+        max_lengths=max_lengths.to(src.device),
+        max_steps=int(max_lengths.max()) + 1,  # + 1 for the EOS step
+        first_forced_step=int(max_lengths.min()),
+    )
 
 
 def next_token_log_probs(logits: Tensor, force_eos: Tensor | None) -> Tensor:
@@ -217,12 +216,8 @@ def greedy_search(
     if batch_size == 0:
         return []
     device = src.device
-    encoded = in_autocast_dtype(model.encode(src, src_lengths))
-    state = model.init_state(encoded)
-    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
-    max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
-    first_forced_step = int(max_lengths.min())
-    max_lengths = max_lengths.to(device)  # (N,)
+    encoded, state, max_lengths, max_steps, first_forced_step = start_search(
+        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
 
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch; N shrinks from B
     # as finished sentences leave (the encoded source and the state follow the same rows).
@@ -276,6 +271,86 @@ def greedy_search(
             attention = all_weights[: length + 1, sentence, :source_len].clone()
         results.append([Hypothesis(tokens=row[:length], score=score, attention=attention)])
     return results
+
+
+def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` best (score, index) of each row; -inf (index 0) fills in where a row has fewer
+    than ``k`` entries (a tiny vocabulary at the first step).
+
+    Shape:
+        - scores: (N, C); output: (N, k) each
+    """
+    values, index = scores.topk(min(k, scores.size(1)), dim=1)
+    missing = k - values.size(1)
+    if missing > 0:
+        values = torch.cat([values, values.new_full((values.size(0), missing), -math.inf)], 1)
+        index = torch.cat([index, index.new_zeros(index.size(0), missing)], 1)
+    return values, index
+
+
+class Beams(NamedTuple):
+    """The sentences a beam search still decodes, one row each (N of them, N shrinking from B as
+    sentences leave), with their beams' and finished hypotheses' bookkeeping.
+
+    Attributes:
+        sentences: (N,) each row's sentence in the batch.
+        tokens: (N, R) the last token of each live beam (BOS at the start, R = 1).
+        scores: (N, R) each live beam's summed log-probability (-inf: a dead beam).
+        done: (N,) bool, the sentence adds no more finished hypotheses.
+        finished_count: (N,) its finished hypotheses so far.
+        best_finished: (N, nbest) the best of their scores, best first (-inf: none).
+        max_lengths: (N,) its output limit (EOS not counted).
+        max_length_penalty: (N,) the length penalty at that limit.
+        length_penalty: the GNMT alpha (the same for every row).
+    """
+
+    sentences: Tensor
+    tokens: Tensor
+    scores: Tensor
+    done: Tensor
+    finished_count: Tensor
+    best_finished: Tensor
+    max_lengths: Tensor
+    max_length_penalty: Tensor
+    length_penalty: float
+
+    @classmethod
+    def start(cls, max_lengths: Tensor, *, length_penalty: float, nbest: int) -> Beams:
+        """Every sentence of the batch with one live beam: BOS, score 0."""
+        batch_size, device = max_lengths.numel(), max_lengths.device
+        return cls(
+            sentences=torch.arange(batch_size, device=device),
+            tokens=torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=device),
+            scores=torch.zeros(batch_size, 1, device=device),
+            done=torch.zeros(batch_size, dtype=torch.bool, device=device),
+            finished_count=torch.zeros(batch_size, dtype=torch.long, device=device),
+            best_finished=torch.full((batch_size, nbest), -math.inf, device=device),
+            max_lengths=max_lengths,
+            max_length_penalty=length_penalty_factor(max_lengths.float() + 1.0, length_penalty),
+            length_penalty=length_penalty,
+        )
+
+    def advance(self, step: int, *, finalize: Tensor, scores: Tensor, live_scores: Tensor,
+                tokens: Tensor) -> Beams:
+        """After ``step``: the hypotheses ``finalize`` finished with ``scores`` (N, K), the live
+        beams' new ``tokens`` and ``live_scores`` (N, K), and which sentences are done now (see
+        :func:`beam_search` for the rules and the bound)."""
+        beam_size = tokens.size(1)
+        nbest = self.best_finished.size(1)
+        finished_count = self.finished_count + finalize.sum(dim=1)
+        best_finished = torch.cat([self.best_finished, scores], dim=1).topk(nbest, dim=1).values
+        next_penalty = length_penalty_factor(step + 2.0, self.length_penalty)
+        bound = live_scores.max(dim=1).values / torch.clamp(self.max_length_penalty,
+                                                             min=next_penalty)
+        cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
+        done = (self.done | (finished_count >= beam_size) | cannot_improve
+                | (self.max_lengths <= step))
+        return self._replace(tokens=tokens, scores=live_scores, done=done,
+                             finished_count=finished_count, best_finished=best_finished)
+
+    def prune(self, keep: Tensor) -> Beams:
+        """Only the rows ``keep`` (N',): the sentences that stay in the batch."""
+        return Beams(*(t[keep] for t in self[:-1]), self.length_penalty)
 
 
 @torch.inference_mode()
@@ -340,114 +415,72 @@ def beam_search(
     batch_size, source_len = src.shape
     if batch_size == 0:
         return []
-    beams = beam_size
+    K = beam_size
     device = src.device
-
-    # Once per batch, keys included; `encoded` keeps one row per sentence, `beam_encoded` one
-    # per beam (the first step decodes one row per sentence, see below).
-    encoded = in_autocast_dtype(model.encode(src, src_lengths))
-    beam_encoded = encoded
-    state = model.init_state(encoded)
-    # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch, whose beams are
-    # rows i*K .. i*K+K-1 of the flattened (N*K) decoder batch; N shrinks from B as finished
-    # sentences leave. The first step decodes one row per sentence: only beam 0 is live then,
-    # and its K copies would give K equal rows. Its state is repeated into the K beams after it.
-    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
-    max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
-    first_forced_step = int(max_lengths.min())
-    max_lengths = max_lengths.to(device)  # (N,)
-    max_length_penalty = length_penalty_factor(max_lengths.float() + 1.0, length_penalty)  # (N,)
-
-    sentences = torch.arange(batch_size, device=device)  # (N,)
-    segments = [(0, sentences)]  # (first step, sentences decoded from then on)
-    active = batch_size  # N
-    # Only beam 0 is live at the start, so the first step does not pick K copies of one token.
-    beam_scores = torch.full((batch_size, beams), -math.inf, device=device)  # (N, K)
-    beam_scores[:, 0] = 0.0
-    prev_tokens = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)  # (N,)
-    beam_offsets = (torch.arange(batch_size, device=device) * beams).unsqueeze(1)  # (N, 1)
-    done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (N,)
-    finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (N,)
-    best_finished = torch.full((batch_size, nbest), -math.inf, device=device)  # (N, nbest)
+    encoded, state, max_lengths, max_steps, first_forced_step = start_search(
+        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    beams = Beams.start(max_lengths, length_penalty=length_penalty, nbest=nbest)
+    # The decoder reads R rows per sentence: one (its BOS) until the first step gives it K beams.
+    row_encoded = encoded
+    segments = [(0, beams.sentences)]  # (first step, sentences decoded from then on)
 
     # History of the sentences decoded at each step, kept on the device; scattered into
     # full-batch (T, B, ...) tensors and read back once at the end.
     history_tokens: list[Tensor] = []  # token chosen into each beam slot, each (N, K)
-    history_parents: list[Tensor] = []  # the slot it extends, each (N, K)
-    history_weights: list[Tensor] = []  # attention of each slot at that step, each (N, K, S)
+    history_parents: list[Tensor] = []  # the row (0..R-1) it extends, each (N, K)
+    history_weights: list[Tensor] = []  # attention of each row at that step, each (N, K, S)
     finals_mask: list[Tensor] = []  # EOS candidates that became finished hypotheses, (N, K)
     finals_scores: list[Tensor] = []  # their length-penalised scores, (N, K)
-    finals_parents: list[Tensor] = []  # the slot they extend, (N, K)
+    finals_parents: list[Tensor] = []  # the row they extend, (N, K)
 
     for step in range(max_steps):
-        rows_per_sentence = beams if step > 0 else 1  # R
-        logits, weights, state = model.decode_step(prev_tokens, state, beam_encoded)  # (N*R, V)
+        active, rows = beams.scores.shape  # N sentences, R rows each
+        logits, weights, state = model.decode_step(  # (N*R, V), (N*R, S)
+            beams.tokens.reshape(-1), state, row_encoded)
         vocab_size = logits.size(-1)
-        force_eos = forcing_rows(max_lengths, step, first_forced_step)  # (N,) or None
+        force_eos = forcing_rows(beams.max_lengths, step, first_forced_step)  # (N,) or None
         if force_eos is not None:
-            force_eos = force_eos.repeat_interleave(rows_per_sentence)  # (N*R,)
+            force_eos = force_eos.repeat_interleave(rows)  # (N*R,)
         log_probs = next_token_log_probs(logits, force_eos=force_eos)
-        # (N, K, V): at the first step beam 0's row broadcast to the K beams, the dead ones -inf.
-        candidates = log_probs.view(active, rows_per_sentence, vocab_size)
-        if step > 0:
-            candidates = candidates.add_(beam_scores.unsqueeze(2))
-        else:
-            candidates = candidates + beam_scores.unsqueeze(2)
-        top_scores, top_index = candidates.view(active, -1).topk(2 * beams, dim=1)  # (N, 2K)
-        top_parents = top_index // vocab_size  # (N, 2K)
+        candidates = log_probs.view(active, rows, vocab_size).add_(beams.scores.unsqueeze(2))
+        top_scores, top_index = top_candidates(candidates.view(active, -1), 2 * K)  # (N, 2K)
+        top_parents = top_index // vocab_size  # (N, 2K) the row each extends
         top_tokens = top_index % vocab_size  # (N, 2K)
         is_eos = top_tokens == EOS_ID  # (N, 2K)
 
         # Finish the EOS candidates ranked among the first K, for sentences still searching.
-        finalize = is_eos[:, :beams] & torch.isfinite(top_scores[:, :beams]) & ~done.unsqueeze(1)
-        scores = top_scores[:, :beams] / length_penalty_factor(step + 1.0, length_penalty)
+        finalize = is_eos[:, :K] & torch.isfinite(top_scores[:, :K]) & ~beams.done.unsqueeze(1)
+        scores = top_scores[:, :K] / length_penalty_factor(step + 1.0, length_penalty)
         scores = scores.masked_fill(~finalize, -math.inf)  # (N, K)
         finals_mask.append(finalize)
         finals_scores.append(scores)
-        finals_parents.append(top_parents[:, :beams])
-        finished_count += finalize.sum(dim=1)
-        best_finished = torch.cat([best_finished, scores], dim=1).topk(nbest, dim=1).values
+        finals_parents.append(top_parents[:, :K])
 
         # Continue with the K best non-EOS candidates.
-        live_scores, live_rank = top_scores.masked_fill(is_eos, -math.inf).topk(beams, dim=1)
+        live_scores, live_rank = top_scores.masked_fill(is_eos, -math.inf).topk(K, dim=1)
         parents = top_parents.gather(1, live_rank)  # (N, K)
-        tokens = top_tokens.gather(1, live_rank)  # (N, K)
-        history_tokens.append(tokens)
+        history_tokens.append(top_tokens.gather(1, live_rank))
         history_parents.append(parents)
         if return_attention:
-            weights = weights.float().reshape(active, rows_per_sentence, source_len)
-            history_weights.append(weights.expand(active, beams, source_len))
-        beam_scores = live_scores
-
-        # Per-sentence stopping; see the docstring for the bound.
-        next_penalty = length_penalty_factor(step + 2.0, length_penalty)
-        bound = beam_scores.max(dim=1).values / torch.clamp(max_length_penalty, min=next_penalty)
-        cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
-        done = done | (finished_count >= beams) | cannot_improve | (max_lengths <= step)
-        done_count = int(done.sum())  # the one host sync per step
+            weights = weights.float().view(active, rows, source_len)
+            history_weights.append(weights.expand(active, K, source_len))  # R = 1: one row
+        beams = beams.advance(step, finalize=finalize, scores=scores, live_scores=live_scores,
+                              tokens=history_tokens[-1])
+        done_count = int(beams.done.sum())  # the one host sync per step
         if done_count == active:
             break
-        reorder = beam_offsets + parents  # (N, K) the rows each slot continues
-        if step == 0:
-            reorder = reorder // beams  # the sentence's one row
+        # The decoder row each new beam continues, in the (N*R) rows just decoded.
+        state_rows = (torch.arange(active, device=device) * rows).unsqueeze(1) + parents  # (N, K)
         pruned = _prune_now(done_count, active)
         if pruned:
-            keep = _kept_rows(done, active - done_count)  # (N',)
+            keep = _kept_rows(beams.done, active - done_count)  # (N',)
+            beams, state_rows = beams.prune(keep), state_rows[keep]
             encoded = encoded.index_select(keep)
-            kept = [t[keep] for t in (reorder, tokens, beam_scores, sentences, done)]
-            reorder, tokens, beam_scores, sentences, done = kept
-            kept = [
-                t[keep] for t in (finished_count, best_finished, max_lengths, max_length_penalty)
-            ]
-            finished_count, best_finished, max_lengths, max_length_penalty = kept
-            active -= done_count
-            beam_offsets = beam_offsets[:active]
-            segments.append((step + 1, sentences))
-        if step == 0 or pruned:
-            beam_rows = torch.arange(active, device=device).repeat_interleave(beams)  # (N*K,)
-            beam_encoded = encoded.index_select(beam_rows)
-        state = select_state(state, reorder.view(-1))  # follow the beams (and prune) at once
-        prev_tokens = tokens.reshape(-1)
+            segments.append((step + 1, beams.sentences))
+        state = select_state(state, state_rows.view(-1))  # follow the beams (and prune) at once
+        if pruned or rows != K:  # the rows per sentence changed: the source again, per beam
+            per_beam = torch.arange(beams.sentences.numel(), device=device).repeat_interleave(K)
+            row_encoded = encoded.index_select(per_beam)  # (N*K) rows
 
     index = history_index(segments, len(history_tokens), batch_size)
     found = collect_hypotheses(

@@ -39,13 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from seq2seq.atomic import atomic_write
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.search import Hypothesis
+from seq2seq.models.interfaces import DecodingModel, Encoded, State
 
 SPECIAL_IDS = np.array(sorted((PAD_ID, UNK_ID, BOS_ID, EOS_ID)), dtype=np.int64)
 FORMAT = "seq2seq-shortlist"
@@ -296,51 +295,51 @@ class Shortlist:
 
 
 # -- decoding with it ---------------------------------------------------------------------------
-def _projection(generator: nn.Module | None, ids: Tensor):
-    """features (N, D) -> logits of the ``ids`` columns only (N, K), computed once per batch."""
-    if isinstance(generator, nn.Linear):
-        weight = generator.weight.index_select(0, ids)
-        bias = None if generator.bias is None else generator.bias.index_select(0, ids)
-        return lambda features: F.linear(features, weight, bias)
-    return None
+class RestrictedModel(DecodingModel):
+    """A model seen through a shortlist: the searches' interface over shortlist positions.
 
-
-class RestrictedModel(nn.Module):
-    """A model seen through a shortlist: the search interface over shortlist positions.
-
-    ``decode_step`` maps the previous tokens to real ids, runs the model's decoder step and
-    scores only the shortlisted rows of the output layer; a model without a ``decoder.step`` and
-    an output layer this understands gets its full logits, then the shortlisted columns.
+    ``decode_step`` maps the previous positions to real target ids and asks the model for the
+    logits of the shortlisted pieces only (``output_ids``): the PyTorch model computes only
+    those rows of its output layer, an ensemble renormalises each member over them, an exported
+    graph scores every piece and the columns are kept.
     """
 
-    def __init__(self, model: nn.Module, ids: Tensor) -> None:
-        super().__init__()
+    def __init__(self, model: DecodingModel, ids: Tensor) -> None:
         self.model = model
-        self.ids = ids
-        decoder = getattr(model, "decoder", None)
-        self.project = _projection(getattr(model, "generator", None), ids)
-        if not hasattr(decoder, "step"):
-            self.project = None
+        self.ids = ids  # (K,) the real target id of each shortlist position
+        self.precisions, self.cpu_only = model.precisions, model.cpu_only
+        self.quantize = model.quantize
 
-    def encode(self, src: Tensor, src_lengths: Tensor):
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    @property
+    def parameter_count(self) -> int:
+        return self.model.parameter_count
+
+    def train(self, mode: bool = True) -> RestrictedModel:
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> RestrictedModel:
+        return self.train(False)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
         return self.model.encode(src, src_lengths)
 
-    def init_state(self, encoded):
+    def init_state(self, encoded: Encoded) -> State:
         return self.model.init_state(encoded)
 
-    def decode_step(self, prev_tokens: Tensor, state, encoded):
+    def decode_step(self, prev_tokens: Tensor, state: State, encoded: Encoded, *,
+                    output_ids: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
+        ids = self.ids if output_ids is None else self.ids.index_select(0, output_ids)
         real = self.ids.index_select(0, prev_tokens)
-        if self.project is None:
-            logits, weights, state = self.model.decode_step(real, state, encoded)
-            return logits.index_select(-1, self.ids), weights, state
-        features, weights, state = self.model.decoder.step(real, state, encoded)
-        return self.project(features), weights, state
+        return self.model.decode_step(real, state, encoded, output_ids=ids)
 
 
-def restrict(model: nn.Module, ids: Tensor) -> nn.Module:
-    """``model`` (or each member of an :class:`Ensemble`) restricted to the target ``ids``."""
-    if isinstance(model, Ensemble):
-        return Ensemble([RestrictedModel(member, ids) for member in model.members])
+def restrict(model: DecodingModel, ids: Tensor) -> RestrictedModel:
+    """``model`` searched over the target ``ids`` only (positions 0..K-1 of the search)."""
     return RestrictedModel(model, ids)
 
 

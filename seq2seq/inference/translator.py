@@ -10,8 +10,9 @@ Decisions worth knowing:
 
 - Sources are the sentence's pieces followed by EOS_ID, as in training.
 - Sentences are sorted by length and cut into batches whose padded source
-  (``sentences x (longest + 1)`` ids) fits ``max_tokens``; the budget does not scale with the
-  beam size. Results come back in input order.
+  (``sentences x (longest + 1)`` ids) fits ``max_tokens`` (:func:`~seq2seq.data.batching.cut_sorted`,
+  as training's batches), longest batch first; the budget does not scale with the beam size.
+  Results come back in input order.
 - A sentence with no pieces (an empty or blank line) is not fed to the model: it gets one
   empty translation with score 0.0 and no attention. Running the model on a lone EOS would
   only invent a sentence that nothing in the input asked for.
@@ -20,9 +21,11 @@ Decisions worth knowing:
   the output always has one entry per input.
 - ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
 - The model decoded is the model trained: the searches call its ``encode``, ``init_state``
-  and ``decode_step`` (:class:`~seq2seq.inference.search.DecodingModel`), whether it is the
+  and ``decode_step`` (:class:`~seq2seq.models.interfaces.DecodingModel`), whether it is the
   PyTorch model of a checkpoint or the ONNX Runtime graphs of an exported folder
-  (:mod:`seq2seq.inference.onnx_model`, chosen by what ``from_checkpoint`` is given).
+  (:mod:`seq2seq.inference.onnx_model`, chosen by what ``from_checkpoint`` is given); what
+  differs between them (precisions, device, int8) each model declares, and nothing here asks
+  which class it holds.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
   (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
 """
@@ -39,16 +42,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from seq2seq.data.batching import collate
-from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.data.batching import collate, cut_sorted, pad_sources
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
-from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
-from seq2seq.models.build import count_parameters
+from seq2seq.models.interfaces import PRECISIONS, DecodingModel
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +60,6 @@ def check_quantize_mode(mode: str) -> str:
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
     return mode
-
-
-def _members(model) -> list:
-    return list(model.members) if isinstance(model, Ensemble) else [model]
-
-
-def _parameter_count(model) -> int:
-    """A model's parameters: an exported one's from its manifest."""
-    if isinstance(model, OnnxModel):
-        return model.parameter_count
-    return count_parameters(model) if hasattr(model, "parameters") else 0
 
 
 class Translation(NamedTuple):
@@ -97,11 +87,10 @@ class Translation(NamedTuple):
 
 
 @contextmanager
-def eval_mode(model) -> Iterator[None]:
-    """Switch a module to eval mode and back to what it was (the trainer lends its model)."""
-    was_training = bool(getattr(model, "training", False))
-    if isinstance(model, torch.nn.Module):
-        model.eval()
+def eval_mode(model: DecodingModel) -> Iterator[None]:
+    """Switch a model to eval mode and back to what it was (the trainer lends its model)."""
+    was_training = model.training
+    model.eval()
     try:
         yield
     finally:
@@ -113,7 +102,8 @@ class Translator:
     """Translates sentences (or piece ids) with greedy or beam search.
 
     Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
+        model: any :class:`~seq2seq.models.interfaces.DecodingModel`: a
+            :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
             :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
             or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
         tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
@@ -128,19 +118,19 @@ class Translator:
         max_source_length: longer sources are cut to this many pieces (with a warning).
         precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
             faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
-            without them: a warning says so), or ``auto`` (bf16 where the device has them,
-            else fp32; ``self.precision`` is the one chosen).
+            without them: a warning says so), or ``auto`` (bf16 where the device has them and
+            the model decodes in it, else fp32; ``self.precision`` is the one chosen).
         quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
             model is refused with a message naming ``seq2seq-export``).
-        shortlist: restrict each batch's output layer to its
-            :class:`~seq2seq.inference.shortlist.Shortlist` (None: the whole vocabulary).
+        shortlist: search each batch over the target pieces its
+            :class:`~seq2seq.inference.shortlist.Shortlist` keeps (None: the whole vocabulary).
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
-            ``quantize=int8`` for a model not exported in int8, a precision other than fp32 for
-            an exported model, or a shortlist built for other vocabularies (a
-            :class:`~seq2seq.inference.shortlist.ShortlistError`) or given with an exported
-            model.
+            ``quantize=int8`` for a model not exported in int8, a precision the model does not
+            decode in (an exported model: fp32 only), a device other than the CPU for a model
+            that runs on the CPU only, or a shortlist built for other vocabularies (a
+            :class:`~seq2seq.inference.shortlist.ShortlistError`).
     """
 
     def __init__(
@@ -171,33 +161,25 @@ class Translator:
         self.tokenizers = tokenizers
         self.device = select_device(device)
         self.quantize = check_quantize_mode(quantize)
-        members = _members(model)
-        exported = [m for m in members if isinstance(m, OnnxModel)]
-        all_int8 = len(exported) == len(members) and all(m.quantize == "int8" for m in exported)
-        if exported:
+        if model.cpu_only:
             require_cpu(self.device)
-            # ONNX Runtime runs the graphs in the types they were exported with.
-            if precision not in ("fp32", "auto"):
-                raise ValueError(
-                    f"an exported model decodes in fp32 (or int8 when exported so), not "
-                    f"precision={precision}: give precision=fp32"
-                )
+        if precision == "auto" and model.precisions == ("fp32",):
             precision = "fp32"
-            if shortlist is not None:
-                raise ValueError(
-                    "a shortlist restricts a PyTorch model's output layer: it does not apply "
-                    "to an exported model; give shortlist=null"
-                )
-        if self.quantize == "int8" and not all_int8:
+        if precision in PRECISIONS and precision not in model.precisions:
+            # An exported graph runs in the types it was exported with.
+            raise ValueError(
+                f"this model decodes in {', '.join(model.precisions)} (an exported one in fp32, "
+                f"or int8 when exported so), not precision={precision}: give precision=fp32"
+            )
+        if self.quantize == "int8" and model.quantize != "int8":
             raise ValueError(
                 "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
                 "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
             )
-        if all_int8:
-            self.quantize = "int8"  # what runs, as reports read it, whatever was asked
+        self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
         self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
-        self.parameter_count = sum(_parameter_count(m) for m in members)
+        self.parameter_count = model.parameter_count
         self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
@@ -325,30 +307,27 @@ class Translator:
                     progress(len(batch))
         return results  # type: ignore[return-value]  # every slot is filled above
 
-    @property
-    def has_attention_heads(self) -> bool:
-        """Whether the model has several layers and heads of attention to show (a Transformer
-        decoder; not an ensemble or an exported model)."""
-        return hasattr(getattr(self.model, "decoder", None), "attention_heads")
-
     def _attention_heads(self, src_ids: list[np.ndarray],
                          results: list[list[Hypothesis]]) -> list[Tensor | None]:
         """Each sentence's best hypothesis' (L, H, T + 1, S + 1) attention, from one
         teacher-forced pass (what the search saw: cached = uncached); None where the model has
-        no heads or the source is empty."""
+        no heads to show (:meth:`~seq2seq.models.interfaces.DecodingModel.attention_heads`:
+        a Transformer has them, an ensemble or an exported model not) or the source is empty."""
         pairs = [(np.asarray(ids, dtype=np.int64).reshape(-1)[: self.max_source_length],
                   n_best[0]) for ids, n_best in zip(src_ids, results, strict=True)]
         heads: list[Tensor | None] = [None] * len(pairs)
         rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
-        if not self.has_attention_heads or not rows:
+        if not rows:
             return heads
         batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
                          for row in rows])  # src ends in EOS, tgt_in starts with BOS
         with eval_mode(self.model), torch.no_grad(), torch.autocast(
                 self.device.type, dtype=self.autocast_dtype,
                 enabled=self.autocast_dtype is not None):
-            encoded = self.model.encode(batch.src.to(self.device), batch.src_lengths)
-            weights = self.model.decoder.attention_heads(batch.tgt_in.to(self.device), encoded)
+            weights = self.model.attention_heads(batch.src.to(self.device), batch.src_lengths,
+                                                 batch.tgt_in.to(self.device))
+        if weights is None:
+            return heads
         weights = weights.float().cpu()  # (N, L, H, T, S)
         for i, row in enumerate(rows):
             steps, positions = len(pairs[row][1].tokens) + 1, int(batch.src_lengths[i])
@@ -368,43 +347,29 @@ class Translator:
         return ids
 
     def _batches(self, sources: list[np.ndarray]) -> list[list[int]]:
-        """Indices of the non-empty sources, longest first, cut to the token budget."""
-        order = sorted(
-            (i for i, source in enumerate(sources) if source.size > 0),
-            key=lambda i: -sources[i].size,
-        )
-        batches: list[list[int]] = []
-        current: list[int] = []
-        width = 0  # padded source length of the current batch (EOS included)
-        for index in order:
-            new_width = max(width, sources[index].size + 1)
-            if current and (len(current) + 1) * new_width > self.max_tokens:
-                batches.append(current)
-                current, new_width = [], sources[index].size + 1
-            current.append(index)
-            width = new_width
-        if current:
-            batches.append(current)
-        return batches
+        """Indices of the non-empty sources cut to the token budget (their padded source, EOS
+        included), the batches of the longest first."""
+        order = np.array(sorted((i for i, source in enumerate(sources) if source.size > 0),
+                                key=lambda i: sources[i].size), dtype=np.int64)
+        if order.size == 0:
+            return []
+        costs = np.array([sources[i].size + 1 for i in order], dtype=np.int64)
+        batches = cut_sorted(order, costs, max_tokens=self.max_tokens, max_sentences=order.size)
+        return [batch.tolist() for batch in reversed(batches)]
 
     def _search(
         self, sources: list[np.ndarray], *, return_attention: bool
     ) -> list[list[Hypothesis]]:
         """Run the search on one batch of non-empty sources."""
-        lengths = np.array([source.size + 1 for source in sources], dtype=np.int64)  # + EOS
-        src = np.full((len(sources), int(lengths.max())), PAD_ID, dtype=np.int64)
-        for row, source in enumerate(sources):
-            src[row, : source.size] = source
-            src[row, source.size] = EOS_ID
-        src_tensor = torch.from_numpy(src).to(self.device)  # (B, S)
-        src_lengths = torch.from_numpy(lengths)  # (B,); the encoder moves them to src's device
+        src, src_lengths = pad_sources(sources)  # (B, S), (B,) with EOS
+        src_tensor = src.to(self.device)  # the encoder moves the lengths to src's device
         options = {
             "max_len_a": self.max_len_a,
             "max_len_b": self.max_len_b,
             "length_penalty": self.length_penalty,
             "return_attention": return_attention,
         }
-        model = self.model
+        model: DecodingModel = self.model
         ids = None
         if self.shortlist is not None:
             ids = self.shortlist.for_sources(sources).to(self.device)  # (K,) target ids
