@@ -5,7 +5,9 @@ sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened in
 dimension, the source is encoded once (memory and attention keys) and its rows are repeated
 per beam (``index_select``; again only when finished sentences leave the batch), and after each
 step the decoder state is reordered to follow the surviving beams with
-:func:`~seq2seq.models.seq2seq.select_state`.
+:func:`~seq2seq.models.interfaces.select_state`. Beam search starts from one row per sentence
+(its BOS: K copies would give K equal rows) and has K from its first step on; its per-sentence
+bookkeeping is one :class:`Beams` object (``start``, ``advance``, ``prune``).
 
 Conventions shared by both searches:
 
@@ -197,7 +199,7 @@ def greedy_search(
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
             in eval mode.
         src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths, on the CPU.
+        src_lengths: real source lengths, best on the CPU (the length limits are read there).
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
         max_len_b: see ``max_len_a``.
         return_attention: also return each hypothesis' attention weights.
@@ -210,7 +212,7 @@ def greedy_search(
 
     Shape:
         - src: (B, S) int64
-        - src_lengths: (B,) int64 on the CPU
+        - src_lengths: (B,) int64
     """
     batch_size = src.size(0)
     if batch_size == 0:
@@ -388,7 +390,7 @@ def beam_search(
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
             in eval mode.
         src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths, on the CPU.
+        src_lengths: real source lengths, best on the CPU (the length limits are read there).
         beam_size: beams per sentence (K).
         length_penalty: GNMT alpha; 0 ranks by summed log-probability.
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
@@ -406,7 +408,7 @@ def beam_search(
 
     Shape:
         - src: (B, S) int64
-        - src_lengths: (B,) int64 on the CPU
+        - src_lengths: (B,) int64
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
