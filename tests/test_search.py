@@ -16,12 +16,13 @@ from seq2seq.inference import search as search_module
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
-    forcing_rows,
+    forced_tokens,
     greedy_search,
     in_autocast_dtype,
     length_penalty_factor,
     max_output_lengths,
     next_token_log_probs,
+    pad_prefixes,
 )
 from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
@@ -260,21 +261,54 @@ def test_zero_length_limit_gives_empty_outputs():
         assert [h[0].tokens for h in results] == [[], [], []]
 
 
-def test_no_row_forced_before_the_smallest_length_limit():
+def test_no_row_forced_before_the_smallest_length_limit_or_after_the_prefixes():
     max_lengths = torch.tensor([4, 2, 6])
+    sentences = torch.arange(3)
     first_forced_step = int(max_lengths.min())
     for step in range(first_forced_step):
-        assert forcing_rows(max_lengths, step, first_forced_step) is None
+        assert forced_tokens(step, max_lengths, first_forced_step, None, sentences) is None
     for step in range(first_forced_step, 8):
-        forced = forcing_rows(max_lengths, step, first_forced_step)
-        assert forced.tolist() == (max_lengths <= step).tolist()
+        forced = forced_tokens(step, max_lengths, first_forced_step, None, sentences)
+        assert forced.tolist() == [EOS_ID if limit <= step else -1 for limit in max_lengths]
+    prefixes = pad_prefixes([[7], [], [5, 6]], "cpu")
+    assert prefixes.tolist() == [[7, -1], [-1, -1], [5, 6]]
+    assert pad_prefixes([[], []], "cpu") is None
+    assert forced_tokens(0, max_lengths, 2, prefixes, sentences).tolist() == [7, -1, 5]
+    assert forced_tokens(1, max_lengths, 2, prefixes, sentences).tolist() == [-1, -1, 6]
+    assert forced_tokens(1, max_lengths, 2, prefixes, torch.tensor([2])).tolist() == [6]
+    assert forced_tokens(2, max_lengths, 2, prefixes, sentences).tolist() == [-1, EOS_ID, -1]
     # Skipping the mask gives the log-probabilities that masking no row gives.
     logits = torch.randn(3, 9)
     unforced = next_token_log_probs(logits, None)
-    masked = next_token_log_probs(logits, torch.zeros(3, dtype=torch.bool))
+    masked = next_token_log_probs(logits, torch.full((3,), -1))
     torch.testing.assert_close(unforced, masked, rtol=0, atol=0)
-    forced = next_token_log_probs(logits, torch.tensor([False, True, False]))
-    assert torch.isinf(forced[1]).sum() == 8 and torch.isfinite(forced[1, EOS_ID])
+    forced = next_token_log_probs(logits, torch.tensor([-1, EOS_ID, 6]))
+    assert torch.isinf(forced[1]).sum() == 8 and forced[1, EOS_ID] == unforced[1, EOS_ID]
+    assert torch.isinf(forced[2]).sum() == 8 and forced[2, 6] == unforced[2, 6]
+    torch.testing.assert_close(forced[0], unforced[0], rtol=0, atol=0)
+
+
+def test_a_forced_prefix_starts_every_hypothesis_and_is_scored_by_the_model():
+    """Greedy and beam keep each sentence's prefix (one sentence none, one longer than its
+    length limit, which then grows to hold it); a prefix the model would have chosen anyway
+    changes nothing; an ensemble and batching do not change it."""
+    model = tiny_model("gru", "bahdanau", "additive", table_seed=3)
+    src, src_lengths = random_sources(4, seed=3)
+    options = {"max_len_a": 0.5, "max_len_b": 1}
+    wanted = [[5, 6], [], [7, 8, 9, 10, 11, 12, 13, 14, 15, 4, 5], [4]]
+    prefixes = pad_prefixes(wanted, "cpu")
+    for search, extra in ((greedy_search, {}), (beam_search, {"beam_size": 3, "nbest": 2})):
+        results = search(model, src, src_lengths, prefixes=prefixes, **options, **extra)
+        for prefix, n_best in zip(wanted, results, strict=True):
+            assert all(h.tokens[: len(prefix)] == prefix for h in n_best)
+        alone = search(model, src[2:3], src_lengths[2:3], prefixes=prefixes[2:3], **options,
+                       **extra)
+        assert [h.tokens for h in alone[0]] == [h.tokens for h in results[2]]
+    free = greedy_search(model, src, src_lengths, **options)
+    chosen = pad_prefixes([h[0].tokens[:2] for h in free], "cpu")
+    again = greedy_search(model, src, src_lengths, prefixes=chosen, **options)
+    assert [(h[0].tokens, round(h[0].score, 4)) for h in again] == \
+        [(h[0].tokens, round(h[0].score, 4)) for h in free]
 
 
 class WantsLength:

@@ -42,6 +42,7 @@ eval mode, call ``model.eval()`` first.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -134,10 +135,13 @@ class SearchStart(NamedTuple):
 
 
 def start_search(model: DecodingModel, src: Tensor, src_lengths: Tensor, *, max_len_a: float,
-                 max_len_b: float) -> SearchStart:
-    """Encode the batch once and compute its length limits (see the module docstring)."""
+                 max_len_b: float, prefixes: Tensor | None = None) -> SearchStart:
+    """Encode the batch once and compute its length limits (see the module docstring); a
+    forced prefix longer than its sentence's limit raises the limit to its length."""
     encoded = in_autocast_dtype(model.encode(src, src_lengths), src.device.type)
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    if prefixes is not None:
+        max_lengths = torch.maximum(max_lengths, (prefixes >= 0).sum(dim=1).to(max_lengths))
     return SearchStart(
         encoded=encoded,
         state=model.init_state(encoded),
@@ -147,39 +151,52 @@ def start_search(model: DecodingModel, src: Tensor, src_lengths: Tensor, *, max_
     )
 
 
-def next_token_log_probs(logits: Tensor, force_eos: Tensor | None) -> Tensor:
-    """Log-probabilities of the next token, with PAD/BOS forbidden and EOS forced where asked.
+def next_token_log_probs(logits: Tensor, forced: Tensor | None) -> Tensor:
+    """Log-probabilities of the next token, with PAD/BOS forbidden and a token forced where asked.
 
-    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities.
+    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities (a
+    forced token keeps its own, so a score stays the model's).
 
     Shape:
         - logits: (N, V)
-        - force_eos: (N,) bool, True where only EOS may follow; None when no row is forced
+        - forced: (N,) the token each row must produce, -1 where any may follow; None when no
+          row is forced
         - output: (N, V) float32
     """
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
     log_probs[:, PAD_ID] = -math.inf
     log_probs[:, BOS_ID] = -math.inf
-    if force_eos is None:
+    if forced is None:
         return log_probs
     # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
-    eos = log_probs[:, EOS_ID].clone()  # (N,)
-    log_probs.masked_fill_(force_eos.unsqueeze(1), -math.inf)
-    log_probs[:, EOS_ID] = eos
-    return log_probs
+    is_forced = (forced >= 0).unsqueeze(1)  # (N, 1)
+    column = forced.clamp(min=0).masked_fill(~is_forced.squeeze(1), PAD_ID).unsqueeze(1)
+    kept = log_probs.gather(1, column)  # (N, 1); -inf (PAD's) in a free row
+    log_probs.masked_fill_(is_forced, -math.inf)
+    return log_probs.scatter_(1, column, kept)
 
 
-def forcing_rows(max_lengths: Tensor, step: int, first_forced_step: int) -> Tensor | None:
-    """The rows whose length limit forces EOS at ``step``, or None before any can be.
+def forced_tokens(step: int, max_lengths: Tensor, first_forced_step: int,
+                  prefixes: Tensor | None, sentences: Tensor) -> Tensor | None:
+    """Per sentence, the token ``step`` must produce (-1: any), or None when none is forced:
+    EOS at the length limit, else a forced prefix's token.
 
-    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then no
-    row is forced and the search skips a masking pass over the whole (N, V) output layer.
+    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then and
+    past the prefixes no row is forced and the search skips a masking pass over the whole
+    (N, V) output layer.
 
     Shape:
-        - max_lengths: (N,) the limits of the sentences still in the batch
-        - output: (N,) bool, or None
+        - max_lengths, sentences: (N,) the limits and batch rows of the sentences in the batch
+        - prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; or None
+        - output: (N,) int64, or None
     """
-    return None if step < first_forced_step else max_lengths <= step
+    forced = None
+    if prefixes is not None and step < prefixes.size(1):
+        forced = prefixes[sentences, step]  # (N,)
+    if step >= first_forced_step:
+        free = torch.full_like(max_lengths, -1) if forced is None else forced
+        forced = torch.where(max_lengths <= step, EOS_ID, free)
+    return forced
 
 
 @torch.inference_mode()
@@ -192,8 +209,11 @@ def greedy_search(
     max_len_b: float,
     return_attention: bool = False,
     length_penalty: float = 1.0,
+    prefixes: Tensor | None = None,
+    choose: Callable[[Tensor], Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Decode a batch by always taking the most probable next token.
+    """Decode a batch by always taking the most probable next token (or the one ``choose``
+    picks: :mod:`seq2seq.inference.sampling` samples it).
 
     Args:
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
@@ -206,6 +226,9 @@ def greedy_search(
         length_penalty: GNMT alpha used for the reported score only (it cannot change a
             greedy output); the default matches :func:`beam_search`, so that beam size 1
             reports the same scores.
+        prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
+            :func:`pad_prefixes`); None: none.
+        choose: log-probabilities (N, V) -> the next tokens (N,); None: the most probable.
 
     Returns:
         One single-element list of :class:`Hypothesis` per sentence, in input order.
@@ -219,7 +242,7 @@ def greedy_search(
         return []
     device = src.device
     encoded, state, max_lengths, max_steps, first_forced_step = start_search(
-        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b, prefixes=prefixes)
 
     # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch; N shrinks from B
     # as finished sentences leave (the encoded source and the state follow the same rows).
@@ -232,9 +255,13 @@ def greedy_search(
     step_weights: list[Tensor] = []  # each (N, S)
     for step in range(max_steps):
         logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N, V), (N, S)
-        force_eos = forcing_rows(max_lengths, step, first_forced_step)
-        log_probs = next_token_log_probs(logits, force_eos=force_eos)  # (N, V)
-        best_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
+        forced = forced_tokens(step, max_lengths, first_forced_step, prefixes, sentences)
+        log_probs = next_token_log_probs(logits, forced)  # (N, V)
+        if choose is None:
+            best_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
+        else:
+            tokens = choose(log_probs)  # (N,)
+            best_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         # Finished sentences not pruned yet keep running but add nothing.
         tokens = tokens.masked_fill(finished, PAD_ID)
         log_prob_sums.index_add_(0, sentences, best_log_probs.masked_fill(finished, 0.0))
@@ -273,6 +300,18 @@ def greedy_search(
             attention = all_weights[: length + 1, sentence, :source_len].clone()
         results.append([Hypothesis(tokens=row[:length], score=score, attention=attention)])
     return results
+
+
+def pad_prefixes(prefixes: Sequence[Sequence[int]], device: torch.device | str) -> Tensor | None:
+    """Each sentence's forced prefix as one (B, P) tensor, -1 after its end; None when every
+    prefix is empty."""
+    width = max((len(prefix) for prefix in prefixes), default=0)
+    if width == 0:
+        return None
+    padded = torch.full((len(prefixes), width), -1, dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        padded[row, : len(prefix)] = torch.as_tensor(list(prefix), dtype=torch.long)
+    return padded.to(device)
 
 
 def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -367,6 +406,7 @@ def beam_search(
     max_len_b: float,
     nbest: int = 1,
     return_attention: bool = False,
+    prefixes: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with per-sentence finished-hypothesis bookkeeping.
 
@@ -397,6 +437,7 @@ def beam_search(
         max_len_b: see ``max_len_a``.
         nbest: hypotheses returned per sentence (at most ``beam_size``).
         return_attention: also return each hypothesis' attention weights.
+        prefixes: as for :func:`greedy_search`: every hypothesis starts with its prefix.
 
     Returns:
         Per sentence, in input order, up to ``nbest`` distinct hypotheses, best first. Fewer
@@ -420,7 +461,7 @@ def beam_search(
     K = beam_size
     device = src.device
     encoded, state, max_lengths, max_steps, first_forced_step = start_search(
-        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b, prefixes=prefixes)
     beams = Beams.start(max_lengths, length_penalty=length_penalty, nbest=nbest)
     # The decoder reads R rows per sentence: one (its BOS) until the first step gives it K beams.
     row_encoded = encoded
@@ -440,10 +481,11 @@ def beam_search(
         logits, weights, state = model.decode_step(  # (N*R, V), (N*R, S)
             beams.tokens.reshape(-1), state, row_encoded)
         vocab_size = logits.size(-1)
-        force_eos = forcing_rows(beams.max_lengths, step, first_forced_step)  # (N,) or None
-        if force_eos is not None:
-            force_eos = force_eos.repeat_interleave(rows)  # (N*R,)
-        log_probs = next_token_log_probs(logits, force_eos=force_eos)
+        forced = forced_tokens(step, beams.max_lengths, first_forced_step, prefixes,
+                               beams.sentences)  # (N,) or None
+        if forced is not None:
+            forced = forced.repeat_interleave(rows)  # (N*R,)
+        log_probs = next_token_log_probs(logits, forced)
         candidates = log_probs.view(active, rows, vocab_size).add_(beams.scores.unsqueeze(2))
         top_scores, top_index = top_candidates(candidates.view(active, -1), 2 * K)  # (N, 2K)
         top_parents = top_index // vocab_size  # (N, 2K) the row each extends

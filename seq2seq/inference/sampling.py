@@ -1,0 +1,134 @@
+"""Sampling instead of searching: translations drawn from the model's own distribution.
+
+Back-translation learns more from sampled synthetic sources than from beam search's (Edunov et
+al., 2018: sampling keeps the variety of real text that the most probable output loses). Each
+step draws the next piece from the model's distribution, reshaped by the options (in this
+order):
+
+- ``temperature`` T: log-probabilities divided by T (below 1 sharper, above 1 flatter);
+- ``top_k``: only the k most probable pieces (0: all of them); ``top_k=1`` is greedy search;
+- ``epsilon``: only pieces of probability at least epsilon (Hewitt et al., 2022), the most
+  probable always kept;
+- ``top_p``: only the smallest set of most probable pieces whose probability reaches p
+  (nucleus sampling, Holtzman et al., 2020); 1 keeps all.
+
+A sentence gets ``nbest`` independent samples, best score first. The score is the model's own
+length-penalised log-probability of the sample (not the reshaped one), as the searches report.
+The draws come from one ``torch.Generator``: a seed makes a run reproducible for the same input
+and batch settings. Everything else (length limits, forced prefixes, finished sentences leaving
+the batch, every runtime) is :func:`~seq2seq.inference.search.greedy_search`'s, which this
+drives with a different choice of the next token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from seq2seq.inference.search import Hypothesis, greedy_search
+from seq2seq.models.interfaces import DecodingModel
+
+
+class Sampling(NamedTuple):
+    """How the next piece is drawn (see the module docstring)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    epsilon: float = 0.0
+
+    def check(self) -> Sampling:
+        """Itself, or a one-line ValueError naming the option out of range."""
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (all pieces) or more, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.epsilon < 1:
+            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon}")
+        return self
+
+    def probabilities(self, log_probs: Tensor) -> Tensor:
+        """The reshaped next-piece probabilities, unnormalised (zeros where a filter drops).
+
+        Shape:
+            - log_probs: (N, V), -inf where a piece is forbidden; output: (N, V)
+        """
+        probs = torch.softmax(log_probs / self.temperature, dim=-1)  # (N, V)
+        if 0 < self.top_k < probs.size(-1):
+            kth = probs.topk(self.top_k, dim=-1).values[:, -1:]  # (N, 1)
+            probs = probs.masked_fill(probs < kth, 0.0)
+        if self.epsilon > 0:
+            most_probable = probs.argmax(dim=-1, keepdim=True)  # (N, 1)
+            dropped = (probs < self.epsilon).scatter(1, most_probable, False)
+            probs = probs.masked_fill(dropped, 0.0)
+        if self.top_p < 1:
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            # Drop a piece once the more probable ones before it already reach top_p.
+            dropped_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= self.top_p
+            dropped_sorted[:, 0] = False
+            probs = probs.masked_fill(dropped_sorted.scatter(1, order, dropped_sorted), 0.0)
+        return probs
+
+    def chooser(self, generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
+        """log-probabilities (N, V) -> one drawn piece per row (N,), from ``generator``."""
+
+        def choose(log_probs: Tensor) -> Tensor:
+            probs = self.probabilities(log_probs)
+            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+        return choose
+
+
+@torch.inference_mode()
+def sample_search(
+    model: DecodingModel,
+    src: Tensor,
+    src_lengths: Tensor,
+    *,
+    sampling: Sampling,
+    max_len_a: float,
+    max_len_b: float,
+    nbest: int = 1,
+    generator: torch.Generator | None = None,
+    length_penalty: float = 1.0,
+    return_attention: bool = False,
+    prefixes: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """Draw ``nbest`` translations of each sentence (see the module docstring).
+
+    Args:
+        sampling: the :class:`Sampling` options, checked.
+        nbest: independent samples per sentence (any number; duplicates are possible).
+        generator: where the draws come from; None: PyTorch's global generator.
+        others: as for :func:`~seq2seq.inference.search.greedy_search`.
+
+    Returns:
+        Per sentence, in input order, its ``nbest`` samples, best score first.
+
+    Raises:
+        ValueError: on an option out of range or ``nbest < 1``.
+    """
+    sampling.check()
+    if nbest < 1:
+        raise ValueError(f"nbest must be at least 1, got {nbest}")
+    batch_size = src.size(0)
+    copies = torch.arange(batch_size).repeat_interleave(nbest)  # each sentence nbest times
+    samples = greedy_search(
+        model, src[copies.to(src.device)], src_lengths[copies.to(src_lengths.device)],
+        max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty,
+        return_attention=return_attention,
+        prefixes=None if prefixes is None else prefixes[copies.to(prefixes.device)],
+        choose=sampling.chooser(generator),
+    )
+    results = []
+    for sentence in range(batch_size):
+        drawn = [n_best[0] for n_best in samples[sentence * nbest: (sentence + 1) * nbest]]
+        results.append(sorted(drawn, key=lambda hypothesis: -hypothesis.score))  # stable
+    return results
