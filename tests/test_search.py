@@ -26,7 +26,7 @@ from seq2seq.inference.search import (
 )
 from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
-from seq2seq.models.interfaces import EncodedSource
+from seq2seq.models.interfaces import DecodingModel, EncodedSource
 
 CONFIGS = CONFIG_DIR
 VOCAB = 16
@@ -36,7 +36,7 @@ ARCHITECTURES = [("gru", "bahdanau", "additive", 1), ("lstm", "luong", "multihea
                  ("transformer", "transformer", "-", 1)]
 
 
-class EosAfterToken:
+class EosAfterToken(DecodingModel):
     """Wraps a model and adds ``table[previous token]`` to the EOS logit.
 
     A random untrained model's wish to stop hardly depends on what it has produced; this
@@ -53,10 +53,12 @@ class EosAfterToken:
     def init_state(self, encoded):
         return self.model.init_state(encoded)
 
-    def decode_step(self, prev_tokens, state, encoded):
+    def decode_step(self, prev_tokens, state, encoded, *, output_ids=None):
         logits, weights, state = self.model.decode_step(prev_tokens, state, encoded)
         logits = logits.clone()
         logits[:, EOS_ID] += self.table[prev_tokens]
+        if output_ids is not None:
+            logits = logits[:, output_ids]
         return logits, weights, state
 
 
