@@ -315,3 +315,17 @@ def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
     assert capsys.readouterr().err.strip() == (
         f"error: model copy: shortlist not found: {tmp_path / 'missing.pt'}"
     )
+
+
+def test_prefix_and_constraint_pieces_join_the_shortlist(trained_checkpoint, copy_model):
+    """A shortlist that keeps only the special pieces still lets the search write a prefix
+    and the constraints (their pieces join each batch's shortlist)."""
+    _, tokenizers = copy_model
+    vocab = tokenizers.tgt.vocab_size
+    specials_only = Shortlist(offsets=np.zeros(tokenizers.src.vocab_size + 1, np.int64),
+                              candidates=[], frequent=[], tgt_vocab_size=vocab,
+                              fingerprint=vocabulary_fingerprint(tokenizers))
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2,
+                                            shortlist=specials_only)
+    (best,), = translator.translate(["red cat"], prefixes=["blue"], constraints=[["moon"]])
+    assert best.text == "blue moon"

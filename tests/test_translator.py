@@ -219,3 +219,51 @@ def test_progress_counts_every_sentence_batch_by_batch(trained_checkpoint, copy_
     translator.translate(inputs, progress=counts.append)
     assert sum(counts) == len(inputs)
     assert len([count for count in counts if count]) > 2  # several batches, each reported
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_prefixes_and_constraints_shape_every_translation(trained_checkpoint, beam_size):
+    """The copy model asked for a word it would not copy still writes it, after the forced
+    start; no constraints and no prefix translate as before; a shortlist changes nothing."""
+    lines = ["red cat big house", "blue bird", "one two three"]
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size,
+                                            nbest=beam_size)
+    plain = translator.translate(lines)
+    shaped = translator.translate(lines, prefixes=["green", "", "sun moon"],
+                                  constraints=[["moon"], [], ["fish", "small tree"]])
+    for prefix, phrases, n_best in zip(["green", "", "sun moon"],
+                                       [["moon"], [], ["fish", "small tree"]], shaped,
+                                       strict=True):
+        for translation in n_best:
+            assert translation.text.startswith(prefix)
+            assert all(phrase in translation.text for phrase in phrases)
+    assert [t.text for t in shaped[1]] == [t.text for t in plain[1]]
+    none = translator.translate(lines, prefixes=[""] * 3, constraints=[[]] * 3)
+    assert [[t.text for t in n] for n in none] == [[t.text for t in n] for n in plain]
+
+
+def test_sampling_through_the_translator_is_seeded_and_refuses_constraints(trained_checkpoint):
+    lines = ["red cat big house", "blue bird sun"]
+    sampler = Translator.from_checkpoint(trained_checkpoint, search="sample", nbest=4,
+                                         beam_size=1, temperature=5.0, seed=3)
+    first, again = sampler.translate(lines), sampler.translate(lines)
+    assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
+    assert all(len(n_best) == 4 for n_best in first)  # nbest beyond beam_size: fine to sample
+    greedy = Translator.from_checkpoint(trained_checkpoint, beam_size=1).translate(lines)
+    top1 = Translator.from_checkpoint(trained_checkpoint, search="sample", top_k=1, seed=0)
+    assert [n[0].text for n in top1.translate(lines)] == [n[0].text for n in greedy]
+    with pytest.raises(ValueError, match="constraints need search=beam"):
+        sampler.translate(lines, constraints=[["moon"], []])
+    with pytest.raises(ValueError, match="search must be one of"):
+        Translator.from_checkpoint(trained_checkpoint, search="nucleus")
+    with pytest.raises(ValueError, match="top_p"):
+        Translator.from_checkpoint(trained_checkpoint, search="sample", top_p=0)
+
+
+def test_a_phrase_the_vocabulary_cannot_write_is_one_line(trained_checkpoint):
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2)
+    with pytest.raises(ValueError, match="sentence 1: constraint 'Ž' has a piece") as raised:
+        translator.translate(["red cat"], constraints=[["Ž"]])
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="is empty"):
+        translator.translate(["red cat"], constraints=[[""]])

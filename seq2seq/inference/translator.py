@@ -43,15 +43,20 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.batching import collate, cut_sorted, pad_sources
+from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
+from seq2seq.inference.constraints import constrained_beam_search
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.sampling import Sampling, sample_search
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, pad_prefixes
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
 
 logger = logging.getLogger(__name__)
+
+SEARCHES = ("beam", "sample")
 
 
 
@@ -124,6 +129,12 @@ class Translator:
             model is refused with a message naming ``seq2seq-export``).
         shortlist: search each batch over the target pieces its
             :class:`~seq2seq.inference.shortlist.Shortlist` keeps (None: the whole vocabulary).
+        search: ``beam`` (greedy search when ``beam_size`` is 1) or ``sample``
+            (:mod:`seq2seq.inference.sampling`: ``nbest`` independent samples per sentence).
+        temperature, top_k, top_p, epsilon: how ``search=sample`` reshapes the distribution
+            (:class:`~seq2seq.inference.sampling.Sampling`).
+        seed: the seed of ``search=sample``'s draws, reset at every ``translate`` call (the same
+            input and settings give the same samples); None: PyTorch's global generator.
 
     Raises:
         ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
@@ -149,11 +160,25 @@ class Translator:
         precision: str = "fp32",
         quantize: str = "none",
         shortlist: Shortlist | None = None,
+        search: str = "beam",
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        epsilon: float = 0.0,
+        seed: int | None = None,
     ) -> None:
+        if search not in SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-        if not 1 <= nbest <= beam_size:
+        if search == "beam" and not 1 <= nbest <= beam_size:
             raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+        if nbest < 1:
+            raise ValueError(f"nbest must be at least 1, got {nbest}")
+        self.search = search
+        self.sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p,
+                                 epsilon=epsilon).check()
+        self.seed = seed
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if max_source_length < 1:
@@ -273,6 +298,8 @@ class Translator:
     def translate_ids(
         self, src_ids: Sequence[np.ndarray], *, return_attention: bool = False,
         progress: Callable[[int], object] | None = None,
+        prefixes: Sequence[Sequence[int]] | None = None,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         """Translate sentences given as source piece ids (without EOS).
 
@@ -281,6 +308,9 @@ class Translator:
             return_attention: also return each hypothesis' attention weights.
             progress: called with the number of sentences each batch translated (a progress
                 bar's ``update``).
+            prefixes: per sentence, the target ids every translation starts with.
+            constraints: per sentence, target id phrases every translation contains
+                (:mod:`seq2seq.inference.constraints`; beam search only).
 
         Returns:
             Per sentence, in input order, up to ``nbest`` hypotheses, best first. An empty
@@ -296,10 +326,22 @@ class Translator:
                 results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
         if progress is not None:
             progress(sum(source.size == 0 for source in sources))
+        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
+            if given is not None and len(given) != len(sources):
+                raise ValueError(f"{len(sources)} sentences but {len(given)} {name}")
+        if constraints is not None and self.search != "beam" and any(constraints):
+            raise ValueError("constraints need search=beam (sampling cannot promise a phrase)")
+        generator = None
+        if self.search == "sample" and self.seed is not None:
+            generator = torch.Generator(self.device).manual_seed(self.seed)
         with eval_mode(self.model):
             for batch in self._batches(sources):
                 batch_results = self._search(
-                    [sources[i] for i in batch], return_attention=return_attention
+                    [sources[i] for i in batch], return_attention=return_attention,
+                    prefixes=None if prefixes is None else [list(prefixes[i]) for i in batch],
+                    constraints=(None if constraints is None
+                                 else [[list(p) for p in constraints[i]] for i in batch]),
+                    generator=generator,
                 )
                 for index, hypotheses in zip(batch, batch_results, strict=True):
                     results[index] = hypotheses
@@ -358,7 +400,10 @@ class Translator:
         return [batch.tolist() for batch in reversed(batches)]
 
     def _search(
-        self, sources: list[np.ndarray], *, return_attention: bool
+        self, sources: list[np.ndarray], *, return_attention: bool,
+        prefixes: list[list[int]] | None = None,
+        constraints: list[list[list[int]]] | None = None,
+        generator: torch.Generator | None = None,
     ) -> list[list[Hypothesis]]:
         """Run the search on one batch of non-empty sources."""
         src, src_lengths = pad_sources(sources)  # (B, S), (B,) with EOS
@@ -372,27 +417,53 @@ class Translator:
         model: DecodingModel = self.model
         ids = None
         if self.shortlist is not None:
-            ids = self.shortlist.for_sources(sources).to(self.device)  # (K,) target ids
+            # The batch's shortlist, plus every piece a prefix or constraint needs.
+            needed = [t for p in prefixes or [] for t in p]
+            needed += [t for phrases in constraints or [] for p in phrases for t in p]
+            ids = self.shortlist.for_sources(sources)
+            ids = torch.unique(torch.cat([ids, torch.tensor(needed, dtype=torch.long)]))
+            ids = ids.to(self.device)  # (K,) target ids, ascending
             model = restrict(model, ids)
+            position = {int(t): i for i, t in enumerate(ids.tolist())}
+            prefixes = prefixes and [[position[t] for t in p] for p in prefixes]
+            constraints = constraints and [[[position[t] for t in p] for p in phrases]
+                                           for phrases in constraints]
+        if prefixes is not None:
+            options["prefixes"] = pad_prefixes(prefixes, self.device)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype is not None):
-            if self.beam_size == 1:
+            if self.search == "sample":
+                results = sample_search(model, src_tensor, src_lengths, sampling=self.sampling,
+                                        nbest=self.nbest, generator=generator, **options)
+            elif constraints is not None and any(constraints):
+                results = constrained_beam_search(
+                    model, src_tensor, src_lengths, constraints=constraints,
+                    beam_size=self.beam_size, nbest=self.nbest, **options)
+            elif self.beam_size == 1:
                 results = greedy_search(model, src_tensor, src_lengths, **options)
             else:
-                results = beam_search(
-                    model,
-                    src_tensor,
-                    src_lengths,
-                    beam_size=self.beam_size,
-                    nbest=self.nbest,
-                    **options,
-                )
+                results = beam_search(model, src_tensor, src_lengths, beam_size=self.beam_size,
+                                      nbest=self.nbest, **options)
         return results if ids is None else real_ids(results, ids)
 
     # -- text -----------------------------------------------------------------------------
+    def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
+        """Target piece ids of each text, refusing one the model cannot write (a piece that
+        encodes to <unk>): ``what`` names it in the one-line error."""
+        encoded = self.tokenizers.tgt.encode(list(texts)) if texts else []
+        for text, ids in zip(texts, encoded, strict=True):
+            if not ids and what != "prefix":
+                raise ValueError(f"{what} {text!r} is empty")
+            if UNK_ID in ids:
+                raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
+                                 "lacks: it cannot be produced")
+        return [list(ids) for ids in encoded]
+
     def translate(
         self, sentences: Sequence[str], *, return_attention: bool = True,
         attention_heads: bool = False, progress: Callable[[int], object] | None = None,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[list[Translation]]:
         """Translate sentences of raw text.
 
@@ -400,17 +471,29 @@ class Translator:
             sentences: one sentence per entry (no line breaks inside).
             return_attention: keep the attention weights (a little slower; off for scoring).
             attention_heads: also give the best translations' every layer's and head's
-                attention where the model has them (:attr:`has_attention_heads`): one more
-                teacher-forced pass.
+                attention where the model has them (a Transformer): one more teacher-forced
+                pass.
             progress: as in :meth:`translate_ids`.
+            prefixes: per sentence, the text every translation starts with ("" for none).
+            constraints: per sentence, phrases every translation contains (beam search).
 
         Returns:
             Per sentence, in input order, up to ``nbest`` translations, best first. An empty
-            or blank sentence gives one empty translation (score 0.0, no attention).
+            or blank sentence gives one empty translation (score 0.0, no attention), whatever
+            its prefix and constraints.
+
+        Raises:
+            ValueError: on a prefix or phrase with a piece the target vocabulary lacks, or
+                constraints with ``search=sample``.
         """
         src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
-        results = self.translate_ids(src_ids, return_attention=return_attention,
-                                     progress=progress)
+        results = self.translate_ids(
+            src_ids, return_attention=return_attention, progress=progress,
+            prefixes=None if prefixes is None else self.target_ids(prefixes, "prefix"),
+            constraints=None if constraints is None else [
+                self.target_ids(phrases, f"sentence {number + 1}: constraint")
+                for number, phrases in enumerate(constraints)],
+        )
         heads = (self._attention_heads(src_ids, results) if attention_heads
                  else [None] * len(results))
         # Detokenize every hypothesis in one sentencepiece call.
