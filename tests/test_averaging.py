@@ -1,5 +1,6 @@
 """Checkpoint averaging (seq2seq.training.averaging and seq2seq-average over it), on synthetic
-payloads: the average is the mean of the tensors, mismatches are refused."""
+payloads: the average is the mean of the tensors, mismatches are refused; at the end of a run,
+the kept checkpoints are averaged and validated from the run's parts."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import torch
 
 from seq2seq.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.cli.average import main as average_main
-from seq2seq.training.averaging import average_checkpoints, average_payloads
+from seq2seq.training.averaging import average_checkpoints, average_payloads, average_recent
+from seq2seq.training.checkpointing import CheckpointManager
+from seq2seq.training.distributed import DistributedContext
+from seq2seq.training.state import TrainerState
 
 
 def synthetic_payload(seed: int, *, tokenizer_bytes: bytes = b"spm model", **model_changes):
@@ -137,3 +141,58 @@ def test_cli_refuses_an_unreadable_checkpoint(tmp_path, capsys):
     broken.write_bytes(b"not a checkpoint")
     assert average_main([str(first), str(broken), "--output", str(tmp_path / "o.pt")]) == 1
     assert "truncated or corrupted" in capsys.readouterr().err
+
+
+# -- at the end of a run: average_recent from the run's parts, no trainer ----------------------
+class RecordingValidator:
+    """Scores every model with a fixed BLEU and keeps its weights (the Validator's interface:
+    ``output_dir`` and ``evaluate(model, device, hyp_path)``)."""
+
+    def __init__(self, output_dir, bleu: float) -> None:
+        self.output_dir, self.bleu, self.evaluated = output_dir, bleu, []
+
+    def evaluate(self, model, device, hyp_path):
+        self.evaluated.append({name: value.clone() for name, value in model.state_dict().items()})
+        scores = {"loss": 1.0, "ppl": 2.7, "bleu": self.bleu, "chrf": 50.0, "seconds": 0.1}
+        return scores, ["a hypothesis"], None
+
+
+def kept_linear_checkpoints(directory, seeds) -> list[str]:
+    """Checkpoints of nn.Linear(3, 2) models in ``directory/recent/``; their names."""
+    names = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        names.append(f"recent/step{seed:07d}.pt")
+        save_checkpoint({"format_version": FORMAT_VERSION,
+                         "model": torch.nn.Linear(3, 2).state_dict(), "config": {}},
+                        directory / names[-1])
+    return names
+
+
+def test_average_recent_averages_validates_and_records_from_the_run_parts(tmp_path):
+    checkpoints = CheckpointManager(directory=tmp_path, keep_best=0, average_last=2)
+    names = kept_linear_checkpoints(tmp_path, seeds=(3, 6))
+    state = TrainerState(step=6, best_bleu=20.0, best_step=3, recent_checkpoints=names)
+    model = torch.nn.Linear(3, 2)
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    validator = RecordingValidator(tmp_path / "validation", bleu=25.0)
+    average_recent(state, checkpoints, model=model, validator=validator,
+                   context=DistributedContext())
+    averaged = load_checkpoint(tmp_path / "averaged.pt")
+    assert averaged["averaged_from"] == names
+    payloads = [load_checkpoint(tmp_path / name) for name in names]
+    for name, tensor in averaged["model"].items():
+        torch.testing.assert_close(tensor, expected_mean(payloads, name))
+        assert torch.equal(validator.evaluated[-1][name], tensor), name  # the average scored
+        assert torch.equal(model.state_dict()[name], before[name]), name  # the model untouched
+    assert (state.averaged_bleu, state.averaged_from) == (25.0, names)
+
+
+def test_average_recent_of_one_kept_checkpoint_records_none(tmp_path):
+    checkpoints = CheckpointManager(directory=tmp_path, keep_best=0, average_last=2)
+    state = TrainerState(step=3, recent_checkpoints=kept_linear_checkpoints(tmp_path, seeds=(3,)))
+    validator = RecordingValidator(tmp_path / "validation", bleu=25.0)
+    average_recent(state, checkpoints, model=torch.nn.Linear(3, 2), validator=validator,
+                   context=DistributedContext())
+    assert (state.averaged_bleu, state.averaged_from, validator.evaluated) == (None, [], [])
+    assert not (tmp_path / "averaged.pt").exists()

@@ -395,6 +395,27 @@ def test_manifest_names_what_a_service_needs(exported_copy_model):
     assert manifest["config"]["model"]["attention"]["_target_"].endswith("AdditiveScorer")
 
 
+def test_both_formats_write_the_common_manifest_entries_alike(exported_random, tmp_path):
+    """One Transformer in both formats: the entries every manifest has
+    (seq2seq.export.manifest) are equal; only the format's name and its own entries differ."""
+    pytest.importorskip("ctranslate2")
+    from seq2seq.export.ctranslate2_export import convert_model
+
+    model, folder = exported_random("transformer")
+    onnx_manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+    ct2_manifest = convert_model(model, copy_tokenizers(), {"model": {}}, tmp_path / "ct2")
+    assert json.loads((tmp_path / "ct2" / MANIFEST_NAME).read_text(encoding="utf-8")) == \
+        ct2_manifest
+    assert (onnx_manifest["format"], ct2_manifest["format"]) == ("seq2seq-onnx",
+                                                                 "seq2seq-ctranslate2")
+    for key in ("format_version", "package_version", "config", "parameters", "trainer_state",
+                "vocabulary", "tokenizers"):
+        assert onnx_manifest[key] == ct2_manifest[key], key
+    for key in ("quantize", "source", "torch_version"):
+        assert onnx_manifest["export"][key] == ct2_manifest["export"][key], key
+    assert "graphs" in onnx_manifest and "graphs" not in ct2_manifest
+
+
 # -- a service that is not this package: docs/export.md's example client ------------------------
 CLIENT = ROOT / "docs" / "examples" / "onnx_client.py"
 # The copy vocabulary's pieces kept as targets (the special ids are always kept): a logits

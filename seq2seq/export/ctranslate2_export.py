@@ -24,19 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-import seq2seq
 from seq2seq.config_types import error_reason
-from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, UNK_PIECE
-from seq2seq.export.folder import (
-    ExportError,
-    check_export_options,
-    load_for_export,
-    staged_folder,
-    write_manifest,
-    write_tokenizers,
-)
+from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, UNK_PIECE
+from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
-from seq2seq.models.build import count_parameters
 from seq2seq.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,
@@ -228,25 +220,15 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
         quantization = "int8" if quantize == "int8" else "float32"
         SpecConverter().convert(str(staging), quantization=quantization, force=True)
         difference = check_against_model(model, tokenizers, staging, quantize=quantize)
-        manifest = {
-            "format": CTRANSLATE2_FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "package_version": seq2seq.__version__,
-            "config": config,
-            "parameters": count_parameters(model),
-            "trainer_state": trainer_state,
-            "vocabulary": {"source_size": tokenizers.src.vocab_size,
-                           "target_size": tokenizers.tgt.vocab_size, "pad_id": PAD_ID,
-                           "bos_id": BOS_ID, "eos_id": EOS_ID},
-            "tokenizers": write_tokenizers(staging, tokenizers),
-            "export": {"format": "ctranslate2", "quantize": quantize, "source": source,
-                       "max_positions": MAX_POSITIONS,
-                       "largest_log_prob_difference": difference,
-                       "ctranslate2_version": ctranslate2.__version__,
-                       "torch_version": torch.__version__,
-                       "seconds": round(time.perf_counter() - started, 1)},
-        }
-        write_manifest(staging, manifest)
+        # After the conversion, which empties the folder it writes into.
+        manifest = build_manifest(staging, model, tokenizers, config,
+                                  format_name=CTRANSLATE2_FORMAT_NAME,
+                                  format_version=FORMAT_VERSION, quantize=quantize,
+                                  trainer_state=trainer_state, source=source)
+        manifest["export"].update(max_positions=MAX_POSITIONS,
+                                  largest_log_prob_difference=difference,
+                                  ctranslate2_version=ctranslate2.__version__)
+        write_manifest(staging, manifest, started=started)
     return manifest
 
 

@@ -1,9 +1,9 @@
-"""What every export format shares: its one-line error, the checks of its options and the
-folder written beside its destination and renamed into place (whole or absent)."""
+"""What every export format shares: its one-line error, the checks of its options, the
+checkpoint read for it and the folder written beside its destination and renamed into place
+(whole or absent). The manifest's common entries are :mod:`seq2seq.export.manifest`'s job."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import default_permissions, fsync_directory
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_to_payload
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.inference.export_format import MANIFEST_NAME, QUANTIZE_MODES
 
 
@@ -71,26 +71,6 @@ def staged_folder(output: Path, *, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def write_tokenizers(folder: Path, tokenizers) -> dict[str, Any]:
-    """Write the sentencepiece model(s) into ``folder``; returns the manifest's ``tokenizers``
-    entry (the file names, whether one model serves both sides, the kept target ids)."""
-    token_payload = tokenizers_to_payload(tokenizers)
-    files = {"src": "source.model"}
-    (folder / files["src"]).write_bytes(token_payload["src"].numpy().tobytes())
-    if not token_payload["joint"]:
-        files["tgt"] = "target.model"
-        (folder / files["tgt"]).write_bytes(token_payload["tgt"].numpy().tobytes())
-    kept = token_payload.get("tgt_kept_ids")
-    return {"joint": bool(token_payload["joint"]), "files": files,
-            "tgt_kept_ids": kept.tolist() if kept is not None else None}
-
-
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    # A checkpoint holds plain containers; anything else would be written as its repr.
-    text = json.dumps(manifest, indent=1, default=repr)
-    (folder / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
 
 
 def load_for_export(checkpoint: str | Path) -> tuple[Any, Any, dict[str, Any], dict | None]:

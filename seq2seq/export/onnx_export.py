@@ -36,16 +36,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-import seq2seq
-from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.export.folder import (
-    ExportError,
-    check_export_options,
-    load_for_export,
-    staged_folder,
-    write_manifest,
-    write_tokenizers,
-)
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import (
     ENCODED_NAMES,
     ENCODER_FILE,
@@ -54,7 +47,6 @@ from seq2seq.inference.export_format import (
     STEP_FILE,
 )
 from seq2seq.inference.onnx_model import OnnxModel
-from seq2seq.models.build import count_parameters
 from seq2seq.models.interfaces import EncodedSource
 
 DEFAULT_OPSET = 20
@@ -444,13 +436,14 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
     started = time.perf_counter()
     model = model.eval()
     with staged_folder(Path(output), overwrite=overwrite) as staging:
-        manifest = _write_folder(model, tokenizers, config, trainer_state, staging, opset=opset)
+        manifest = build_manifest(staging, model, tokenizers, config, format_name=FORMAT_NAME,
+                                  format_version=FORMAT_VERSION, quantize=quantize,
+                                  trainer_state=trainer_state, source=source)
+        _write_graphs(model, staging, manifest, opset=opset)
         if quantize == "int8":
             quantize_graphs(staging)
             _check_runs(staging, manifest)
-        manifest["export"].update(quantize=quantize, source=source,
-                                  seconds=round(time.perf_counter() - started, 1))
-        write_manifest(staging, manifest)
+        write_manifest(staging, manifest, started=started)
     return manifest
 
 
@@ -471,14 +464,14 @@ def _check_runs(folder: Path, manifest: dict[str, Any]) -> None:
         raise ExportError(f"the quantized graphs do not run: {_reason(error)}") from None
 
 
-def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
-                  trainer_state: dict[str, Any] | None, folder: Path, *,
-                  opset: int) -> dict[str, Any]:
-    """Write the graphs, the sentencepiece models and the manifest (fp32) into ``folder``."""
+def _write_graphs(model: nn.Module, folder: Path, manifest: dict[str, Any], *,
+                  opset: int) -> None:
+    """Write the fp32 graphs into ``folder``, checked against ``model``, and add their entries
+    to ``manifest`` (``graphs``; the opset and the ONNX versions under ``export``)."""
     import onnx
     import onnxruntime
 
-    src_vocab, tgt_vocab = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
+    src_vocab = manifest["vocabulary"]["source_size"]
     src, lengths = example_sources(TRACE_SENTENCES, TRACE_LENGTH, src_vocab, seed=0)
     prev_tokens, encoded, state = _step_inputs(model, src, lengths, TRACE_ROWS, seed=1,
                                                steps=TRACE_STEPS)
@@ -507,28 +500,11 @@ def _write_folder(model: nn.Module, tokenizers, config: dict[str, Any],
     for name, axes in open_axes.items():
         declare_open_axes(folder / name, axes)
 
-    kept_ids = getattr(tokenizers.tgt, "kept_ids", None)
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "package_version": seq2seq.__version__,
-        "config": config,
-        "parameters": count_parameters(model),
-        "trainer_state": trainer_state,
-        "vocabulary": {"source_size": src_vocab, "target_size": tgt_vocab, "pad_id": PAD_ID,
-                       "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,
-                       # A logits column, or a prev_tokens value, is an index into this list of
-                       # the target model's sentencepiece ids (a pruned target keeps a subset).
-                       "target_ids": (kept_ids.tolist() if kept_ids is not None
-                                      else list(range(tgt_vocab)))},
-        "tokenizers": write_tokenizers(folder, tokenizers),
-        "graphs": {"encoder": ENCODER_FILE, "decoder_step": STEP_FILE, "state": list(state_names)},
-        "export": {"quantize": "none", "opset": opset, "torch_version": torch.__version__,
-                   "onnx_version": onnx.__version__,
-                   "onnxruntime_version": onnxruntime.__version__},
-    }
+    manifest["graphs"] = {"encoder": ENCODER_FILE, "decoder_step": STEP_FILE,
+                          "state": list(state_names)}
+    manifest["export"].update(opset=opset, onnx_version=onnx.__version__,
+                              onnxruntime_version=onnxruntime.__version__)
     check_against_model(model, folder, manifest)
     shapes = _observed_shapes(folder, manifest, src_vocab)
     for name, observed in shapes.items():
         declare_open_axes(folder / name, open_axes[name], observed)
-    return manifest

@@ -26,13 +26,20 @@ import copy
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config_types import error_reason
 from seq2seq.training.state import TrainerState
+
+if TYPE_CHECKING:  # annotations only: not worth loading TensorBoard or the inference stack
+    from torch.utils.tensorboard import SummaryWriter
+
+    from seq2seq.training.distributed import DistributedContext
+    from seq2seq.training.validation import Validator
 
 log = logging.getLogger(__name__)
 
@@ -138,17 +145,28 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
 
 
 # -- at the end of a run (trainer.average_last) ----------------------------------------------
-def average_recent(trainer) -> None:
+def average_recent(state: TrainerState, checkpoints, *, model: nn.Module, validator: Validator,
+                   context: DistributedContext, writer: SummaryWriter | None = None) -> None:
     """Average, validate and report the kept checkpoints (nothing without average_last).
 
-    ``trainer``: the :class:`~seq2seq.training.trainer.Trainer` whose run ends (its state,
-    context, checkpoints, model, validator, device and writer are used; not imported here, so
-    that the trainer's import of this module is the only one between the two).
+    Args:
+        state: the run's trainer state: the kept checkpoints' names and best.pt's BLEU are read,
+            the averaged model's BLEU and sources recorded.
+        checkpoints: the run's :class:`~seq2seq.training.checkpointing.CheckpointManager`
+            (its folder, ``average_last`` and ``write_average``); not annotated, as that module
+            imports this one.
+        model: the trained model (unchanged): a copy of it is loaded with the average.
+        validator: validates the average (translations in ``averaged.hyp`` in its folder).
+        context: the ranks; rank 0 alone averages and validates, on ``context.device``.
+        writer: TensorBoard's, on rank 0 (None: not written).
     """
-    state, context = trainer.state, trainer.context
-    if not trainer.checkpoints.average_last:
+    if not checkpoints.average_last:
         return
-    bleu = _average_and_validate(trainer) if context.is_main else NOT_AVERAGED
+    if context.is_main:
+        bleu = _average_and_validate(state, checkpoints, model, validator, context.device,
+                                     writer)
+    else:
+        bleu = NOT_AVERAGED
     bleu = context.broadcast(bleu)  # the other ranks wait here while rank 0 validates
     if bleu == NOT_AVERAGED:
         state.averaged_bleu, state.averaged_from = None, []
@@ -170,9 +188,10 @@ def summary(state: TrainerState) -> dict:
             "better_checkpoint": f"checkpoints/{better_checkpoint(state)}"}
 
 
-def _average_and_validate(trainer) -> float:
+def _average_and_validate(state: TrainerState, checkpoints, model: nn.Module,
+                          validator: Validator, device: torch.device,
+                          writer: SummaryWriter | None) -> float:
     """Rank 0's part: the averaged model's BLEU, or NOT_AVERAGED (skipped, or it failed)."""
-    checkpoints, state = trainer.checkpoints, trainer.state
     names = [name for name in state.recent_checkpoints if (checkpoints.directory / name).is_file()]
     missing = [name for name in state.recent_checkpoints if name not in names]
     if missing:
@@ -192,12 +211,11 @@ def _average_and_validate(trainer) -> float:
         except (CheckpointError, OSError) as error:
             log.error("could not average the last checkpoints: %s", error_reason(error))
             return NOT_AVERAGED
-        model = copy.deepcopy(trainer.model).eval()
-        model.load_state_dict(payload["model"])
-        validator = trainer.validator
+        averaged = copy.deepcopy(model).eval()
+        averaged.load_state_dict(payload["model"])
         hyp_path = validator.output_dir / "averaged.hyp" if validator.output_dir else None
-        scores, hypotheses, _ = validator.evaluate(model, trainer.device, hyp_path)
-        del model
+        scores, hypotheses, _ = validator.evaluate(averaged, device, hyp_path)
+        del averaged
         bleu = scores["bleu"]
         state.averaged_from = names
         log.info("validation of %s: loss %.3f ppl %.2f BLEU %.2f chrF %.2f (%d sentences, %.1fs) "
@@ -207,8 +225,8 @@ def _average_and_validate(trainer) -> float:
     line = (f"averaged last {len(names)}: BLEU {bleu:.2f} vs best.pt {state.best_bleu:.2f} "
             f"(step {state.best_step}); the better is {better_checkpoint(state)}")
     log.info("%s", line)
-    if trainer.writer is not None:
-        trainer.writer.add_scalar("valid/averaged_bleu", bleu, state.step)
-        trainer.writer.add_text("valid/averaged", line, state.step)
-        trainer.writer.flush()
+    if writer is not None:
+        writer.add_scalar("valid/averaged_bleu", bleu, state.step)
+        writer.add_text("valid/averaged", line, state.step)
+        writer.flush()
     return bleu

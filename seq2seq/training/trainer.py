@@ -342,7 +342,9 @@ class Trainer:
         progress.close()
         if state.last_validated_step != state.step:
             self._validate_and_keep()
-        average_recent(self)  # trainer.average_last: checkpoints/averaged.pt, validated
+        # trainer.average_last: checkpoints/averaged.pt, validated
+        average_recent(state, self.checkpoints, model=self.model, validator=self.validator,
+                       context=self.context, writer=self.writer)
         self.save_last()
         if self.context.is_distributed:
             self._check_ranks_in_sync()
