@@ -5,10 +5,15 @@ read with ``torch.load(path, weights_only=True)``, which refuses to run code. En
 
 - ``format_version``: int, :data:`FORMAT_VERSION`
 - ``model``: the model's ``state_dict()``
-- ``config``: the resolved run config as plain dicts/lists/scalars
+- ``config``: the resolved run config as plain dicts/lists/scalars; its ``model`` node names
+  the built-in encoder, decoder and scorer by registry name (:mod:`seq2seq.models.registry`)
+  and a user's own class by import path
 - ``tokenizers``: ``{"joint": bool, "src": uint8 tensor, "tgt": uint8 tensor}`` (sentencepiece
   model bytes)
 - training only: ``optimizer``, ``schedule``, ``scaler``, ``trainer_state``, ``sampler``, ``rng``
+
+A checkpoint of an older format version is converted on load (:func:`upgrade_config`), so
+everything after :func:`load_checkpoint` sees today's form.
 """
 
 from __future__ import annotations
@@ -23,9 +28,28 @@ from typing import Any
 import torch
 
 from seq2seq.atomic import atomic_write
-from seq2seq.config_types import error_reason
+from seq2seq.config_types import ConfigError, error_reason
+from seq2seq.models import registry
 
-FORMAT_VERSION = 1
+# 1: the model config named the built-in classes by import path; 2: by registry name.
+FORMAT_VERSION = 2
+OLDEST_FORMAT_VERSION = 1
+# The import paths of the built-in classes in version 1's configs. Frozen: a class that moves
+# later changes the registry, not what version 1 files say. The scorers lived in
+# seq2seq.models.scorers and were named through seq2seq.models.attention, which re-exported them.
+_V1_BUILT_IN_PATHS = {
+    "seq2seq.models.encoder.RNNEncoder": "rnn",
+    "seq2seq.models.transformer.TransformerEncoder": "transformer",
+    "seq2seq.models.decoders.BahdanauDecoder": "bahdanau",
+    "seq2seq.models.decoders.LuongDecoder": "luong",
+    "seq2seq.models.transformer.TransformerDecoder": "transformer",
+    **{f"seq2seq.models.{module}.{cls}": name
+       for module in ("attention", "scorers")
+       for cls, name in (("AdditiveScorer", "additive"), ("DotScorer", "dot"),
+                         ("ScaledDotScorer", "scaled_dot"), ("GeneralScorer", "general"),
+                         ("MultiHeadScorer", "multihead"), ("GaussianScorer", "gaussian"),
+                         ("LocationScorer", "location"))},
+}
 # The encoder's RNN parameters as one bidirectional nn.GRU/LSTM named them, before #41 gave
 # each layer and direction its own module.
 _OLD_ENCODER_RNN_KEY = re.compile(r"encoder\.rnn\.(weight|bias)_(ih|hh)_l(\d+)(_reverse)?")
@@ -41,6 +65,33 @@ def upgrade_model_keys(state: dict) -> dict:
         return f"encoder.layers.{layer}.{1 if reverse else 0}.{kind}_{gate}_l0"
 
     return {new_key(key): value for key, value in state.items()}
+
+
+def _name_built_in_classes(node: Any) -> Any:
+    """Version 1 -> 2: every ``_target_`` that is a built-in class's version-1 import path (a
+    multi-head scorer's inner one included) becomes its registry name; a user's class keeps
+    its path. Returns new containers."""
+    if isinstance(node, dict):
+        converted = {key: _name_built_in_classes(value) for key, value in node.items()}
+        target = converted.get("_target_")
+        if isinstance(target, str) and target in _V1_BUILT_IN_PATHS:
+            converted["_target_"] = _V1_BUILT_IN_PATHS[target]
+        return converted
+    if isinstance(node, list):
+        return [_name_built_in_classes(value) for value in node]
+    return node
+
+
+def upgrade_config(config: dict, version: int) -> dict:
+    """A run config as format ``version`` wrote it, in today's form (a new dict).
+
+    The steps run in order from ``version``; there is one, 1 -> 2 (built-in classes named by
+    registry name). It changes nothing in a config of today's form, so a config whose version
+    is not recorded (an exported folder's manifest) can be given as version 1.
+    """
+    if version < 2 and isinstance(config.get("model"), dict):
+        config = {**config, "model": _name_built_in_classes(config["model"])}
+    return config
 
 
 class CheckpointError(Exception):
@@ -62,7 +113,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     plain entries only).
 
     A file that carries pickled Python objects is refused without running them; a truncated or
-    corrupted file, or one from an unknown format version, gets a clear message.
+    corrupted file, or one from an unknown format version, gets a clear message. A checkpoint
+    of an older format version is returned in today's form (:func:`upgrade_config`), its
+    ``format_version`` set to :data:`FORMAT_VERSION`.
     """
     path = Path(path)
     if not path.is_file():
@@ -91,11 +144,14 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not isinstance(checkpoint, dict) or "model" not in checkpoint:
         raise CheckpointError(f"{path} is not a seq2seq checkpoint (no 'model' entry)")
     version = checkpoint.get("format_version")
-    if version != FORMAT_VERSION:
+    if not isinstance(version, int) or not OLDEST_FORMAT_VERSION <= version <= FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} has checkpoint format version {version}; this seq2seq reads version "
-            f"{FORMAT_VERSION}"
+            f"{path} has checkpoint format version {version}; this seq2seq reads versions "
+            f"{OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
         )
+    if isinstance(checkpoint.get("config"), dict):
+        checkpoint["config"] = upgrade_config(checkpoint["config"], version)
+    checkpoint["format_version"] = FORMAT_VERSION  # what it holds now
     if isinstance(checkpoint["model"], dict):
         checkpoint["model"] = upgrade_model_keys(checkpoint["model"])
     return checkpoint
@@ -137,15 +193,23 @@ def check_targets(node: Any, trusted: tuple[str, ...] | None = None) -> None:
     """Refuse ``_target_`` classes from outside seq2seq and torch.nn in a checkpoint's config.
 
     Building the model instantiates the classes its config names, so a crafted checkpoint
-    could otherwise name any callable. Your own classes are allowed by listing their module
-    prefixes, comma-separated, in the environment variable ``SEQ2SEQ_TRUSTED_TARGETS``.
+    could otherwise name any callable. Registry names (built-in parts) are always trusted.
+    Your own classes are allowed by listing their module prefixes, comma-separated, in the
+    environment variable ``SEQ2SEQ_TRUSTED_TARGETS``.
     """
     if trusted is None:
         extra = os.environ.get("SEQ2SEQ_TRUSTED_TARGETS", "")
         trusted = SAFE_TARGET_PREFIXES + tuple(p.strip() for p in extra.split(",") if p.strip())
     if isinstance(node, dict):
         target = node.get("_target_")
-        if isinstance(target, str) and not target.startswith(trusted):
+        if not isinstance(target, str) or registry.is_registered(target):
+            pass
+        elif not registry.is_class_path(target):
+            raise CheckpointError(
+                f"the checkpoint's config names {target!r}, which is neither a built-in part "
+                "(seq2seq.models.registry) nor a class's import path"
+            )
+        elif not target.startswith(trusted):
             raise CheckpointError(
                 f"the checkpoint's config names the class {target!r}, outside the trusted "
                 f"prefixes {', '.join(trusted)}; if you trust it, add its module to "
@@ -169,11 +233,14 @@ def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):
     config = checkpoint["config"]
     check_targets(config["model"])
     tokenizers = tokenizers_from_payload(checkpoint["tokenizers"])
-    model = build_model(
-        config["model"],
-        src_vocab_size=tokenizers.src.vocab_size,
-        tgt_vocab_size=tokenizers.tgt.vocab_size,
-    )
+    try:
+        model = build_model(
+            config["model"],
+            src_vocab_size=tokenizers.src.vocab_size,
+            tgt_vocab_size=tokenizers.tgt.vocab_size,
+        )
+    except ConfigError as error:
+        raise CheckpointError(f"the checkpoint's config does not make a model: {error}") from None
     try:
         model.load_state_dict(checkpoint["model"])
     except RuntimeError as error:

@@ -89,7 +89,7 @@ def test_random_bytes_are_reported_as_corrupted(tmp_path):
         load_checkpoint(path)
 
 
-@pytest.mark.parametrize("kind", ["pickle", "truncated", "random"])
+@pytest.mark.parametrize("kind", ["pickle", "truncated", "random", "unknown_name"])
 def test_command_line_refuses_bad_checkpoints_without_traceback(tmp_path, kind, make_checkpoint,
                                                                run_python):
     marker = tmp_path / "pwned"
@@ -99,6 +99,12 @@ def test_command_line_refuses_bad_checkpoints_without_traceback(tmp_path, kind, 
     elif kind == "truncated":
         path = truncated_checkpoint(tmp_path / "bad.pt", make_checkpoint(tmp_path / "model"))
         expected = "truncated or corrupted"
+    elif kind == "unknown_name":  # a registry name no entry has
+        checkpoint = load_checkpoint(make_checkpoint(tmp_path / "model"))
+        checkpoint["config"]["model"]["attention"]["_target_"] = "addittive"
+        path = tmp_path / "bad.pt"
+        save_checkpoint(checkpoint, path)
+        expected = "'addittive', which is neither a built-in part"
     else:
         path = random_bytes_file(tmp_path / "bad.pt")
         expected = str(path)
@@ -120,7 +126,7 @@ from pathlib import Path
 
 Path(__file__).with_name("imported").touch()  # importing a module runs its code
 
-from seq2seq.models.attention import AdditiveScorer
+from seq2seq.models.scorers import AdditiveScorer
 
 
 class MyAdditiveScorer(AdditiveScorer):
@@ -148,10 +154,15 @@ def plugin_checkpoint(tmp_path, trained_checkpoint, monkeypatch) -> Path:
     sys.modules.pop(PLUGIN_MODULE, None)  # the next test imports its own copy
 
 
-def test_check_targets_allows_seq2seq_and_torch_nn_only_by_default(monkeypatch):
+def test_check_targets_allows_registry_names_seq2seq_and_torch_nn_only_by_default(monkeypatch):
     monkeypatch.delenv("SEQ2SEQ_TRUSTED_TARGETS", raising=False)
     check_targets({"encoder": {"_target_": "seq2seq.models.encoder.RNNEncoder"},
                    "layers": [{"_target_": "torch.nn.GRU"}, 3, "text"]})
+    check_targets({"encoder": {"_target_": "rnn"}, "decoder": {"_target_": "transformer"},
+                   "attention": {"_target_": "multihead", "scorer": {"_target_": "additive"}}})
+    with pytest.raises(CheckpointError, match="'eval', which is neither a built-in part") as caught:
+        check_targets({"attention": {"_target_": "eval"}})
+    assert "\n" not in str(caught.value)
     for target in ("os.system", "builtins.eval", "seq2seq_evil.Scorer", "torch.load",
                    "my_scorers.MyAdditiveScorer"):
         nested = {"model": {"decoder": {"layers": [{}, {"_target_": target}]}}}

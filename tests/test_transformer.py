@@ -162,8 +162,8 @@ def test_the_transformer_preset_has_no_attention_node_and_an_rnn_decoder_needs_o
     del plain["attention"]
     check_model_config(plain)
     assert build_model(plain, src_vocab_size=12, tgt_vocab_size=12) is not None
-    plain["decoder"] = {"_target_": "seq2seq.models.decoders.LuongDecoder", "hidden_size": 8}
-    with pytest.raises(ConfigError, match=r"model.attention: the decoder .*LuongDecoder takes an "
+    plain["decoder"] = {"_target_": "luong", "hidden_size": 8}
+    with pytest.raises(ConfigError, match=r"model.attention: the decoder luong takes an "
                                           r"attention scorer; choose one, e.g. model/attention="):
         check_model_config(plain)
 
@@ -192,7 +192,7 @@ def test_the_transformer_trains_through_the_loop_in_every_precision(tiny_train_c
     cfg = tiny_train_config(**TRANSFORMER_TRAINING, **{
         "trainer.precision": precision, "trainer.max_steps": 6, "trainer.valid_every": 6,
         "trainer.valid.max_sentences": 8})
-    assert cfg.model.encoder._target_.endswith("TransformerEncoder")
+    assert cfg.model.encoder._target_ == "transformer"
     with caplog.at_level("INFO"):
         result = train(cfg, tmp_path / "run")
     assert any("the model.attention node (model/attention=...) is not used" in r.getMessage()
@@ -212,5 +212,19 @@ class KeywordsDecoder:
 
 def test_a_decoder_passing_keywords_on_is_given_a_scorer():
     assert uses_scorer({"_target_": f"{__name__}.KeywordsDecoder"})
+    assert uses_scorer({"_target_": "luong"})
+    assert not uses_scorer({"_target_": "transformer"})
+    # A built-in named by its import path, as a user may: its signature answers.
     assert uses_scorer({"_target_": "seq2seq.models.decoders.LuongDecoder"})
     assert not uses_scorer({"_target_": "seq2seq.models.transformer.TransformerDecoder"})
+
+
+def test_the_transformer_decoder_is_built_without_the_encoders_final_size():
+    """Only a decoder that starts from the encoder's final state (the RNN decoders' bridge) is
+    given its size; the Transformer decoder starts from an empty cache and takes no such
+    argument."""
+    with pytest.raises(TypeError, match="encoder_final_size"):
+        TransformerDecoder(vocab_size=10, encoder_output_size=8, d_model=8, num_heads=2,
+                           encoder_final_size=8)
+    model = build_model(transformer_config(), src_vocab_size=12, tgt_vocab_size=12)
+    assert isinstance(model.decoder, TransformerDecoder)

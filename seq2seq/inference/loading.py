@@ -21,6 +21,7 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     tokenizers_from_payload,
+    upgrade_config,
 )
 from seq2seq.inference.export_format import (
     CTRANSLATE2_FORMAT_NAME,
@@ -99,7 +100,9 @@ def read_exported(folder: str | os.PathLike) -> dict[str, Any]:
     if entry.get("tgt_kept_ids") is not None:
         tokenizers["tgt_kept_ids"] = torch.tensor(entry["tgt_kept_ids"], dtype=torch.int64)
     return {
-        "config": manifest["config"],
+        # The manifest keeps the config as the checkpoint had it, of a version it does not
+        # record: converted as the oldest, which leaves today's form as it is.
+        "config": upgrade_config(manifest["config"], 1),
         "tokenizers": tokenizers,
         "trainer_state": manifest.get("trainer_state"),
         "exported": {"folder": str(folder), "manifest": manifest},

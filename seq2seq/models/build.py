@@ -1,8 +1,10 @@
 """Put a :class:`Seq2Seq` together from the ``model`` config node.
 
-This is the one place the model's parts are instantiated from config (``_target_``), so a
-user plugs in their own encoder, decoder or scorer class by naming it in an override, e.g.
-``model.attention._target_=my_package.MyScorer``. The library classes take plain arguments.
+This is the one place the model's parts are instantiated from config (``_target_``). A
+built-in part is named by its registry name (``additive``, :mod:`seq2seq.models.registry`),
+resolved here to its class; a user plugs in their own encoder, decoder or scorer class by its
+import path in an override, e.g. ``model.attention._target_=my_package.MyScorer``. The library
+classes take plain arguments.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from collections.abc import Mapping
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from seq2seq.config_types import ConfigError, check_config, error_reason, locate_target
 from seq2seq.data.vocab import PAD_ID
+from seq2seq.models import registry
 from seq2seq.models.attention import NORMALIZERS, Attention
 from seq2seq.models.interfaces import count_parameters  # noqa: F401  (re-exported for callers)
+from seq2seq.models.registry import DECODER, ENCODER, SCORER
 from seq2seq.models.seq2seq import Seq2Seq
 
 # Keys of the ``model.attention`` node that configure the shared Attention, not the scorer.
@@ -28,21 +33,22 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     """Build the model described by ``model_cfg`` (the ``model`` node of the train config).
 
     The sizes that depend on each other are passed here rather than repeated in YAML: the
-    vocabulary sizes, the scorer's query and key sizes, and the decoder's output size when
-    embeddings are tied. The attention node's ``normalizer`` (softmax or sparsemax, default
-    softmax) belongs to the shared :class:`Attention`, not to the scorer, so it is taken out of
-    the node before the scorer is instantiated; any scorer class, a user's included, works
-    with either normalizer.
+    vocabulary sizes, the scorer's query and key sizes, the decoder's output size when
+    embeddings are tied, and the encoder's final size to a decoder that starts from the
+    encoder's final state (the RNN decoders' bridge). The attention node's ``normalizer``
+    (softmax or sparsemax, default softmax) belongs to the shared :class:`Attention`, not to
+    the scorer, so it is taken out of the node before the scorer is instantiated; any scorer
+    class, a user's included, works with either normalizer.
     """
     tie = bool(model_cfg.get("tie_embeddings", False))
-    encoder = _instantiate(model_cfg["encoder"], "model.encoder", vocab_size=src_vocab_size,
-                           padding_idx=PAD_ID)
+    encoder = _instantiate(resolve_targets(model_cfg["encoder"], ENCODER, "model.encoder"),
+                           "model.encoder", vocab_size=src_vocab_size, padding_idx=PAD_ID)
     decoder_cfg = model_cfg["decoder"]
     extra = {}
     if uses_scorer(decoder_cfg):
         scorer_cfg, normalizer = split_attention_config(model_cfg["attention"])
         scorer = _instantiate(
-            scorer_cfg,
+            resolve_targets(scorer_cfg, SCORER, "model.attention"),
             "model.attention",
             query_dim=decoder_cfg["hidden_size"],
             key_dim=encoder.output_size,
@@ -50,12 +56,13 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
         extra["attention"] = Attention(scorer, normalizer=normalizer)
         if tie:
             extra["output_dim"] = decoder_cfg["embed_dim"]
+    if decoder_takes(decoder_cfg, "encoder_final_size"):
+        extra["encoder_final_size"] = encoder.output_size
     decoder = _instantiate(
-        decoder_cfg,
+        resolve_targets(decoder_cfg, DECODER, "model.decoder"),
         "model.decoder",
         vocab_size=tgt_vocab_size,
         encoder_output_size=encoder.output_size,
-        encoder_final_size=encoder.output_size,
         padding_idx=PAD_ID,
         **extra,
     )
@@ -72,15 +79,47 @@ def _instantiate(node: Mapping, key: str, **arguments):
         raise ConfigError(f"{key}: {error_reason(error)}") from error
 
 
-def uses_scorer(decoder_cfg: Mapping) -> bool:
-    """Whether the decoder takes an ``attention`` (the RNN decoders, a scorer from
-    ``model.attention``) or brings its own (the Transformer's multi-head attention, which then
-    leaves the ``model.attention`` node unused)."""
-    decoder_class = locate_target(str(decoder_cfg["_target_"]))
+def resolve_targets(node, kind: str, key: str):
+    """``node`` as plain containers for ``instantiate``, each registry name in a ``_target_``
+    (its own and those of nodes inside it, a multi-head scorer's inner scorer) replaced by its
+    class's import path; an import path is kept.
+
+    Raises:
+        ConfigError: for a name that is no built-in ``kind``, naming the node's key.
+    """
+    if isinstance(node, DictConfig | ListConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if isinstance(node, list):
+        return [resolve_targets(value, kind, f"{key}[{index}]") for index, value in enumerate(node)]
+    if not isinstance(node, Mapping):
+        return node
+    resolved = {name: resolve_targets(value, kind, f"{key}.{name}") for name, value in node.items()}
+    target = resolved.get("_target_")
+    component = registry.lookup(kind, target, key=key) if isinstance(target, str) else None
+    if component is not None:
+        resolved["_target_"] = component.class_path
+    return resolved
+
+
+def decoder_takes(decoder_cfg: Mapping, argument: str, *, key: str = "model.decoder") -> bool:
+    """Whether the decoder is built with ``argument`` (``attention``, ``encoder_final_size``):
+    a built-in's registry entry says; a user's class, its signature (or its ``**kwargs``)."""
+    target = str(decoder_cfg["_target_"])
+    component = registry.lookup(DECODER, target, key=key)
+    if component is not None:
+        return getattr(component, f"takes_{argument}")
+    decoder_class = locate_target(target)
     if decoder_class is None:  # not importable: instantiate reports it
         return True
     parameters = inspect.signature(decoder_class).parameters.values()
-    return any(p.name == "attention" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == argument or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def uses_scorer(decoder_cfg: Mapping, *, key: str = "model.decoder") -> bool:
+    """Whether the decoder takes an ``attention`` (the RNN decoders, a scorer from
+    ``model.attention``) or brings its own (the Transformer's multi-head attention, which then
+    leaves the ``model.attention`` node unused)."""
+    return decoder_takes(decoder_cfg, "attention", key=key)
 
 
 def split_attention_config(attention_cfg: Mapping) -> tuple[dict, str]:
@@ -118,17 +157,22 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model", vocab_size: in
 
     Raises:
         ConfigError: naming the key of a value its class cannot take (see
-            :mod:`seq2seq.config_types`), a size or count below 1, an unknown
-            ``attention.normalizer``, a ``word_dropout`` outside [0, 1), no ``attention`` node
-            for a decoder that takes one, or parts that cannot be built together.
+            :mod:`seq2seq.config_types`), a ``_target_`` that is neither a registry name nor
+            an import path, a size or count below 1, an unknown ``attention.normalizer``, a
+            ``word_dropout`` outside [0, 1), no ``attention`` node for a decoder that takes
+            one, or parts that cannot be built together.
     """
     full_cfg = model_cfg
     word_dropout = model_cfg.get("word_dropout", 0.0)
     if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) \
             or not 0 <= word_dropout < 1:
         raise ConfigError(f"{key}.word_dropout must be a number in [0, 1), got {word_dropout!r}")
+    # The argument checks read each class's signature: registry names resolved to the classes.
+    resolved = {**model_cfg,
+                "encoder": resolve_targets(model_cfg["encoder"], ENCODER, f"{key}.encoder"),
+                "decoder": resolve_targets(model_cfg["decoder"], DECODER, f"{key}.decoder")}
     if model_cfg.get("attention") is None:  # model/attention=null, as the Transformer preset sets
-        if uses_scorer(model_cfg["decoder"]):
+        if uses_scorer(model_cfg["decoder"], key=f"{key}.decoder"):
             raise ConfigError(f"{key}.attention: the decoder {model_cfg['decoder']['_target_']} "
                               "takes an attention scorer; choose one, e.g. model/attention=additive")
     else:
@@ -136,8 +180,8 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model", vocab_size: in
         if normalizer not in NORMALIZERS:
             raise ConfigError(f"{key}.attention.normalizer must be one of "
                               f"{', '.join(NORMALIZERS)}, got {normalizer!r}")
-        model_cfg = {**model_cfg, "attention": scorer_cfg}
-    check_config(model_cfg, key)
+        resolved["attention"] = resolve_targets(scorer_cfg, SCORER, f"{key}.attention")
+    check_config(resolved, key)
     _check_positive_sizes(model_cfg, key)
     try:
         with torch.device("meta"):

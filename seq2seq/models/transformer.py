@@ -276,8 +276,6 @@ class TransformerDecoder(nn.Module):
         encoder_output_size: size of one memory vector (the encoder's ``output_size``).
         d_model, num_heads, num_layers, ffn_dim, dropout, attention_dropout, padding_idx: as
             for :class:`TransformerEncoder`.
-        encoder_final_size: not used (the decoder starts from an empty cache); accepted so
-            every decoder is built with the same arguments.
 
     Shape:
         - forward: tgt_in (B, T) -> features (B, T, d_model), weights (B, T, S) or ``None``
@@ -289,8 +287,8 @@ class TransformerDecoder(nn.Module):
 
     def __init__(self, *, vocab_size: int, encoder_output_size: int, d_model: int = 256,
                  num_heads: int = 4, num_layers: int = 3, ffn_dim: int = 1024,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, padding_idx: int = 0,
-                 encoder_final_size: int | None = None) -> None:
+                 dropout: float = 0.1, attention_dropout: float = 0.0,
+                 padding_idx: int = 0) -> None:
         super().__init__()
         self.embedding = make_embedding(vocab_size, d_model, padding_idx)
         self.dropout = nn.Dropout(dropout)

@@ -1,0 +1,109 @@
+"""The built-in encoders, decoders and attention scorers by short name.
+
+A config names a built-in part by its registry name (``model.attention._target_: additive``)
+and a user's own class by its import path (``my_module.CosineScorer``); a name has no dot, a
+path has one. Checkpoints keep the config, so these names, not the modules the classes live
+in, are part of the checkpoint format: moving a class changes only its entry here.
+
+Each kind has its own names (``transformer`` is an encoder and a decoder); the model builder
+(:mod:`seq2seq.models.build`) knows which kind each node is. The entries hold import paths,
+not classes, so reading and checking a config does not import the models (nor torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from seq2seq.config_types import ConfigError
+
+ENCODER, DECODER, SCORER = "encoder", "decoder", "scorer"
+
+
+@dataclass(frozen=True)
+class Component:
+    """A built-in class, and what the model builder passes it besides its config node.
+
+    Attributes:
+        name: its registry name, what a config's ``_target_`` says.
+        class_path: where the class lives, ``module.Class``.
+        takes_attention: a decoder that attends with ``model.attention``'s scorer (wrapped in
+            the shared :class:`~seq2seq.models.attention.Attention`).
+        takes_encoder_final_size: a decoder whose initial state is computed from the
+            encoder's final state.
+    """
+
+    name: str
+    class_path: str
+    takes_attention: bool = False
+    takes_encoder_final_size: bool = False
+
+    def load(self) -> type:
+        module, _, name = self.class_path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def _by_name(*components: Component) -> dict[str, Component]:
+    return {component.name: component for component in components}
+
+
+# The scorers' names are those of their config files (configs/model/attention/<name>.yaml).
+COMPONENTS: dict[str, dict[str, Component]] = {
+    # One name for both cells: ``rnn_type`` (gru | lstm) is an argument, as for the decoders.
+    ENCODER: _by_name(
+        Component("rnn", "seq2seq.models.encoder.RNNEncoder"),
+        Component("transformer", "seq2seq.models.transformer.TransformerEncoder"),
+    ),
+    DECODER: _by_name(
+        Component("bahdanau", "seq2seq.models.decoders.BahdanauDecoder",
+                  takes_attention=True, takes_encoder_final_size=True),
+        Component("luong", "seq2seq.models.decoders.LuongDecoder",
+                  takes_attention=True, takes_encoder_final_size=True),
+        # Brings its own multi-head attention and starts from an empty cache.
+        Component("transformer", "seq2seq.models.transformer.TransformerDecoder"),
+    ),
+    SCORER: _by_name(
+        Component("additive", "seq2seq.models.scorers.AdditiveScorer"),
+        Component("dot", "seq2seq.models.scorers.DotScorer"),
+        Component("scaled_dot", "seq2seq.models.scorers.ScaledDotScorer"),
+        Component("general", "seq2seq.models.scorers.GeneralScorer"),
+        Component("multihead", "seq2seq.models.scorers.MultiHeadScorer"),
+        Component("gaussian", "seq2seq.models.scorers.GaussianScorer"),
+        Component("location", "seq2seq.models.scorers.LocationScorer"),
+    ),
+}
+
+
+def is_class_path(target: str) -> bool:
+    """Whether a ``_target_`` is an import path (a user's class) rather than a registry name."""
+    return "." in target
+
+
+def lookup(kind: str, target: str, *, key: str) -> Component | None:
+    """The built-in part a ``_target_`` names, or ``None`` for an import path.
+
+    Raises:
+        ConfigError: for a name that is no built-in ``kind``; the message names ``key`` (the
+            node, ``model.attention``) and the names there are.
+    """
+    if is_class_path(target):
+        return None
+    component = COMPONENTS[kind].get(target)
+    if component is None:
+        raise ConfigError(
+            f"{key}._target_: {target!r} is no built-in {kind} (those are "
+            f"{', '.join(COMPONENTS[kind])}); a class of your own is named by its import "
+            "path, e.g. my_module.MyClass")
+    return component
+
+
+def class_name(kind: str, target: str) -> str:
+    """The name of the class a ``_target_`` of ``kind`` names (``AdditiveScorer`` for
+    ``additive``, ``CosineScorer`` for ``my_module.CosineScorer``), without importing it."""
+    component = COMPONENTS[kind].get(target)
+    return (component.class_path if component is not None else target).rpartition(".")[2]
+
+
+def is_registered(target: str) -> bool:
+    """Whether ``target`` is the registry name of a built-in part of any kind."""
+    return any(target in components for components in COMPONENTS.values())
