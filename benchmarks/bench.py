@@ -395,8 +395,8 @@ def record_row(results: dict, row: dict, checkpoint: Path, runtime: str, counted
 def is_transformer(checkpoint: Path) -> bool:
     from seq2seq.checkpoint import load_checkpoint
 
-    decoder = load_checkpoint(checkpoint)["config"]["model"]["decoder"]["_target_"]
-    return decoder.endswith("TransformerDecoder")
+    # load_checkpoint gives today's config: built-in parts by registry name.
+    return load_checkpoint(checkpoint)["config"]["model"]["decoder"]["_target_"] == "transformer"
 
 
 def main() -> None:

@@ -272,14 +272,13 @@ def tiny_model() -> Callable[..., torch.nn.Module]:
         torch.manual_seed(seed)
         config = {
             "embed_dim": 16, "dropout": 0.0, "tie_embeddings": False,
-            "encoder": {"_target_": "seq2seq.models.encoder.RNNEncoder", "rnn_type": "gru",
+            "encoder": {"_target_": "rnn", "rnn_type": "gru",
                         "embed_dim": 16, "hidden_size": 8, "num_layers": 1,
                         "bidirectional": True, "dropout": 0.0},
-            "decoder": {"_target_": "seq2seq.models.decoders.LuongDecoder", "rnn_type": "gru",
+            "decoder": {"_target_": "luong", "rnn_type": "gru",
                         "embed_dim": 16, "hidden_size": 16, "num_layers": 1, "dropout": 0.0,
                         "bridge": True, "input_feeding": True, "output_dim": None},
-            "attention": {"_target_": "seq2seq.models.attention.AdditiveScorer",
-                          "hidden_size": None},
+            "attention": {"_target_": "additive", "hidden_size": None},
         }
         return build_model(config, src_vocab_size=TINY_VOCAB, tgt_vocab_size=TINY_VOCAB)
 

@@ -64,7 +64,7 @@ def test_the_fast_preset_is_like_for_like_without_input_feeding_with_scaled_dot(
     like, fast = preset("multi30k_gru_additive"), preset("multi30k_luong_fast")
     found = differences(like, fast)
     attention = {key: value for key, value in found.items() if key.startswith("model.attention.")}
-    assert attention["model.attention._target_"][1].endswith("ScaledDotScorer")
+    assert attention["model.attention._target_"][1] == "scaled_dot"
     rest = {key: value for key, value in found.items() if key not in attention}
     assert rest == {
         "model.decoder.input_feeding": (True, False),
@@ -75,6 +75,6 @@ def test_the_fast_preset_is_like_for_like_without_input_feeding_with_scaled_dot(
 def test_an_attention_override_still_wins_over_the_fast_presets_scorer():
     # The study's sweeps (README) run the fast preset with every scorer, in either order.
     config = preset("multi30k_luong_fast", "model/attention=additive")
-    assert config["model"]["attention"]["_target_"].endswith("AdditiveScorer")
+    assert config["model"]["attention"]["_target_"] == "additive"
     config = composed("model/attention=gaussian", "experiment=multi30k_luong_fast")
-    assert config["model"]["attention"]["_target_"].endswith("GaussianScorer")
+    assert config["model"]["attention"]["_target_"] == "gaussian"
