@@ -130,6 +130,11 @@ def test_translate_missing_checkpoint_is_one_line_error(run_tool, tmp_path):
     ("translate", "length_penalty=high", "length_penalty: expected a number, got 'high'"),
     ("evaluate", "batch.max_tokens=lots", "batch.max_tokens: expected an integer, got 'lots'"),
     ("evaluate", "num_threads=two", "num_threads: expected an integer, got 'two'"),
+    ("translate", "search=nucleus", "search must be one of beam, sample, got 'nucleus'"),
+    ("translate", "top_p=0", "top_p must be in (0, 1], got 0"),
+    ("evaluate", "temperature=-1", "temperature must be a positive number, got -1"),
+    ("evaluate", "terms_ignore_case=maybe", "terms_ignore_case: expected true or false, "
+                                            "got 'maybe'"),
 ])
 def test_bad_option_value_is_refused_naming_the_key(trained_checkpoint, capsys, tool, override,
                                                     message):
@@ -179,6 +184,11 @@ MODULE_TORCH_REPORTER = (
      "no checkpoint file matches run/checkpoints/*.ckpt"),
     ("serve.py", ["models={a: '{checkpoint}', b: nowhere.pt}"], 1,
      "model b: checkpoint not found: nowhere.pt"),
+    ("translate.py", ["top_k=many"], 1, "top_k: expected an integer, got 'many'"),
+    ("evaluate.py", ["constraints=nowhere.txt"], 1, "constraints file not found: nowhere.txt"),
+    ("serve.py", ["terms=nowhere.tsv"], 1, "terms file not found: nowhere.tsv"),
+    ("translate.py", ["search=sample", "terms=corpus/test.src"], 1,
+     "constraints and terms need search=beam (sampling cannot promise a phrase)"),
 ])
 def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
     workdir, trained_checkpoint, script, args, status, message
@@ -338,3 +348,129 @@ def test_decoding_tools_bound_the_matmul_setup_cache_and_leave_onednns(workdir, 
                               *extra], cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert f"CACHES {MATMUL_SETUP_CACHE} None" in result.stderr
+
+
+# -- terminology, prefixes and sampling (#55) -----------------------------------------------
+STEERED = ["red cat", "", "blue bird sun", "one two", "big cat house"]
+STEERED_CONSTRAINTS = ["moon", "", "fish\tsmall tree", "", "\t"]  # a lone TAB: no phrase
+STEERED_PREFIXES = ["green", "sun", "", "sun moon", ""]
+TERMS = "# source<TAB>target\ncat\tdog\nhouse\tbird\n"
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_translate_constraints_prefix_and_terms_keep_to_their_lines(run_tool, workdir):
+    """Line i of each file steers output i, whether the input comes from a file (counted first)
+    or a stream, in chunks of one line or several; the output is the Translator's for the same
+    phrases (the files' and the glossary's together) and prefixes."""
+    write_lines(workdir / "in.txt", STEERED)
+    write_lines(workdir / "c.txt", STEERED_CONSTRAINTS)
+    write_lines(workdir / "p.txt", STEERED_PREFIXES)
+    (workdir / "t.tsv").write_text(TERMS, encoding="utf-8")
+    phrases = [["moon", "dog"], [], ["fish", "small tree"], [], ["dog", "bird"]]
+    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt", beam_size=2)
+    expected = [n_best[0].text for n_best in translator.translate(
+        STEERED, prefixes=STEERED_PREFIXES, constraints=phrases, return_attention=False)]
+    for source, text, prefix, wanted in zip(STEERED, expected, STEERED_PREFIXES, phrases,
+                                            strict=True):
+        # An empty line is never decoded: its translation is empty, whatever its prefix.
+        assert text.startswith(prefix) and all(phrase in text for phrase in wanted) or (
+            not source and text == "")
+    steering = ["checkpoint=run/checkpoints/best.pt", "beam_size=2", "constraints=c.txt",
+                "prefix=p.txt", "terms=t.tsv"]
+    from_file = run_tool([str(ROOT / "translate.py"), *steering, "input=in.txt", "chunk_lines=2"],
+                         cwd=workdir)
+    assert from_file.returncode == 0, from_file.stderr
+    streamed = run_tool([str(ROOT / "translate.py"), *steering, "chunk_lines=1"], cwd=workdir,
+                        stdin=(workdir / "in.txt").read_text("utf-8"))
+    assert streamed.returncode == 0, streamed.stderr
+    assert from_file.stdout.splitlines() == streamed.stdout.splitlines() == expected
+
+
+def test_translate_samples_as_the_translator_does(run_tool, workdir):
+    options = {"search": "sample", "temperature": 2.0, "top_p": 0.9, "seed": 3}
+    result = run_tool([str(ROOT / "translate.py"), "checkpoint=run/checkpoints/best.pt",
+                       "nbest=3", "beam_size=1", *(f"{k}={v}" for k, v in options.items())],
+                      cwd=workdir, stdin="".join(f"{line}\n" for line in STEERED))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == api_lines(workdir / "run/checkpoints/best.pt", STEERED,
+                                                   nbest=3, beam_size=1, **options)
+
+
+@pytest.mark.parametrize(("files", "arguments", "stdin", "message"), [
+    ({"c.txt": ["moon", ""]}, ["constraints=c.txt", "input=in.txt"], None,
+     "constraints file c.txt has 2 lines but the input has 3: give one line per input line"),
+    ({"p.txt": ["moon", ""]}, ["prefix=p.txt"], 3,
+     "prefix file p.txt has 2 lines but the input has more: give one line per input line"),
+    ({"p.txt": ["red", "blue", "sun", "moon"]}, ["prefix=p.txt", "chunk_lines=2"], 3,
+     "prefix file p.txt has more lines than the input (3): give one line per input line"),
+    ({"c.txt": ["moon", "dog\tŽ", ""]}, ["constraints=c.txt", "input=in.txt"], None,
+     "c.txt: line 2: constraint 'Ž' has a piece the model's target vocabulary lacks: it cannot "
+     "be produced"),
+    ({"p.txt": ["", "", "Ž"]}, ["prefix=p.txt"], 3,
+     "p.txt: line 3: prefix 'Ž' has a piece the model's target vocabulary lacks: it cannot be "
+     "produced"),
+    ({"t.tsv": ["cat dog"]}, ["terms=t.tsv", "input=in.txt"], None,
+     "t.tsv: line 1: expected SOURCE<TAB>TARGET, found 0 tabs"),
+    ({"t.tsv": ["", "cat\tŽ"]}, ["terms=t.tsv", "text=red cat"], None,
+     "t.tsv: line 2: target term 'Ž' has a piece the model's target vocabulary lacks: it cannot "
+     "be produced"),
+])
+def test_a_file_that_does_not_fit_is_one_line_before_any_output(run_tool, workdir, files,
+                                                                arguments, stdin, message):
+    write_lines(workdir / "in.txt", STEERED[:3])
+    for name, lines in files.items():
+        write_lines(workdir / name, lines)
+    result = run_tool([str(ROOT / "translate.py"), "checkpoint=run/checkpoints/best.pt",
+                       "output=out.txt", *arguments], cwd=workdir,
+                      stdin="" if stdin is None else "".join(f"{s}\n" for s in STEERED[:stdin]))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"error: {message}"
+    assert "Traceback" not in result.stderr
+    assert not (workdir / "out.txt").exists()  # all or nothing
+
+
+def test_evaluate_scores_the_steered_split_and_its_term_use(run_tool, workdir):
+    from seq2seq.inference.glossary import Glossary
+
+    sources = (workdir / "corpus/test.src").read_text("utf-8").splitlines()
+    constraints = ["moon"] + [""] * (len(sources) - 1)
+    write_lines(workdir / "c.txt", constraints)
+    (workdir / "t.tsv").write_text(TERMS, encoding="utf-8")
+    result = run_tool([str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt",
+                       "beam_size=2", "constraints=c.txt", "terms=t.tsv"], cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    stem = workdir / "run" / "eval" / "best.test.beam2.constrained"
+    summary = json.loads(Path(f"{stem}.json").read_text("utf-8"))
+    terms = Glossary.load(workdir / "t.tsv").constraints_for(sources)
+    phrases = [list(dict.fromkeys(([c] if c else []) + t))
+               for c, t in zip(constraints, terms, strict=True)]
+    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt", beam_size=2)
+    expected = [n[0].text for n in translator.translate(sources, constraints=phrases,
+                                                        return_attention=False)]
+    assert Path(f"{stem}.hyp").read_text("utf-8").splitlines() == expected
+    required = sum(len(p) for p in phrases)
+    assert required > 5  # the glossary's terms occur in the test split
+    found = sum(phrase in text for text, p in zip(expected, phrases, strict=True) for phrase in p)
+    assert (summary["required_phrases"], summary["term_use_rate"]) == (required, found / required)
+    assert summary["terms"] == "t.tsv" and summary["constraints"] == "c.txt"
+    assert f"term use:   {found / required:.1%} of {required} required phrases" in result.stdout
+    assert not (workdir / "run" / "eval" / "best.test.beam2.hyp").exists()  # plain: untouched
+
+    sampled = run_tool([str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt",
+                        "search=sample", "seed=1", "top_k=2"], cwd=workdir)
+    assert sampled.returncode == 0, sampled.stderr
+    summary = json.loads((workdir / "run/eval/best.test.sample.json").read_text("utf-8"))
+    assert (summary["search"], summary["seed"], summary["top_k"]) == ("sample", 1, 2)
+    assert summary["term_use_rate"] is None and "term use" not in sampled.stdout
+
+    write_lines(workdir / "c.txt", constraints[:2])
+    short = run_tool([str(ROOT / "evaluate.py"), "checkpoint=run/checkpoints/best.pt",
+                      "constraints=c.txt"], cwd=workdir)
+    assert short.returncode == 1
+    assert short.stderr.strip().splitlines()[-1] == (
+        f"error: constraints file c.txt has 2 lines but the input has {len(sources)}: give one "
+        "line per input line")

@@ -555,3 +555,20 @@ def test_graphs_declare_every_open_axis(exported_random, capfd, name, quantize):
                     feeds.update((state, outputs[f"new_{state}"])
                                  for state in manifest["graphs"]["state"])
     assert capfd.readouterr().err == ""  # ONNX Runtime's warnings, e.g. a size stated wrongly
+
+
+def test_an_exported_model_keeps_to_constraints_and_prefixes(trained_checkpoint,
+                                                              exported_copy_model):
+    """#55 through ONNX Runtime: every translation starts with its prefix and holds its phrases,
+    as the checkpoint's own Translator writes them."""
+    prefixes = ["green", "", "sun", "", "", "red"]
+    constraints = [["moon"], [], ["fish", "small tree"], [], ["dog"], []]
+    exported = Translator.from_checkpoint(exported_copy_model, device="cpu", beam_size=2)
+    steered = exported.translate(LINES, prefixes=prefixes, constraints=constraints)
+    for line, n_best, prefix, phrases in zip(LINES, steered, prefixes, constraints, strict=True):
+        text = n_best[0].text
+        assert not line and text == "" or text.startswith(prefix) and all(
+            phrase in text for phrase in phrases)
+    checkpoint = Translator.from_checkpoint(trained_checkpoint, device="cpu", beam_size=2)
+    assert [n[0].text for n in steered] == [
+        n[0].text for n in checkpoint.translate(LINES, prefixes=prefixes, constraints=constraints)]

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog"]
 HANG = 30  # seconds: a bounded wait fails only when something hangs
+WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car"]  # pieces of the copy model
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +135,20 @@ def test_empty_inputs(client):
         ({"text": ["red"], "attention": "maybe"}, 422),
         ({"text": ["red"], "checkpoint": "/etc/passwd"}, 422),  # clients never name files
         ({}, 422),
+        ({"text": ["red"], "search": "nucleus"}, 422),
+        ({"text": ["red"], "search": "sample", "temperature": 0}, 422),
+        ({"text": ["red"], "search": "sample", "top_p": 1.5}, 422),
+        ({"text": ["red"], "search": "sample", "top_k": -1}, 422),
+        ({"text": ["red"], "search": "sample", "epsilon": 1}, 422),
+        ({"text": ["red"], "search": "sample", "seed": -1}, 422),
+        ({"text": ["red"], "search": "sample", "nbest": 7}, 422),  # max_beam_size 6
+        ({"text": ["red", "cat"], "prefix": ["red"]}, 422),  # one per text
+        ({"text": ["red"], "constraints": [["cat"], []]}, 422),
+        ({"text": ["red"], "constraints": ["cat"]}, 422),  # a list of lists
+        ({"text": ["red"], "constraints": [["Ž"]]}, 422),  # a piece the model lacks
+        ({"text": ["red"], "constraints": [[""]]}, 422),
+        ({"text": ["red"], "prefix": ["Ž"]}, 422),
+        ({"text": ["red"], "search": "sample", "constraints": [["cat"]]}, 422),
     ],
 )
 def test_errors_are_json_and_harmless(client, translator, payload, status):
@@ -142,6 +157,146 @@ def test_errors_are_json_and_harmless(client, translator, payload, status):
     assert isinstance(response.json()["error"], str) and response.json()["error"]
     after = translate(client, ["red cat"]).json()["translations"][0]["text"]
     assert after == best_text(translator, "red cat")  # the server still answers as before
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({"text": ["red", "cat"], "prefix": ["red"]},
+     "prefix: 1 entries for 2 texts: give one per text"),
+    ({"text": ["red"], "constraints": [["Ž"]]},
+     "constraints.0: constraint 'Ž' has a piece the model's target vocabulary lacks: it cannot "
+     "be produced"),
+    ({"text": ["red", "cat"], "prefix": ["", "Ž"]},
+     "prefix.1: prefix 'Ž' has a piece the model's target vocabulary lacks: it cannot be produced"),
+    ({"text": ["red"], "search": "sample", "constraints": [["cat"]]},
+     "constraints need search=beam (sampling cannot promise a phrase)"),
+    ({"text": ["red"], "search": "sample", "top_p": 1.5},
+     "top_p: Input should be less than or equal to 1"),
+    ({"text": ["red"], "constraints": [[f"{a} {b}" for a in WORDS for b in WORDS]]},
+     "constraints.0: 64 phrases; at most 62 per text"),
+])
+def test_steering_errors_say_what_is_wrong_in_one_line(client, payload, message):
+    response = client.post("/v1/translate", json=payload)
+    assert response.status_code == 422
+    assert response.json()["error"] == message
+
+
+def test_constraints_prefixes_and_sampling(client, translator):
+    texts = ["red cat big house", "blue bird", "one two", ""]
+    prefixes, constraints = ["green", "", "sun moon", "moon"], [["moon"], [], ["fish"], ["cat"]]
+    body = translate(client, texts, prefix=prefixes, constraints=constraints).json()
+    expected = translator.translate(texts, prefixes=prefixes, constraints=constraints)
+    assert body["search"] == "beam"
+    assert [t["text"] for t in body["translations"]] == [n[0].text for n in expected]
+    for entry, prefix, phrases, text in zip(body["translations"], prefixes, constraints, texts,
+                                            strict=True):
+        assert text == "" or entry["text"].startswith(prefix) and all(
+            phrase in entry["text"] for phrase in phrases)
+    # Plain requests are not changed by steered ones decoded beside them.
+    assert [t["text"] for t in translate(client, texts).json()["translations"]] == [
+        n[0].text for n in translator.translate(texts)]
+
+    options = {"temperature": 2.0, "top_k": 5, "seed": 11}
+    sampled = translate(client, texts[:3], search="sample", nbest=3, prefix=prefixes[:3],
+                        **options).json()
+    sampler = Translator(translator.model, translator.tokenizers, device="cpu", search="sample",
+                         nbest=3, beam_size=translator.beam_size, **options)
+    want = sampler.translate(texts[:3], prefixes=prefixes[:3])
+    assert (sampled["search"], sampled["nbest"]) == ("sample", 3)
+    assert [[h["text"] for h in t["hypotheses"]] for t in sampled["translations"]] == [
+        [h.text for h in n] for n in want]
+    again = translate(client, texts[:3], search="sample", nbest=3, prefix=prefixes[:3],
+                      **options).json()
+    assert again["translations"] == sampled["translations"]  # a seed: the same answer
+
+
+def test_seeded_jobs_are_decoded_alone_and_steering_travels_with_its_sentences():
+    """In one round: two seeded jobs get a call each, the plain jobs share one, and a group
+    whose jobs mix prefixes and none gets an empty prefix for the latter's sentences."""
+
+    class Recorder:
+        beam_size, nbest, search, seed = 2, 1, "beam", None
+        sampling = ("sampling", 1.0)  # any hashable value stands for the Translator's
+
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def translate(self, sentences, *, return_attention=False, **options):
+            self.calls.append((self.search, self.seed, list(sentences), options))
+            return [[type("T", (), {"text": s})()] for s in sentences]
+
+    async def scenario():
+        recorder = Recorder()
+        batcher = DynamicBatcher(recorder, window_ms=200, name="recorder")
+        jobs = [
+            batcher.submit(["a"], beam_size=2, nbest=1, attention=False, search="sample",
+                           seed=1),
+            batcher.submit(["b"], beam_size=2, nbest=1, attention=False, search="sample",
+                           seed=1),
+            batcher.submit(["c", "d"], beam_size=2, nbest=1, attention=False,
+                           prefixes=["x", ""]),
+            batcher.submit(["e"], beam_size=2, nbest=1, attention=False),
+        ]
+        results = await asyncio.wait_for(asyncio.gather(*jobs), HANG)
+        await batcher.close()
+        return recorder.calls, results
+
+    calls, results = asyncio.run(scenario())
+    assert [[n[0].text for n in r] for r in results] == [["a"], ["b"], ["c", "d"], ["e"]]
+    assert sorted(calls, key=lambda call: call[2]) == [
+        ("sample", 1, ["a"], {}), ("sample", 1, ["b"], {}),
+        ("beam", None, ["c", "d", "e"], {"prefixes": ["x", "", ""]})]
+
+
+def test_a_server_with_terms_applies_them_to_every_request(translator):
+    from seq2seq.inference.glossary import Glossary
+
+    glossary = Glossary.parse(["cat\tmoon", "blue bird\tfish"])
+    app = create_app({"copy": translator}, terms=glossary)
+    texts = ["red cat", "blue bird", "one two"]
+    with TestClient(app) as client:
+        assert client.get("/v1/models").json()["terms"] == 2
+        body = translate(client, texts, constraints=[["tree"], [], []]).json()
+        phrases = [["tree", "moon"], ["fish"], []]
+        assert [t["text"] for t in body["translations"]] == [
+            n[0].text for n in translator.translate(texts, constraints=phrases)]
+        assert all(p in t["text"] for t, ps in zip(body["translations"], phrases, strict=True)
+                   for p in ps)
+        refused = translate(client, texts, search="sample")
+        assert refused.status_code == 422
+        assert refused.json()["error"] == ("text.0: the server's terms ask for 'moon', which "
+                                           "sampling cannot promise: use search=beam")
+        assert translate(client, ["one two"], search="sample").status_code == 200
+
+
+def test_serve_py_reads_terms_and_refuses_one_a_model_cannot_write(trained_checkpoint, tmp_path,
+                                                                   capsys):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from seq2seq import CONFIG_DIR
+    from seq2seq.cli.serve import build_app
+
+    def config(terms: Path):
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+                return compose(config_name="serve", overrides=[
+                    f"checkpoint={trained_checkpoint}", "name=copy", "device=cpu",
+                    f"terms={terms}", "terms_ignore_case=true"])
+        finally:
+            GlobalHydra.instance().clear()
+
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("CAT\tmoon\n", encoding="utf-8")
+    with TestClient(build_app(config(terms))) as client:
+        assert client.get("/v1/models").json()["terms"] == 1
+        assert "moon" in translate(client, ["red cat"]).json()["translations"][0]["text"]
+    terms.write_text("cat\tmoon\n\ndog\tŽ\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        build_app(config(terms))
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: model copy: {terms}: line 3: target term 'Ž' has a piece the model's target "
+        "vocabulary lacks: it cannot be produced")
 
 
 def test_malformed_json_and_oversized_body(client):

@@ -24,6 +24,13 @@ Outputs, per checkpoint (see ``seq2seq/configs/evaluate.yaml`` for the default `
 ``shortlist=PATH`` restricts the output layer of each batch (:mod:`seq2seq.inference.shortlist`);
 the JSON records the path (null without one).
 
+``search=sample`` scores one drawn translation per sentence (the files are named ``.sample``
+instead of ``.beam<k>``). ``constraints=FILE``, ``prefix=FILE`` (one line per line of the
+evaluated source) and ``terms=FILE`` (a glossary) steer the translations of the evaluated
+split, as in translate.py; the files get ``.constrained`` before their suffix, and with
+constraints or terms the output reports the *term use rate*: the share of the phrases asked for
+that appear, as written, in the hypotheses.
+
 Timings: *startup* is loading the checkpoint, building the model and reading the data (for
 the first checkpoint also Hydra's config composition and importing torch); *generation* is
 the translation alone (tokenize, search, detokenize); *total* is startup, generation, scoring
@@ -54,6 +61,12 @@ from seq2seq.cli.common import (
     fail,
     set_up_decoding,
     translator_options,
+)
+from seq2seq.cli.search_options import (
+    SAMPLING_KEYS,
+    SentenceGuidance,
+    check_search_options,
+    search_options,
 )
 from seq2seq.inference.export_format import is_exported
 
@@ -119,7 +132,8 @@ def evaluate_checkpoint(
     payloads = [load_model_payload(member) for member in members]
     checkpoint = payloads[0]
     translator = Translator.from_payloads(
-        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg)
+        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg),
+        **search_options(cfg),
     )
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
@@ -129,13 +143,18 @@ def evaluate_checkpoint(
         src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
+    guidance = SentenceGuidance.from_config(cfg, translator, input_lines=len(sources))
+    steering = guidance.for_lines(sources)
     startup = time.perf_counter() - started
 
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(members[0])
     name = members[0].stem if len(members) == 1 else _ensemble_stem(members)
-    stem = f"{name}.{test_name}.beam{cfg.beam_size}"
+    search = "sample" if translator.search == "sample" else f"beam{cfg.beam_size}"
+    # Steered translations never overwrite the plain ones they are compared with.
+    stem = f"{name}.{test_name}.{search}{'.constrained' if guidance.active else ''}"
     hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
-    evaluation = evaluate_translations(translator, sources, references, hypotheses_path=hyp_path)
+    evaluation = evaluate_translations(translator, sources, references, hypotheses_path=hyp_path,
+                                       **steering)
     scores = evaluation.scores
     summary = {
         "checkpoint": " + ".join(str(m) for m in members),
@@ -157,6 +176,11 @@ def evaluate_checkpoint(
         "device": str(translator.device),
         "quantize": translator.quantize,
         "shortlist": str(cfg.shortlist) if cfg.get("shortlist") else None,
+        **{key: cfg[key] for key in SAMPLING_KEYS},
+        **{key: str(cfg[key]) if cfg[key] else None for key in ("constraints", "prefix", "terms")},
+        "terms_ignore_case": cfg.terms_ignore_case,
+        "required_phrases": evaluation.required_phrases,
+        "term_use_rate": evaluation.term_use_rate,
         "startup_seconds": startup,
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
@@ -171,11 +195,17 @@ def evaluate_checkpoint(
 def print_summary(summary: Mapping[str, Any]) -> None:
     print(f"checkpoint: {summary['checkpoint']}")
     test_set = summary["split"] or summary["src"]
-    print(f"test set:   {test_set} ({summary['sentences']} sentences), beam {summary['beam_size']}")
+    search = ("sampling" if summary.get("search") == "sample"
+              else f"beam {summary['beam_size']}")
+    print(f"test set:   {test_set} ({summary['sentences']} sentences), {search}")
     print(summary["bleu_detail"])
     print(f"BLEU signature: {summary['bleu_signature']}")
     print(f"chrF2 = {summary['chrf']:.2f}")
     print(f"chrF signature: {summary['chrf_signature']}")
+    if summary.get("constraints") or summary.get("terms"):
+        rate, required = summary["term_use_rate"], summary["required_phrases"]
+        print(f"term use:   {rate:.1%} of {required} required phrases" if rate is not None
+              else "term use:   no sentence of the test set asks for a phrase")
     print(
         f"time: startup {summary['startup_seconds']:.1f}s, generation "
         f"{summary['generation_seconds']:.1f}s ({summary['sentences_per_second']:.1f} "
@@ -199,6 +229,7 @@ def format_table(summaries: list[Mapping[str, Any]]) -> str:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Score every checkpoint named by ``cfg.checkpoint``; returns their summaries."""
     check_options(cfg)
+    check_search_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):

@@ -4,12 +4,15 @@ Loads the configured checkpoints (``checkpoint=PATH``, or ``models={name: path, 
 the app of :mod:`seq2seq.serving.app` and runs it with uvicorn on ``host:port`` (default
 127.0.0.1:8000): the page at ``/``, the API under ``/v1/``, its OpenAPI docs at ``/docs``.
 Every option is documented in ``seq2seq/configs/serve.yaml``; ``shortlist=PATH`` (an
-output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served.
+output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served,
+and so does ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`): every request's
+texts holding a source term are translated with its target term in them.
 
 SIGTERM (or Ctrl-C) stops it gracefully: uvicorn stops accepting connections and waits for the
 requests in flight, then the app's batchers finish their queues; the exit status is 0.
 Exit status 1 with a one-line ``error: ...`` for a missing serving dependency, a bad
-checkpoint, an invalid option or a port in use.
+checkpoint, an invalid option, a malformed glossary or one with a target term a model cannot
+write, or a port in use.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from seq2seq.cli.common import (
     set_up_decoding,
     translator_options,
 )
+from seq2seq.cli.search_options import check_search_options, load_terms
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -65,6 +69,7 @@ def model_paths(cfg: DictConfig) -> dict[str, str | list[str]]:
 def build_app(cfg: DictConfig):
     """The app serving the configured models (exits with a one-line error on a problem)."""
     check_options(cfg)
+    check_search_options(cfg)
     paths = model_paths(cfg)  # its errors too come before torch's import
     for name, path in paths.items():
         require_checkpoint_files(path if isinstance(path, list) else [path],
@@ -78,6 +83,7 @@ def build_app(cfg: DictConfig):
 
     set_up_decoding(cfg.get("num_threads"))
     served = {}
+    glossary = None
     for name, path in paths.items():
         try:
             served[name] = load_model(
@@ -89,6 +95,12 @@ def build_app(cfg: DictConfig):
                  served[name].parameters, served[name].translator.device)
         if cfg.get("shortlist"):
             log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
+        try:  # read again for each model: each must be able to write every target term
+            glossary = load_terms(cfg, served[name].translator)
+        except ValueError as error:
+            fail(f"model {name}: {error}")
+    if glossary is not None:
+        log.info("terms: %d entries of %s applied to every request", len(glossary), cfg.terms)
     try:
         return create_app(
             served,
@@ -97,6 +109,7 @@ def build_app(cfg: DictConfig):
             max_beam_size=cfg.limits.max_beam_size,
             window_ms=cfg.batching.window_ms,
             batch_tokens=cfg.batching.max_tokens,
+            terms=glossary,
         )
     except ValueError as error:
         fail(error)

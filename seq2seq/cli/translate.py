@@ -14,6 +14,8 @@ Examples::
     python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
     python translate.py 'checkpoint=[a/best.pt,b/best.pt]' < test.de    # ensemble
     python translate.py checkpoint=best.pt shortlist=shortlist.pt < test.de   # a shortlist
+    python translate.py checkpoint=best.pt terms=terms.tsv constraints=phrases.txt < test.de
+    python translate.py checkpoint=best.pt search=sample top_p=0.9 seed=1 nbest=5 < test.de
 
 Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
 each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
@@ -25,9 +27,16 @@ pieces is translated from its first ``max_source_length`` pieces, with a warning
 is a terminal and neither ``text`` nor ``input`` is given, it runs interactively: a prompt on
 stderr, a translation after each line, until end of input (Ctrl-D).
 
+Terminology, prefixes and sampling (docs/evaluate-translate.md): ``constraints=FILE`` (line i:
+the TAB-separated phrases output i must contain), ``prefix=FILE`` (line i: the forced start of
+output i) and ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`) are read in step
+with the input, chunk by chunk; ``search=sample`` draws translations instead of searching
+(:mod:`seq2seq.inference.sampling`).
+
 Exit status 1 with a one-line ``error: ...`` on stderr (no traceback) for a missing,
-corrupted or unsafe checkpoint, a missing input file, a missing or mismatched shortlist, or an
-invalid option.
+corrupted or unsafe checkpoint, a missing input file, a missing or mismatched shortlist, a
+constraints, prefix or terms file that is malformed, asks for a piece the model cannot write
+or has another line count than the input, or an invalid option.
 """
 
 from __future__ import annotations
@@ -55,6 +64,11 @@ from seq2seq.cli.common import (
     require_checkpoint_files,
     set_up_decoding,
     translator_options,
+)
+from seq2seq.cli.search_options import (
+    SentenceGuidance,
+    check_search_options,
+    search_options,
 )
 from seq2seq.console import count_bar
 
@@ -133,10 +147,11 @@ class _Writer:
         )
 
 
-def _interactive(translator, writer: _Writer) -> float:
+def _interactive(translator, writer: _Writer, guidance: SentenceGuidance) -> float:
     """Prompt on stderr, translate each line as it comes; returns the seconds spent decoding."""
+    search = "sampling" if translator.search == "sample" else f"beam {translator.beam_size}"
     print(
-        f"Type a sentence and Enter to translate it (beam {translator.beam_size}); Ctrl-D to quit.",
+        f"Type a sentence and Enter to translate it ({search}); Ctrl-D to quit.",
         file=sys.stderr,
         flush=True,
     )
@@ -149,7 +164,9 @@ def _interactive(translator, writer: _Writer) -> float:
             return decode_seconds
         started = time.perf_counter()
         want_attention = writer.plot_dir is not None
-        writer.write(translator.translate([line.rstrip("\r\n")], return_attention=want_attention))
+        sentence = [line.rstrip("\r\n")]
+        writer.write(translator.translate(sentence, return_attention=want_attention,
+                                          **guidance.for_lines(sentence)))
         decode_seconds += time.perf_counter() - started
 
 
@@ -157,6 +174,7 @@ def run(cfg: DictConfig) -> int:
     """Translate as configured; returns the number of input lines translated."""
     started = MODULE_LOADED
     check_options(cfg)
+    check_search_options(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH")
     if cfg.text is not None and cfg.input is not None:
@@ -175,9 +193,22 @@ def run(cfg: DictConfig) -> int:
     set_up_decoding(cfg.get("num_threads"))
     try:
         translator = Translator.from_checkpoint(
-            paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
+            paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg),
+            **search_options(cfg),
         )
     except (CheckpointError, ValueError) as error:
+        fail(error)
+    # Line counts compared before decoding where the input's is known (a stream: as it is read).
+    # (A second read of the input file: only for a per-line file or a progress bar.)
+    input_lines = None
+    try:
+        if cfg.text is not None:
+            input_lines = 1
+        elif cfg.input is not None and (cfg.get("constraints") or cfg.get("prefix")
+                                        or sys.stderr.isatty()):
+            input_lines = _count_lines(Path(cfg.input))
+        guidance = SentenceGuidance.from_config(cfg, translator, input_lines=input_lines)
+    except (DataError, ValueError) as error:
         fail(error)
     startup = time.perf_counter() - started
     log.info("loaded %s on %s in %.1fs", " + ".join(paths), translator.device, startup)
@@ -206,22 +237,23 @@ def run(cfg: DictConfig) -> int:
             writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
             decode_seconds = 0.0
             if interactive:
-                decode_seconds = _interactive(translator, writer)
+                decode_seconds = _interactive(translator, writer, guidance)
             else:
                 # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
-                total = (_count_lines(Path(cfg.input))  # a second read: only for a bar
-                         if cfg.input is not None and sys.stderr.isatty() else None)
+                total = input_lines if cfg.input is not None and sys.stderr.isatty() else None
                 bar = stack.enter_context(count_bar(
                     total, description="translating", unit=" lines",
                     enabled=None if total is not None and total > 1000 else False))
                 for chunk in _chunks(lines, cfg.chunk_lines):
                     chunk_started = time.perf_counter()
-                    writer.write(translator.translate(chunk, return_attention=plot_dir is not None))
+                    writer.write(translator.translate(chunk, return_attention=plot_dir is not None,
+                                                      **guidance.for_lines(chunk)))
                     decode_seconds += time.perf_counter() - chunk_started
                     bar.update(len(chunk))
+            guidance.finish()
             stream.flush()
-    except DataError as error:
-        fail(str(error))
+    except (DataError, ValueError) as error:
+        fail(error)
     except OSError as error:
         if isinstance(error, BrokenPipeError):
             raise

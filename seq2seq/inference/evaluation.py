@@ -44,6 +44,10 @@ class Evaluation:
         attention_coverage: with ``attention_stats=True``, the share of source pieces (EOS left
             out) whose attention summed over the target steps reaches
             :data:`COVERAGE_THRESHOLD` (1.0: every piece translated by some step); else None.
+        term_use_rate: with ``constraints``, the share of the phrases asked for that appear,
+            as written, in the hypotheses (:func:`term_use`); None without constraints or
+            when they ask for no phrase.
+        required_phrases: how many phrases ``constraints`` asked for, all sentences together.
     """
 
     hypotheses: list[str]
@@ -53,6 +57,8 @@ class Evaluation:
     attention_max_weight: float | None = None
     attention_backward_moves: float | None = None
     attention_coverage: float | None = None
+    term_use_rate: float | None = None
+    required_phrases: int = 0
 
     @property
     def sentences_per_second(self) -> float:
@@ -67,6 +73,8 @@ def evaluate_translations(
     hypotheses_path: str | Path | None = None,
     attention_stats: bool = False,
     progress: bool | None = None,
+    prefixes: Sequence[str] | None = None,
+    constraints: Sequence[Sequence[str]] | None = None,
 ) -> Evaluation:
     """Translate ``sources`` with ``translator``, score against ``references``, write hypotheses.
 
@@ -81,9 +89,13 @@ def evaluate_translations(
             makes it a little slower; the hypotheses are the same).
         progress: a bar over the sentences on stderr; None: on a terminal, once the
             decoding has lasted two seconds.
+        prefixes: per source, the text its translation starts with (the Translator's).
+        constraints: per source, phrases its translation must contain (the Translator's);
+            their use is reported as ``term_use_rate``.
 
     Raises:
-        ValueError: when the counts of sources and references differ.
+        ValueError: when the counts of sources and references differ, or the Translator
+            refuses a prefix or a phrase.
     """
     if len(sources) != len(references):
         raise ValueError(
@@ -91,10 +103,13 @@ def evaluate_translations(
         )
     started = time.perf_counter()
     # The searches copy their results to the CPU, so no GPU work is still queued after this.
+    # Only what was asked for is passed: other translators (the trainer's, tests') take neither.
+    steering = {name: list(value) for name, value in
+                (("prefixes", prefixes), ("constraints", constraints)) if value is not None}
     with count_bar(len(sources), description="translating", unit=" sentences",
                    enabled=progress) as bar:
         translations = translator.translate(list(sources), return_attention=attention_stats,
-                                            progress=bar.update)
+                                            progress=bar.update, **steering)
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
     scores = corpus_scores(hypotheses, references)
@@ -109,7 +124,23 @@ def evaluate_translations(
         evaluation.attention_max_weight = statistics.max_weight
         evaluation.attention_backward_moves = statistics.backward_moves
         evaluation.attention_coverage = statistics.coverage
+    if constraints is not None:
+        found, evaluation.required_phrases = term_use(hypotheses, constraints)
+        evaluation.term_use_rate = (found / evaluation.required_phrases
+                                    if evaluation.required_phrases else None)
     return evaluation
+
+
+def term_use(hypotheses: Sequence[str], constraints: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """(phrases found, phrases asked for): a phrase counts as found when it appears as written
+    in its sentence's hypothesis. Constrained search writes every phrase's pieces, so a miss is
+    a phrase whose detokenized form differs from its text, or an empty source (never
+    decoded)."""
+    found = required = 0
+    for hypothesis, phrases in zip(hypotheses, constraints, strict=True):
+        required += len(phrases)
+        found += sum(phrase in hypothesis for phrase in phrases)
+    return found, required
 
 
 # A source piece counts as covered once its attention, summed over the target steps, reaches

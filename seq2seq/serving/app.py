@@ -3,15 +3,19 @@
 Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
 
 - ``POST /v1/translate``: ``{"text": [...], "beam_size"?, "nbest"?, "attention"?,
-  "attention_heads"?, "model"?}``
-  -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`).
+  "attention_heads"?, "model"?, "search"?, "temperature"?, "top_k"?, "top_p"?, "epsilon"?,
+  "seed"?, "prefix"?, "constraints"?}``
+  -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`). A server given a
+  glossary (``terms``) adds its target terms to the constraints of every text that holds a
+  source term.
 - ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults.
 - ``GET /health``: 200 while serving, 503 once shutting down.
 - ``GET /``: the page (``static/``): translate, and explore each sentence's attention.
 
 Errors are JSON ``{"error": "..."}``: 413 for a request over ``max_lines`` sentences or
 ``max_chars`` characters (or a body too large to be one), 422 for malformed JSON, wrong
-types or invalid options, 404 for an unknown model, 503 while shutting down, 500 when a
+types or invalid options (a prefix or phrase the model cannot write, constraints with
+sampling, lists not one per text), 404 for an unknown model, 503 while shutting down, 500 when a
 decode fails (the server and the other requests carry on). Clients only ever pick among the
 models configured at start, by name.
 """
@@ -98,6 +102,63 @@ def _sentence(n_best, attention: bool) -> dict:
     return entry
 
 
+def one_line(text: str) -> str:
+    """A text with its line breaks made spaces (a sentence is one line to the model)."""
+    return " ".join(text.splitlines())
+
+
+def sampling_of(request: TranslateRequest, translator):
+    """The request's sampling settings over the Translator's own (a one-line ApiError(422)
+    when out of range)."""
+    given = {name: getattr(request, name) for name in ("temperature", "top_k", "top_p", "epsilon")
+             if getattr(request, name) is not None}
+    try:
+        return translator.sampling._replace(**given).check()
+    except ValueError as error:
+        raise ApiError(422, str(error)) from None
+
+
+def steering_of(request: TranslateRequest, translator, sentences: list[str], search: str,
+                terms) -> tuple[list[str] | None, list[list[str]] | None]:
+    """The request's prefixes and constraints (the glossary's terms added), checked: one per
+    text, writable by the model, no phrase asked of sampling; a one-line ApiError(422) else."""
+    from seq2seq.inference.constraints import MAX_PHRASES
+
+    for name in ("prefix", "constraints"):
+        given = getattr(request, name)
+        if given is not None and len(given) != len(sentences):
+            raise ApiError(422, f"{name}: {len(given)} entries for {len(sentences)} texts: "
+                                "give one per text")
+    prefixes = None if request.prefix is None else [one_line(p) for p in request.prefix]
+    constraints = None if request.constraints is None else [  # each phrase once
+        list(dict.fromkeys(one_line(phrase) for phrase in phrases))
+        for phrases in request.constraints]
+    if search == "sample" and constraints is not None and any(constraints):
+        raise ApiError(422, "constraints need search=beam (sampling cannot promise a phrase)")
+    try:
+        for index, prefix in enumerate(prefixes or []):
+            if prefix:
+                translator.target_ids([prefix], f"prefix.{index}: prefix")
+        for index, phrases in enumerate(constraints or []):
+            translator.target_ids(phrases, f"constraints.{index}: constraint")
+    except ValueError as error:
+        raise ApiError(422, str(error)) from None
+    if terms is not None:
+        found = terms.constraints_for(sentences)
+        if any(found):
+            if search == "sample":
+                index = next(i for i, phrases in enumerate(found) if phrases)
+                raise ApiError(422, f"text.{index}: the server's terms ask for {found[index][0]!r}, "
+                                    "which sampling cannot promise: use search=beam")
+            constraints = [list(dict.fromkeys(own + extra)) for own, extra in
+                           zip(constraints or [[] for _ in sentences], found, strict=True)]
+    for index, phrases in enumerate(constraints or []):
+        if len(phrases) > MAX_PHRASES:  # the server's terms included
+            raise ApiError(422, f"constraints.{index}: {len(phrases)} phrases; at most "
+                                f"{MAX_PHRASES} per text")
+    return prefixes, constraints
+
+
 def create_app(
     models: Mapping[str, object],
     *,
@@ -106,6 +167,7 @@ def create_app(
     max_beam_size: int = 16,
     window_ms: float = 5.0,
     batch_tokens: int = 8000,
+    terms=None,
 ) -> FastAPI:
     """The ASGI app serving ``models``.
 
@@ -117,6 +179,9 @@ def create_app(
         max_beam_size: largest ``beam_size`` a request may ask for (more: 422).
         window_ms: the batcher's collection window.
         batch_tokens: the batcher's budget of source pieces per round.
+        terms: a :class:`~seq2seq.inference.glossary.Glossary` applied to every request: its
+            target terms are constraints of the texts holding its source terms (every model
+            must be able to write them; serve.py checks that).
     """
     if not models:
         raise ValueError("no models to serve")
@@ -174,6 +239,7 @@ def create_app(
     async def list_models() -> ModelsResponse:
         return ModelsResponse(
             default=default_name,
+            terms=len(terms) if terms is not None else 0,
             models=[
                 ModelInfo(name=name, scorer=m.scorer, parameters=m.parameters,
                           training=m.training, defaults=m.defaults())
@@ -196,13 +262,18 @@ def create_app(
         beam_size = request.beam_size or translator.beam_size
         if beam_size > max_beam_size:
             raise ApiError(422, f"beam_size: at most {max_beam_size}, got {beam_size}")
+        search = request.search or getattr(translator, "search", "beam")
         nbest = request.nbest or min(translator.nbest, beam_size)
-        if nbest > beam_size:
+        if search == "beam" and nbest > beam_size:
             raise ApiError(422, f"nbest: at most beam_size ({beam_size}), got {nbest}")
+        if nbest > max_beam_size:  # samples cost as much as beams
+            raise ApiError(422, f"nbest: at most {max_beam_size}, got {nbest}")
+        sampling = sampling_of(request, translator) if search == "sample" else None
         batchers = getattr(app.state, "batchers", None)
         if app.state.shutting_down or batchers is None:
             raise ApiError(503, "the server is shutting down")
-        sentences = [" ".join(line.splitlines()) for line in request.text]
+        sentences = [one_line(line) for line in request.text]
+        prefixes, constraints = steering_of(request, translator, sentences, search, terms)
         if not sentences:
             results = []
         else:
@@ -210,6 +281,8 @@ def create_app(
                 results = await batchers[name].submit(
                     sentences, beam_size=beam_size, nbest=nbest, attention=request.attention,
                     attention_heads=request.attention and request.attention_heads,
+                    search=search, sampling=sampling, seed=request.seed, prefixes=prefixes,
+                    constraints=constraints,
                 )
             except BatcherClosed as error:
                 raise ApiError(503, str(error)) from None
@@ -217,7 +290,7 @@ def create_app(
                 logger.exception("translation failed")
                 raise ApiError(500, f"translation failed: {type(error).__name__}") from None
         return {
-            "model": name, "beam_size": beam_size, "nbest": nbest,
+            "model": name, "search": search, "beam_size": beam_size, "nbest": nbest,
             "translations": [_sentence(n_best, request.attention) for n_best in results],
         }
 

@@ -5,17 +5,20 @@ that model. Requests (``submit``, a coroutine) go into a thread-safe queue and w
 asyncio future; the event loop never decodes. The worker takes the first waiting job, then
 everything else already queued, then keeps collecting for at most ``window_ms`` after that
 first job arrived, or until the jobs hold ``max_tokens`` source pieces. It groups the jobs by
-decoding options (beam size, nbest, attention), runs one ``translate`` call per group (the
+decoding options (:class:`DecodeOptions`: beam size, nbest, attention, the search and its
+sampling settings, whether the job has constraints), runs one ``translate`` call per group (the
 Translator sorts and cuts the sentences into length batches itself) and hands each job its own
-slice of the results, in order.
+slice of the results, in order. A job's prefixes and constraints travel with its sentences.
 
 A lone request therefore waits at most ``window_ms`` (default 5 ms) before its decode starts;
 under load the queue fills while the model is busy and the next round takes all of it at once.
 A translation does not depend on the batch it was decoded in, so batching changes speed only.
+Seeded sampling is the exception, since its draws depend on the sentences drawn together: a job
+with a seed is decoded in a call of its own, so the same request always gets the same answer.
 
 Per-option Translators are shallow copies of the model's Translator (same model, same
-tokenizers, other ``beam_size``/``nbest``), made and used by the worker thread alone: no state
-is shared across threads. ``close`` stops taking jobs, lets the worker finish every queued job,
+tokenizers, other ``beam_size``/``nbest``/``search``/``sampling``/``seed``), made and used by
+the worker thread alone: no state is shared across threads. ``close`` stops taking jobs, lets the worker finish every queued job,
 and joins it.
 """
 
@@ -30,6 +33,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +44,30 @@ class BatcherClosed(RuntimeError):
     """The batcher is shutting down and takes no new jobs."""
 
 
+class DecodeOptions(NamedTuple):
+    """What a job's sentences are decoded with; jobs with equal options share a ``translate``
+    call. ``sampling`` (a :class:`~seq2seq.inference.sampling.Sampling`) and ``seed`` matter
+    only with ``search="sample"``; ``constrained``: the job has constraints (decoded apart from
+    plain jobs, which beam search keeps)."""
+
+    beam_size: int
+    nbest: int
+    attention: bool
+    attention_heads: bool = False
+    search: str = "beam"
+    sampling: Any = None
+    seed: int | None = None
+    constrained: bool = False
+
+
 @dataclass
 class _Job:
     sentences: list[str]
-    key: tuple[int, int, bool, bool]  # (beam_size, nbest, attention, attention_heads)
+    key: DecodeOptions
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    prefixes: list[str] | None = None  # one per sentence, or None
+    constraints: list[list[str]] | None = None  # one list per sentence, or None
     tokens: int = 0
     arrived: float = field(default_factory=time.perf_counter)
 
@@ -85,7 +107,7 @@ class DynamicBatcher:
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
         self._lock = threading.Lock()  # orders submit's check against close's sentinel
-        self._views: dict[tuple[int, int], object] = {}
+        self._views: dict[tuple, object] = {}
         self.rounds = 0  # decoding rounds run (for tests and logs)
         self.largest_round = 0  # most jobs decoded in one round
         self._thread = threading.Thread(target=self._run, name=f"batcher-{name}", daemon=True)
@@ -94,18 +116,31 @@ class DynamicBatcher:
     # -- event loop side -------------------------------------------------------------------
     async def submit(
         self, sentences: Sequence[str], *, beam_size: int, nbest: int, attention: bool,
-        attention_heads: bool = False,
+        attention_heads: bool = False, search: str = "beam", sampling=None,
+        seed: int | None = None, prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list:
         """Translate ``sentences``; returns ``translate``'s result for them, in order
         (``attention_heads``: with every layer's and head's attention, where the model has them).
+
+        Args:
+            search, sampling, seed: the Translator's (``sampling``: a
+                :class:`~seq2seq.inference.sampling.Sampling`, None: the Translator's own).
+            prefixes, constraints: ``translate``'s, one entry per sentence (checked by the
+                caller: a bad one would fail the whole round's group).
 
         Raises:
             BatcherClosed: after ``close``.
             Exception: whatever the decode raised.
         """
         loop = asyncio.get_running_loop()
-        key = (beam_size, nbest, attention, attention_heads)
-        job = _Job(list(sentences), key, loop.create_future(), loop)
+        sampled = search == "sample"
+        key = DecodeOptions(beam_size, nbest, attention, attention_heads, search,
+                            sampling if sampled else None, seed if sampled else None,
+                            constrained=bool(constraints) and any(constraints))
+        job = _Job(list(sentences), key, loop.create_future(), loop,
+                   prefixes=None if prefixes is None else list(prefixes),
+                   constraints=None if constraints is None else [list(c) for c in constraints])
         with self._lock:
             if self._closed:
                 raise BatcherClosed(f"model {self.name} is shutting down")
@@ -170,29 +205,56 @@ class DynamicBatcher:
         with contextlib.suppress(RuntimeError):
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 
-    def _view(self, beam_size: int, nbest: int):
+    def _view(self, options: DecodeOptions):
         """The Translator with these options (a shallow copy, made and used by this thread)."""
         base = self.translator
-        if beam_size == base.beam_size and nbest == base.nbest:
+        sampling = options.sampling or getattr(base, "sampling", None)
+        same_search = options.search == getattr(base, "search", "beam") and (
+            options.search == "beam"  # beam search reads no sampling setting
+            or (sampling, options.seed) == (base.sampling, base.seed))
+        if same_search and (options.beam_size, options.nbest) == (base.beam_size, base.nbest):
             return base
-        view = self._views.get((beam_size, nbest))
+        key = (options.beam_size, options.nbest, options.search, sampling, options.seed)
+        view = self._views.get(key)
         if view is None:
             view = copy.copy(base)
-            view.beam_size, view.nbest = beam_size, nbest
-            self._views[(beam_size, nbest)] = view
+            view.beam_size, view.nbest, view.search = options.beam_size, options.nbest, options.search
+            view.sampling, view.seed = sampling, options.seed
+            self._views[key] = view
         return view
+
+    @staticmethod
+    def _groups(jobs: list[_Job]) -> list[list[_Job]]:
+        """The jobs that share a ``translate`` call: equal options, a seeded job alone."""
+        groups: dict[object, list[_Job]] = {}
+        for job in jobs:
+            alone = job.key.search == "sample" and job.key.seed is not None
+            groups.setdefault(id(job) if alone else job.key, []).append(job)
+        return list(groups.values())
+
+    @staticmethod
+    def _steering(group: list[_Job]) -> dict[str, list]:
+        """``translate``'s prefixes and constraints for a group's sentences, where a job has
+        them (the others' sentences get none)."""
+        options: dict[str, list] = {}
+        if any(job.prefixes is not None for job in group):
+            options["prefixes"] = [p for job in group
+                                   for p in (job.prefixes or [""] * len(job.sentences))]
+        if any(job.constraints is not None for job in group):
+            options["constraints"] = [c for job in group
+                                      for c in (job.constraints or [[]] * len(job.sentences))]
+        return options
 
     def _decode(self, jobs: list[_Job]) -> None:
         live = [job for job in jobs if not job.future.cancelled()]
-        groups: dict[tuple[int, int, bool, bool], list[_Job]] = {}
-        for job in live:
-            groups.setdefault(job.key, []).append(job)
-        for (beam_size, nbest, attention, heads), group in groups.items():
+        for group in self._groups(live):
+            options = group[0].key
             sentences = [s for job in group for s in job.sentences]
-            options = {"attention_heads": True} if heads else {}
+            extra = {"attention_heads": True} if options.attention_heads else {}
             try:
-                results = self._view(beam_size, nbest).translate(
-                    sentences, return_attention=attention, **options
+                results = self._view(options).translate(
+                    sentences, return_attention=options.attention, **extra,
+                    **self._steering(group)
                 )
             except Exception as error:  # one bad round must not stop the worker
                 logger.exception("decoding failed on model %s", self.name)

@@ -41,8 +41,12 @@ class ServedModel:
     def defaults(self) -> dict[str, Any]:
         t = self.translator
         names = ("beam_size", "nbest", "length_penalty", "max_len_a", "max_len_b",
-                 "max_source_length")
-        return {name: getattr(t, name) for name in names if hasattr(t, name)}
+                 "max_source_length", "search")
+        defaults = {name: getattr(t, name) for name in names if hasattr(t, name)}
+        sampling = getattr(t, "sampling", None)  # what a search=sample request gets unless set
+        if sampling is not None:
+            defaults.update(sampling._asdict())
+        return defaults
 
 
 def _scorer_of_module(model) -> str | None:
@@ -57,11 +61,13 @@ def _scorer_of_module(model) -> str | None:
 def _scorer_of_config(model_cfg: dict[str, Any]) -> str | None:
     """The scorer's class name, or the Transformer decoder's, which takes none: read from the
     names alone (an exported folder's config is not imported)."""
-    decoder = str((model_cfg.get("decoder") or {}).get("_target_", ""))
-    if decoder.endswith(".TransformerDecoder"):
-        return "TransformerDecoder"
+    from seq2seq.models.registry import DECODER, SCORER, class_name
+
+    decoder = class_name(DECODER, str((model_cfg.get("decoder") or {}).get("_target_", "")))
+    if decoder == "TransformerDecoder":
+        return decoder
     target = (model_cfg.get("attention") or {}).get("_target_")
-    return target.rpartition(".")[2] if target else None
+    return class_name(SCORER, str(target)) if target else None
 
 
 def load_model(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -31,6 +33,43 @@ class TranslateRequest(BaseModel):
     )
     model: str | None = Field(
         default=None, description="A name from GET /v1/models; the default model if absent."
+    )
+    search: Literal["beam", "sample"] | None = Field(
+        default=None,
+        description="beam: beam search (grid beam search where a text has constraints); sample: "
+        "nbest translations drawn from the model. The server's default (beam) if absent.",
+    )
+    temperature: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="search=sample: log-probabilities divided by this (default 1).",
+    )
+    top_k: int | None = Field(
+        default=None, ge=0, description="search=sample: draw among the k most probable pieces "
+        "only (default 0: all).",
+    )
+    top_p: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False,
+        description="search=sample: nucleus sampling's p (default 1: all pieces).",
+    )
+    epsilon: float | None = Field(
+        default=None, ge=0, lt=1, allow_inf_nan=False,
+        description="search=sample: leave out pieces less probable than this (default 0).",
+    )
+    seed: int | None = Field(
+        default=None, ge=0, lt=2**63,
+        description="search=sample: seed of the draws; the same request then gets the same "
+        "answer. Absent: other draws each time.",
+    )
+    prefix: list[str] | None = Field(
+        default=None,
+        description="One per text: the text its translations start with (\"\" for none).",
+        examples=[["A dog", ""]],
+    )
+    constraints: list[list[str]] | None = Field(
+        default=None,
+        description="One list per text: phrases its translations must contain (search=beam); "
+        "the server's terms, if it has any, are added.",
+        examples=[[["dog"], []]],
     )
 
 
@@ -64,6 +103,7 @@ class SentenceTranslation(BaseModel):
 
 class TranslateResponse(BaseModel):
     model: str
+    search: str = Field(description="beam or sample: how the translations were found.")
     beam_size: int
     nbest: int
     translations: list[SentenceTranslation] = Field(description="One entry per input, in order.")
@@ -85,6 +125,10 @@ class ModelInfo(BaseModel):
 class ModelsResponse(BaseModel):
     default: str
     models: list[ModelInfo]
+    terms: int = Field(
+        default=0, description="Entries of the glossary the server applies to every request "
+        "(serve.py terms=FILE): a text holding a source term is translated with its target term "
+        "in it. 0: none.")
 
 
 class ErrorResponse(BaseModel):

@@ -160,6 +160,11 @@ async function translate(event) {
   const choice = $("model").value;
   const names = choice === ALL ? models.map((m) => m.name) : [choice];
   const beam = parseInt($("beam").value, 10) || 1;
+  const search = $("search").value;
+  // The same phrases for every line; the server refuses them with sampling, in one line.
+  const phrases = $("phrases").value.split(";").map((p) => p.trim()).filter((p) => p);
+  const options = { beam_size: beam, search };
+  if (phrases.length) options.constraints = lines.map(() => phrases);
   $("translate").disabled = true;
   setStatus("Translating\u2026");
   const started = performance.now();
@@ -167,7 +172,7 @@ async function translate(event) {
     const answers = await Promise.all(names.map(async (name) => {
       const response = await fetch("/v1/translate", {
         method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ text: lines, model: name, beam_size: beam, attention: true,
+        body: JSON.stringify({ text: lines, model: name, ...options, attention: true,
                                attention_heads: true }),
       });
       const body = await response.json();
