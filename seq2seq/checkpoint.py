@@ -12,7 +12,7 @@ read with ``torch.load(path, weights_only=True)``, which refuses to run code. En
   model bytes)
 - training only: ``optimizer``, ``schedule``, ``scaler``, ``trainer_state``, ``sampler``, ``rng``
 
-A checkpoint of an older format version is converted on load (:func:`upgrade_config`), so
+A checkpoint of an older format version is converted on load (:func:`~seq2seq.models.registry.upgrade_config`), so
 everything after :func:`load_checkpoint` sees today's form.
 """
 
@@ -34,22 +34,6 @@ from seq2seq.models import registry
 # 1: the model config named the built-in classes by import path; 2: by registry name.
 FORMAT_VERSION = 2
 OLDEST_FORMAT_VERSION = 1
-# The import paths of the built-in classes in version 1's configs. Frozen: a class that moves
-# later changes the registry, not what version 1 files say. The scorers lived in
-# seq2seq.models.scorers and were named through seq2seq.models.attention, which re-exported them.
-_V1_BUILT_IN_PATHS = {
-    "seq2seq.models.encoder.RNNEncoder": "rnn",
-    "seq2seq.models.transformer.TransformerEncoder": "transformer",
-    "seq2seq.models.decoders.BahdanauDecoder": "bahdanau",
-    "seq2seq.models.decoders.LuongDecoder": "luong",
-    "seq2seq.models.transformer.TransformerDecoder": "transformer",
-    **{f"seq2seq.models.{module}.{cls}": name
-       for module in ("attention", "scorers")
-       for cls, name in (("AdditiveScorer", "additive"), ("DotScorer", "dot"),
-                         ("ScaledDotScorer", "scaled_dot"), ("GeneralScorer", "general"),
-                         ("MultiHeadScorer", "multihead"), ("GaussianScorer", "gaussian"),
-                         ("LocationScorer", "location"))},
-}
 # The encoder's RNN parameters as one bidirectional nn.GRU/LSTM named them, before #41 gave
 # each layer and direction its own module.
 _OLD_ENCODER_RNN_KEY = re.compile(r"encoder\.rnn\.(weight|bias)_(ih|hh)_l(\d+)(_reverse)?")
@@ -65,33 +49,6 @@ def upgrade_model_keys(state: dict) -> dict:
         return f"encoder.layers.{layer}.{1 if reverse else 0}.{kind}_{gate}_l0"
 
     return {new_key(key): value for key, value in state.items()}
-
-
-def _name_built_in_classes(node: Any) -> Any:
-    """Version 1 -> 2: every ``_target_`` that is a built-in class's version-1 import path (a
-    multi-head scorer's inner one included) becomes its registry name; a user's class keeps
-    its path. Returns new containers."""
-    if isinstance(node, dict):
-        converted = {key: _name_built_in_classes(value) for key, value in node.items()}
-        target = converted.get("_target_")
-        if isinstance(target, str) and target in _V1_BUILT_IN_PATHS:
-            converted["_target_"] = _V1_BUILT_IN_PATHS[target]
-        return converted
-    if isinstance(node, list):
-        return [_name_built_in_classes(value) for value in node]
-    return node
-
-
-def upgrade_config(config: dict, version: int) -> dict:
-    """A run config as format ``version`` wrote it, in today's form (a new dict).
-
-    The steps run in order from ``version``; there is one, 1 -> 2 (built-in classes named by
-    registry name). It changes nothing in a config of today's form, so a config whose version
-    is not recorded (an exported folder's manifest) can be given as version 1.
-    """
-    if version < 2 and isinstance(config.get("model"), dict):
-        config = {**config, "model": _name_built_in_classes(config["model"])}
-    return config
 
 
 class CheckpointError(Exception):
@@ -114,7 +71,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
     A file that carries pickled Python objects is refused without running them; a truncated or
     corrupted file, or one from an unknown format version, gets a clear message. A checkpoint
-    of an older format version is returned in today's form (:func:`upgrade_config`), its
+    of an older format version is returned in today's form (:func:`~seq2seq.models.registry.upgrade_config`), its
     ``format_version`` set to :data:`FORMAT_VERSION`.
     """
     path = Path(path)
@@ -150,7 +107,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"{OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
         )
     if isinstance(checkpoint.get("config"), dict):
-        checkpoint["config"] = upgrade_config(checkpoint["config"], version)
+        checkpoint["config"] = registry.upgrade_config(checkpoint["config"], version)
     checkpoint["format_version"] = FORMAT_VERSION  # what it holds now
     if isinstance(checkpoint["model"], dict):
         checkpoint["model"] = upgrade_model_keys(checkpoint["model"])

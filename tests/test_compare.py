@@ -201,10 +201,28 @@ def test_runs_are_grouped_by_differing_keys_without_the_seed(tmp_path):
     runs = discover_runs([str(tmp_path / "sweep")])
     keys, groups = group_runs(runs)
     assert keys == ["model.attention._target_"]
-    assert [g.label for g in groups] == ["model.attention._target_=DotScorer",
-                                        "model.attention._target_=GeneralScorer"]
+    # Class paths as runs before checkpoint format 2 recorded them read as registry names.
+    assert [g.label for g in groups] == ["model.attention._target_=dot",
+                                        "model.attention._target_=general"]
     assert [len(g.ok_runs) for g in groups] == [2, 1]
     assert [r.path.name for r in groups[1].failed_runs] == ["3"]
+
+
+def test_old_and_new_runs_of_one_setting_are_one_group(tmp_path):
+    """A run (or study record) from before registry names and one from after compare as one
+    group: the sixth seed of a study joins the five before it."""
+    old = make_run(tmp_path / "sweep" / "old", attention="AdditiveScorer", seed=1)
+    new = tmp_path / "sweep" / "new"
+    new.mkdir()
+    (new / "config.yaml").write_text(yaml.safe_dump(
+        {"model": {"attention": {"_target_": "additive"}}, "trainer": {"seed": 2,
+                                                                       "max_steps": 10}}))
+    (new / "checkpoints").mkdir()
+    for name in ("best.pt", "last.pt"):
+        (new / "checkpoints" / name).write_bytes(b"")
+    keys, groups = group_runs(discover_runs([str(tmp_path / "sweep")]))
+    assert keys == [] and len(groups) == 1 and len(groups[0].runs) == 2
+    assert old.exists()
 
 
 def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):

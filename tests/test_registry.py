@@ -25,7 +25,6 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     save_checkpoint,
-    upgrade_config,
 )
 from seq2seq.config_types import ConfigError
 from seq2seq.data.batching import collate
@@ -33,7 +32,7 @@ from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.loading import read_exported
 from seq2seq.models import registry
 from seq2seq.models.build import build_model, check_model_config, decoder_takes, uses_scorer
-from seq2seq.models.registry import COMPONENTS, DECODER, ENCODER, SCORER
+from seq2seq.models.registry import COMPONENTS, DECODER, ENCODER, SCORER, upgrade_config
 from seq2seq.training.state import TrainerState
 from seq2seq.training.trainer import Trainer
 

@@ -21,7 +21,6 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     tokenizers_from_payload,
-    upgrade_config,
 )
 from seq2seq.inference.export_format import (
     CTRANSLATE2_FORMAT_NAME,
@@ -33,6 +32,7 @@ from seq2seq.inference.export_format import (
     STEP_FILE,
 )
 from seq2seq.inference.onnx_model import OnnxModel
+from seq2seq.models.registry import upgrade_config
 
 
 def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:

@@ -107,3 +107,54 @@ def class_name(kind: str, target: str) -> str:
 def is_registered(target: str) -> bool:
     """Whether ``target`` is the registry name of a built-in part of any kind."""
     return any(target in components for components in COMPONENTS.values())
+
+
+# -- version 1 of the checkpoint format ---------------------------------------------------------
+# The import paths of the built-in classes in version 1's configs. Frozen: a class that moves
+# later changes the registry, not what version 1 files say. The scorers lived in
+# seq2seq.models.scorers and were named through seq2seq.models.attention, which re-exported them.
+V1_BUILT_IN_PATHS = {
+    "seq2seq.models.encoder.RNNEncoder": "rnn",
+    "seq2seq.models.transformer.TransformerEncoder": "transformer",
+    "seq2seq.models.decoders.BahdanauDecoder": "bahdanau",
+    "seq2seq.models.decoders.LuongDecoder": "luong",
+    "seq2seq.models.transformer.TransformerDecoder": "transformer",
+    **{f"seq2seq.models.{module}.{cls}": name
+       for module in ("attention", "scorers")
+       for cls, name in (("AdditiveScorer", "additive"), ("DotScorer", "dot"),
+                         ("ScaledDotScorer", "scaled_dot"), ("GeneralScorer", "general"),
+                         ("MultiHeadScorer", "multihead"), ("GaussianScorer", "gaussian"),
+                         ("LocationScorer", "location"))},
+}
+
+
+def name_of_v1_target(target):
+    """A version-1 ``_target_``'s registry name where it names a built-in class; else itself."""
+    return V1_BUILT_IN_PATHS.get(target, target) if isinstance(target, str) else target
+
+
+def _name_built_in_classes(node):
+    """Version 1 -> 2: every ``_target_`` that is a built-in class's version-1 import path (a
+    multi-head scorer's inner one included) becomes its registry name; a user's class keeps
+    its path. Returns new containers."""
+    if isinstance(node, dict):
+        converted = {key: _name_built_in_classes(value) for key, value in node.items()}
+        if "_target_" in converted:
+            converted["_target_"] = name_of_v1_target(converted["_target_"])
+        return converted
+    if isinstance(node, list):
+        return [_name_built_in_classes(value) for value in node]
+    return node
+
+
+def upgrade_config(config: dict, version: int) -> dict:
+    """A run config as format ``version`` wrote it, in today's form (a new dict).
+
+    The steps run in order from ``version``; there is one, 1 -> 2 (built-in classes named by
+    registry name). It changes nothing in a config of today's form, so a config whose version
+    is not recorded (an exported folder's manifest, a run folder's config.yaml, a study record)
+    can be given as version 1.
+    """
+    if version < 2 and isinstance(config.get("model"), dict):
+        config = {**config, "model": _name_built_in_classes(config["model"])}
+    return config

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from seq2seq.models import registry
 from seq2seq.study.records import Record, is_record, read_record
 
 SEED_KEY = "trainer.seed"
@@ -132,7 +133,7 @@ def read_run(folder: Path) -> Run:
     config = _read_config(config_path)
     if not isinstance(config, Mapping):
         return Run(folder, {}, None, failure=f"{config_path} holds no config")
-    flat = flatten(config)
+    flat = flatten(registry.upgrade_config(dict(config), 1))  # old runs beside new ones
     hydra_path = folder / ".hydra" / "hydra.yaml"
     if hydra_path.is_file():
         try:
@@ -251,7 +252,8 @@ def _read_found(path: Path) -> Run:
         record = read_record(path)
     except ValueError as error:
         return Run(path, {}, None, failure=str(error))
-    config = {key: _hashable(value) for key, value in record.config.items()}
+    config = {key: _hashable(registry.name_of_v1_target(value) if key.endswith("._target_")
+                              else value) for key, value in record.config.items()}
     return Run(path, config, None, recorded=record)
 
 
