@@ -1,4 +1,4 @@
-"""The options of #55 that translate.py, evaluate.py and serve.py share: the search and its
+"""The options that translate.py, evaluate.py and serve.py share: the search and its
 sampling settings, and what steers each sentence's translation (``constraints=`` and
 ``prefix=`` files, one line per input line, and a ``terms=`` glossary), read alongside the input.
 

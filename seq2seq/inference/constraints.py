@@ -18,8 +18,8 @@ The output length limit of a sentence grows to hold its prefix and all its phras
 bank is always reached. Why grid beam search rather than dynamic beam allocation (Post & Vilar,
 2018), which shares one beam of K between the banks: with a beam smaller than the number of
 banks, dynamic allocation cannot keep a hypothesis in each bank and may end with none that
-meets every phrase; the grid always can, for C + 1 times the rows per step (docs/your-data.md
-measures the cost).
+meets every phrase; the grid always can, for C + 1 times the rows per step
+(docs/evaluate-translate.md measures the cost).
 
 Conventions (scores, length penalty, stopping, nbest, attention) are beam search's; finished
 sentences are masked rather than pruned from the batch.
