@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -169,9 +170,10 @@ def _index_dtype(count: int) -> type:
 class TokenBucketSampler(Sampler[list[int]]):
     """Yields batches of dataset indices under a token budget, with low padding.
 
-    Training mode (shuffle=True), for each epoch: the indices are shuffled with a generator
-    seeded by (seed, epoch); consecutive windows of `bucket_size` batches' worth of pairs are
-    sorted by length and cut into batches (so a batch holds pairs of similar length while
+    Training mode (shuffle=True), for each epoch: the indices (with several corpora, those
+    `CorpusMix.epoch_indices` draws in proportion to their weights) are shuffled with a
+    generator seeded by (seed, epoch); consecutive windows of `bucket_size` batches' worth of
+    pairs are sorted by length and cut into batches (so a batch holds pairs of similar length while
     which pairs meet is random); the batch order is shuffled. The global batch list is then
     dealt round robin to the `world_size` ranks, dropping the last len % world_size batches
     so that every rank gets the same number (the dropped ones change every epoch).
@@ -195,6 +197,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        mix: CorpusMix | None = None,
     ) -> None:
         """Configures the sampler.
 
@@ -211,6 +214,9 @@ class TokenBucketSampler(Sampler[list[int]]):
             seed: Seed of all shuffling; the same on every rank.
             rank: This process's rank.
             world_size: Number of ranks.
+            mix: The corpora the pairs come from, one after another (training mode draws
+                each epoch from them by weight); None or a single corpus: every pair once
+                an epoch.
 
         Raises:
             ValueError: On inconsistent lengths or out-of-range settings.
@@ -236,6 +242,8 @@ class TokenBucketSampler(Sampler[list[int]]):
             )
         if seed < 0:
             raise ValueError(f"seed must be non-negative, got {seed}")
+        if mix is not None and mix.total != len(src):
+            raise ValueError(f"the corpora hold {mix.total} pairs, the lengths {len(src)}")
         self._src_lengths = src
         self._tgt_lengths = tgt
         self._costs = np.maximum(src, tgt) + 1
@@ -246,6 +254,8 @@ class TokenBucketSampler(Sampler[list[int]]):
         self.seed = int(seed)
         self.rank = rank
         self.world_size = world_size
+        # One corpus is drawn as it always was: every pair once an epoch.
+        self.mix = mix if mix is not None and len(mix) > 1 else None
         self.epoch = 0
         self._consumed = 0
         self._resume_from = 0
@@ -274,12 +284,18 @@ class TokenBucketSampler(Sampler[list[int]]):
             )
         else:
             generator = np.random.default_rng([self.seed, epoch])
-            # The batches keep these indices all epoch: 4 bytes a pair where 2**31 allows.
-            permutation = generator.permutation(count).astype(_index_dtype(count))
-            pairs_per_batch = min(cap, max(1, int(self.max_tokens / float(self._costs.mean()))))
+            if self.mix is None:
+                # The batches keep these indices all epoch: 4 bytes a pair where 2**31 allows.
+                permutation = generator.permutation(count).astype(_index_dtype(count))
+                mean_cost = float(self._costs.mean())
+            else:
+                drawn = self.mix.epoch_indices(seed=self.seed, epoch=epoch)
+                permutation = drawn[generator.permutation(len(drawn))].astype(_index_dtype(count))
+                mean_cost = float(self._costs[drawn].mean())
+            pairs_per_batch = min(cap, max(1, int(self.max_tokens / mean_cost)))
             window = self.bucket_size * pairs_per_batch
             batches = []
-            for start in range(0, count, window):
+            for start in range(0, len(permutation), window):
                 ordered = self._sort_order(permutation[start : start + window])
                 batches.extend(
                     cut_sorted(

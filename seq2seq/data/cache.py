@@ -1,7 +1,9 @@
 """The on-disk cache of prepared data: its key, its layout, and building it all or nothing.
 
 Everything derived from the raw files lives in `<cache_root>/<key>/`, where the key hashes the
-raw files' contents, the tokenizer and filter settings and FORMAT_VERSION. A cache directory is
+raw files' contents, the tokenizer and filter settings and FORMAT_VERSION; with several training
+corpora (or a tagged one), each corpus's files and tag, in order. Weights shape no cached byte
+(they act when batches are drawn), so they are not part of the key. A cache directory is
 built under a temporary name and renamed into place when complete, so it either exists whole
 or not at all; `summary.json`, written last, marks a complete one.
 """
@@ -16,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ def cache_key(
     digests: Mapping[str, tuple[str, str]],
     tokenizer: TokenizerSettings,
     filter: FilterSettings,
+    train_corpora: Sequence[tuple[str, str, str | None]] | None = None,
 ) -> str:
     """The name of the cache directory of these inputs.
 
@@ -55,13 +58,18 @@ def cache_key(
         digests: Split name -> SHA-256 of (source file, target file).
         tokenizer: Tokenizer settings.
         filter: Filter settings.
+        train_corpora: With several training corpora or a tag (then `digests` has no
+            "train"): (source SHA-256, target SHA-256, tag) of each, in order. None keeps
+            the key of a single untagged corpus what it always was.
     """
-    material = {
+    material: dict = {
         "format_version": FORMAT_VERSION,
         "files": {split: list(pair) for split, pair in sorted(digests.items())},
         "tokenizer": dataclasses.asdict(tokenizer),
         "filter": dataclasses.asdict(filter),
     }
+    if train_corpora is not None:
+        material["train_corpora"] = [list(corpus) for corpus in train_corpora]
     encoded = json.dumps(material, sort_keys=True).encode("utf-8")
     return hashlib.sha256(encoded).hexdigest()[:24]
 

@@ -126,7 +126,7 @@ def read_lines(path: Path) -> list[str]:
     return list(iter_lines(path))
 
 
-def _line_count_error(src_path: Path, src_count: int, tgt_path: Path, tgt_count: int) -> DataError:
+def line_count_error(src_path: Path, src_count: int, tgt_path: Path, tgt_count: int) -> DataError:
     return DataError(
         f"source and target have different line counts: {src_path} has {src_count} lines, "
         f"{tgt_path} has {tgt_count} lines"
@@ -166,10 +166,10 @@ def iter_parallel_chunks(
         ):
             if src_raw is None:
                 tgt_count = line_number + sum(1 for _ in tgt_raw_lines)
-                raise _line_count_error(src_path, line_number - 1, tgt_path, tgt_count)
+                raise line_count_error(src_path, line_number - 1, tgt_path, tgt_count)
             if tgt_raw is None:
                 src_count = line_number + sum(1 for _ in src_raw_lines)
-                raise _line_count_error(src_path, src_count, tgt_path, line_number - 1)
+                raise line_count_error(src_path, src_count, tgt_path, line_number - 1)
             src_chunk.append(_decode_line(src_raw, src_path, line_number))
             tgt_chunk.append(_decode_line(tgt_raw, tgt_path, line_number))
             if len(src_chunk) == chunk_lines:

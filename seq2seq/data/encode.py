@@ -2,14 +2,17 @@
 
 A split is streamed in chunks of lines, encoded, optionally filtered (empty side, too long,
 length ratio) and appended to `<directory>/<split>.{src,tgt}.{tokens,offsets}.npy`, so a
-corpus never has to fit in memory.
+corpus never has to fit in memory. A training split of several corpora holds them one after
+another, in the order given; a corpus's tag goes before each of its sources after filtering
+(so it counts against no length limit).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,10 +34,18 @@ def _token_dtype(vocab_size: int) -> type[np.integer]:
     return np.uint16 if vocab_size < 65535 else np.int32
 
 
+class SplitSource(NamedTuple):
+    """One file pair of a split, and the piece id put before each of its sources."""
+
+    src: Path
+    tgt: Path
+    tag_id: int | None = None
+
+
 def encode_split(
     *,
     split: str,
-    files: tuple[Path, Path],
+    sources: Sequence[SplitSource],
     tokenizers: Tokenizers,
     filter: FilterSettings | None,
     directory: Path,
@@ -44,14 +55,15 @@ def encode_split(
 
     Args:
         split: The split's name (names the files).
-        files: (source file, target file).
+        sources: Its file pair(s), encoded one after the other into the same files.
         tokenizers: The tokenizers to encode with.
         filter: Filter settings, or None to keep every pair in order (valid/test).
         directory: Where the token files go.
         progress: Show a progress bar (None: only when stderr is a terminal).
 
     Returns:
-        The split's statistics for the summary (pairs read, kept, dropped by reason, ...).
+        The split's statistics for the summary (pairs read, kept, dropped by reason, ...),
+        with "parts": those of each source (pairs read, kept, dropped by reason).
     """
     dtypes = {
         "src": _token_dtype(tokenizers.src.vocab_size),
@@ -61,63 +73,33 @@ def encode_split(
         side: TokenArrayWriter(prefix=directory / f"{split}.{side}", dtype=dtype)
         for side, dtype in dtypes.items()
     }
-    read = 0
     dropped = dict.fromkeys(DROP_REASONS, 0)
     totals = {"src": 0, "tgt": 0}
     unknown = {"src": 0, "tgt": 0}
     empty_kept = 0
+    parts = []
     try:
         with progress_bar(description=f"encoding {split}", enabled=progress) as bar:
-            for src_chunk, tgt_chunk in iter_parallel_chunks(
-                *files, chunk_lines=ENCODE_CHUNK_LINES
-            ):
-                count = len(src_chunk)
-                read += count
-                encoded = {
-                    "src": tokenizers.src.encode(src_chunk),
-                    "tgt": tokenizers.tgt.encode(tgt_chunk),
-                }
-                lengths = {
-                    side: np.fromiter(map(len, ids), dtype=np.int64, count=count)
-                    for side, ids in encoded.items()
-                }
-                flat = {
-                    side: np.fromiter(
-                        chain.from_iterable(encoded[side]),
-                        dtype=dtypes[side],
-                        count=int(lengths[side].sum()),
-                    )
-                    for side in encoded
-                }
-                del encoded  # the Python lists cost far more memory than the arrays
-                if filter is not None:
-                    keep = _filter_chunk(
-                        src_lengths=lengths["src"],
-                        tgt_lengths=lengths["tgt"],
-                        settings=filter,
-                        dropped=dropped,
-                    )
-                    if not keep.all():
-                        for side in flat:
-                            flat[side] = flat[side][np.repeat(keep, lengths[side])]
-                            lengths[side] = lengths[side][keep]
-                else:
-                    empty_kept += int(((lengths["src"] == 0) | (lengths["tgt"] == 0)).sum())
-                for side, writer in writers.items():
-                    writer.append(flat[side], lengths[side])
-                    totals[side] += len(flat[side])
-                    unknown[side] += int(np.count_nonzero(flat[side] == UNK_ID))
-                bar.update(count)
+            for source in sources:
+                part = {"pairs_read": 0, "pairs_kept": 0,
+                        "dropped": dict.fromkeys(DROP_REASONS, 0)}
+                parts.append(part)
+                empty_kept += _encode_source(
+                    source=source, tokenizers=tokenizers, filter=filter, dtypes=dtypes,
+                    writers=writers, part=part, totals=totals, unknown=unknown, bar=bar)
+                for reason, count in part["dropped"].items():
+                    dropped[reason] += count
         for writer in writers.values():
             writer.close()
     except BaseException:
         for writer in writers.values():
             writer.abort()
         raise
+    read = sum(part["pairs_read"] for part in parts)
     kept = writers["src"].sentences
     stats: dict[str, Any] = {
-        "src_file": str(files[0]),
-        "tgt_file": str(files[1]),
+        "src_file": str(sources[0].src),
+        "tgt_file": str(sources[0].tgt),
         "filtered": filter is not None,
         "pairs_read": read,
         "pairs_kept": kept,
@@ -131,7 +113,71 @@ def encode_split(
     }
     if filter is None:
         stats["empty_pairs_kept"] = empty_kept
+    stats["parts"] = parts
     return stats
+
+
+def _encode_source(
+    *,
+    source: SplitSource,
+    tokenizers: Tokenizers,
+    filter: FilterSettings | None,
+    dtypes: dict[str, Any],
+    writers: dict[str, TokenArrayWriter],
+    part: dict[str, Any],
+    totals: dict[str, int],
+    unknown: dict[str, int],
+    bar: Any,
+) -> int:
+    """Appends one file pair to the split's writers; returns its empty pairs kept
+    (unfiltered splits) and adds its counts to `part`, `totals` and `unknown`."""
+    empty_kept = 0
+    for src_chunk, tgt_chunk in iter_parallel_chunks(
+        source.src, source.tgt, chunk_lines=ENCODE_CHUNK_LINES
+    ):
+        count = len(src_chunk)
+        part["pairs_read"] += count
+        encoded = {
+            "src": tokenizers.src.encode(src_chunk),
+            "tgt": tokenizers.tgt.encode(tgt_chunk),
+        }
+        lengths = {
+            side: np.fromiter(map(len, ids), dtype=np.int64, count=count)
+            for side, ids in encoded.items()
+        }
+        flat = {
+            side: np.fromiter(
+                chain.from_iterable(encoded[side]),
+                dtype=dtypes[side],
+                count=int(lengths[side].sum()),
+            )
+            for side in encoded
+        }
+        del encoded  # the Python lists cost far more memory than the arrays
+        if filter is not None:
+            keep = _filter_chunk(
+                src_lengths=lengths["src"],
+                tgt_lengths=lengths["tgt"],
+                settings=filter,
+                dropped=part["dropped"],
+            )
+            if not keep.all():
+                for side in flat:
+                    flat[side] = flat[side][np.repeat(keep, lengths[side])]
+                    lengths[side] = lengths[side][keep]
+        else:
+            empty_kept += int(((lengths["src"] == 0) | (lengths["tgt"] == 0)).sum())
+        if source.tag_id is not None:
+            starts = np.cumsum(lengths["src"]) - lengths["src"]
+            flat["src"] = np.insert(flat["src"], starts, source.tag_id)
+            lengths["src"] = lengths["src"] + 1
+        for side, writer in writers.items():
+            writer.append(flat[side], lengths[side])
+            totals[side] += len(flat[side])
+            unknown[side] += int(np.count_nonzero(flat[side] == UNK_ID))
+        part["pairs_kept"] += len(lengths["src"])
+        bar.update(count)
+    return empty_kept
 
 
 def _filter_chunk(

@@ -1,10 +1,12 @@
-"""SHA-256 of data files: checking downloads, and keying the cache on the corpora's content."""
+"""SHA-256 and line counts of data files: checking downloads, keying the cache on the corpora's
+content, checking corpora before a run."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,8 @@ def sha256_file(path: Path, *, block_size: int = 1 << 20) -> str:
 
 
 class FileHashCache:
-    """SHA-256 of data files, remembered by (path, size, mtime, inode) in a small json file.
+    """SHA-256 (and line counts) of data files, remembered by (path, size, mtime, inode) in a
+    small json file.
 
     Hashing a multi-gigabyte corpus takes seconds; a stat call does not, which keeps a cached
     run fast. A file rewritten in place gets a new mtime (and usually size), hence a new hash.
@@ -57,6 +60,14 @@ class FileHashCache:
 
     def digest(self, file: Path) -> str:
         """Returns the file's SHA-256, hashing it only when its identity changed."""
+        return str(self._remembered(file, "sha256", sha256_file))
+
+    def line_count(self, file: Path, *, count: Callable[[Path], int]) -> int:
+        """Returns the file's line count, counting (with ``count``) only when its identity
+        changed."""
+        return int(self._remembered(file, "lines", count))
+
+    def _remembered(self, file: Path, fact: str, compute: Callable[[Path], Any]) -> Any:
         try:
             status = file.stat()
         except FileNotFoundError:
@@ -64,12 +75,13 @@ class FileHashCache:
         key = str(file.resolve())
         identity = [status.st_size, status.st_mtime_ns, status.st_ino]
         entry = self._entries.get(key)
-        if entry is not None and entry.get("identity") == identity:
-            return str(entry["sha256"])
-        digest = sha256_file(file)
-        self._entries[key] = {"identity": identity, "sha256": digest}
-        self._changed = True
-        return digest
+        if entry is None or entry.get("identity") != identity:
+            entry = {"identity": identity}
+        if fact not in entry:
+            entry[fact] = compute(file)
+            self._entries[key] = entry
+            self._changed = True
+        return entry[fact]
 
     def save(self) -> None:
         """Writes the memo back if a digest was added."""

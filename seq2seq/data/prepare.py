@@ -7,6 +7,8 @@ Pipeline of a build (the cache itself, its key and layout: `seq2seq.data.cache`)
 2. the tokenizer(s) are trained on the non-empty training pairs, streamed from disk;
 3. each split is encoded in chunks and appended to flat token files. Only training pairs are
    filtered (empty side, too long, length ratio); other splits keep every line, in order.
+   Several training corpora (`seq2seq.data.corpora`) are encoded one after another into the
+   training split, a corpus's tag before each of its sources.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,12 @@ from seq2seq.data.cache import (
     read_summary,
     save_tokenizers,
 )
+from seq2seq.data.corpora import TrainCorpus, corpus_tags, is_plain, train_corpora_from_config
 from seq2seq.data.corpus import DataError, check_parallel
 from seq2seq.data.dataset import ParallelDataset
-from seq2seq.data.encode import encode_split, prune_target_vocabulary
+from seq2seq.data.encode import SplitSource, encode_split, prune_target_vocabulary
 from seq2seq.data.hashing import FileHashCache
+from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.settings import FilterSettings, TokenizerSettings, get_setting
 from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
 from seq2seq.data.summary import format_summary
@@ -59,10 +63,13 @@ class PreparedData:
         tokenizers: The source/target tokenizer(s).
         splits: Split name -> encoded pairs (memory-mapped).
         raw_files: Split name -> (source text file, target text file), e.g. to score BLEU
-            against the raw references (valid/test line i answers encoded pair i).
-        summary: Counts, vocabulary sizes, timings (also in `cache_dir / summary.json`).
+            against the raw references (valid/test line i answers encoded pair i). Several
+            training corpora are not one file pair: "train" is then left out.
+        summary: Counts, vocabulary sizes, timings (also in `cache_dir / summary.json`);
+            with several corpora or a tag, "corpora": each one's counts, name and weight.
         cache_hit: Whether an existing cache was reused.
         cache_dir: The cache directory of these inputs.
+        train_mix: The training corpora as the sampler draws them (None: a single corpus).
     """
 
     tokenizers: Tokenizers
@@ -71,6 +78,7 @@ class PreparedData:
     summary: dict[str, Any]
     cache_hit: bool
     cache_dir: Path
+    train_mix: CorpusMix | None = None
 
     def format_summary(self) -> str:
         """Returns the summary as a printable table."""
@@ -85,17 +93,20 @@ def prepare_data(
     cache_dir: Path,
     languages: tuple[str, str] | None = None,
     progress: bool | None = None,
+    train_corpora: Sequence[TrainCorpus] | None = None,
 ) -> PreparedData:
     """Trains the tokenizer(s) and encodes all splits, or reuses the cache of a previous run.
 
     Args:
-        files: Split name -> (source file, target file); must contain "train". Plain or gzip
-            UTF-8 text, one sentence a line.
+        files: Split name -> (source file, target file); must contain "train" unless
+            `train_corpora` is given. Plain or gzip UTF-8 text, one sentence a line.
         tokenizer: Tokenizer settings.
         filter: Filter settings for the training split (other splits are never filtered).
         cache_dir: Root of the caches; this run's lives in `cache_dir/<key>/`.
         languages: (source, target) names, for the summary only.
         progress: Show progress bars on stderr (None: only when stderr is a terminal).
+        train_corpora: The training corpora, in place of `files["train"]` (several, or
+            weighted and tagged); they are encoded one after another into the "train" split.
 
     Returns:
         The prepared data.
@@ -106,8 +117,18 @@ def prepare_data(
     """
     started = time.perf_counter()
     files = {split: (Path(src), Path(tgt)) for split, (src, tgt) in files.items()}
-    if TRAIN_SPLIT not in files:
-        raise DataError(f"no {TRAIN_SPLIT!r} split among {sorted(files)}")
+    if train_corpora is None:
+        if TRAIN_SPLIT not in files:
+            raise DataError(f"no {TRAIN_SPLIT!r} split among {sorted(files)}")
+        train_corpora = [TrainCorpus(src=files[TRAIN_SPLIT][0], tgt=files[TRAIN_SPLIT][1])]
+    corpora = list(train_corpora)
+    if not corpora:
+        raise DataError("no training corpus given")
+    # One untagged corpus is the "train" split of old: same cache key, same summary.
+    if is_plain(corpora):
+        files[TRAIN_SPLIT] = corpora[0].files
+    else:
+        files.pop(TRAIN_SPLIT, None)
     cache_root = Path(cache_dir).expanduser()
     try:
         cache_root.mkdir(parents=True, exist_ok=True)
@@ -119,8 +140,13 @@ def prepare_data(
     digests = {
         split: (hashes.digest(src), hashes.digest(tgt)) for split, (src, tgt) in files.items()
     }
+    corpus_digests = None if is_plain(corpora) else [
+        (hashes.digest(corpus.src), hashes.digest(corpus.tgt), corpus.tag) for corpus in corpora
+    ]
     hashes.save()
-    directory = cache_root / cache_key(digests=digests, tokenizer=tokenizer, filter=filter)
+    directory = cache_root / cache_key(
+        digests=digests, tokenizer=tokenizer, filter=filter, train_corpora=corpus_digests
+    )
 
     summary = read_summary(directory)
     cache_hit = summary is not None
@@ -137,6 +163,7 @@ def prepare_data(
             built = _build(
                 directory=temporary,
                 files=files,
+                corpora=corpora,
                 tokenizer=tokenizer,
                 filter=filter,
                 progress=progress,
@@ -155,8 +182,18 @@ def prepare_data(
     summary["languages"] = list(languages) if languages is not None else None
     summary["splits"] = {
         split: {**stats, "src_file": str(files[split][0]), "tgt_file": str(files[split][1])}
+        if split in files else stats
         for split, stats in summary["splits"].items()
     }
+    train_mix = None
+    if "corpora" in summary:
+        summary["corpora"] = _describe_corpora(corpora, summary["corpora"])
+        if len(corpora) > 1:
+            train_mix = CorpusMix(
+                names=tuple(corpus["name"] for corpus in summary["corpora"]),
+                sizes=tuple(corpus["pairs_kept"] for corpus in summary["corpora"]),
+                weights=tuple(corpus["weight"] for corpus in summary["corpora"]),
+            )
     return PreparedData(
         tokenizers=tokenizers,
         splits=splits,
@@ -164,13 +201,28 @@ def prepare_data(
         summary=summary,
         cache_hit=cache_hit,
         cache_dir=directory,
+        train_mix=train_mix,
     )
+
+
+def _describe_corpora(
+    corpora: Sequence[TrainCorpus], cached: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The cached counts of each corpus with this run's names, files and weights (the
+    weights are not part of the cache: they act when batches are drawn)."""
+    total = sum(corpus.weight for corpus in corpora)
+    return [
+        {**stats, "name": corpus.name, "src_file": str(corpus.src), "tgt_file": str(corpus.tgt),
+         "weight": corpus.weight, "share": corpus.weight / total}
+        for corpus, stats in zip(corpora, cached, strict=True)
+    ]
 
 
 def _build(
     *,
     directory: Path,
     files: Mapping[str, tuple[Path, Path]],
+    corpora: Sequence[TrainCorpus],
     tokenizer: TokenizerSettings,
     filter: FilterSettings,
     progress: bool | None,
@@ -180,23 +232,38 @@ def _build(
         if split != TRAIN_SPLIT:
             check_parallel(src_path, tgt_path)
     tokenizers = train_tokenizers(
-        train_files=files[TRAIN_SPLIT], settings=tokenizer, progress=progress
+        train_files=[corpus.files for corpus in corpora], settings=tokenizer, progress=progress,
+        tags=corpus_tags(corpora),
     )
+    sources = {
+        split: [SplitSource(*pair)] for split, pair in files.items() if split != TRAIN_SPLIT
+    }
+    sources[TRAIN_SPLIT] = [
+        SplitSource(corpus.src, corpus.tgt, _tag_id(tokenizers, corpus.tag)) for corpus in corpora
+    ]
     splits = {}
+    corpus_stats = []
     # Train first: pruning the target vocabulary needs its encoded targets.
-    for split in sorted(files, key=lambda name: name != TRAIN_SPLIT):
+    for split in sorted(sources, key=lambda name: name != TRAIN_SPLIT):
         is_train = split == TRAIN_SPLIT
         splits[split] = encode_split(
             split=split,
-            files=files[split],
+            sources=sources[split],
             tokenizers=tokenizers,
             filter=filter if is_train else None,
             directory=directory,
             progress=progress,
         )
-        if is_train and splits[split]["pairs_kept"] == 0:
-            src_path, tgt_path = files[split]
-            raise DataError(f"no training pairs left after filtering {src_path} / {tgt_path}")
+        parts = splits[split].pop("parts")
+        if is_train:
+            for corpus, part in zip(corpora, parts, strict=True):
+                if part["pairs_kept"] == 0:
+                    raise DataError(
+                        f"no training pairs left after filtering {corpus.src} / {corpus.tgt}"
+                    )
+            if not is_plain(corpora):
+                corpus_stats = [{"tag": corpus.tag, **part}
+                                for corpus, part in zip(corpora, parts, strict=True)]
         if is_train and tokenizers.joint and tokenizer.prune_target_vocabulary:
             full_size = tokenizers.tgt.vocab_size
             tokenizers = prune_target_vocabulary(
@@ -211,7 +278,19 @@ def _build(
         "joint": tokenizers.joint,
         "vocab_size": {"src": tokenizers.src.vocab_size, "tgt": tokenizers.tgt.vocab_size},
         "splits": splits,
+        # Several corpora, or a tagged one: each one's counts, in order.
+        **({"corpora": corpus_stats} if corpus_stats else {}),
     }
+
+
+def _tag_id(tokenizers: Tokenizers, tag: str | None) -> int | None:
+    """The source piece of a corpus tag (None for no tag)."""
+    if tag is None:
+        return None
+    ids = tokenizers.src.encode([tag])[0]
+    if len(ids) != 1 or tokenizers.src.id_to_piece(ids[0]) != tag:
+        raise DataError(f"tag {tag!r} is not one piece of the source vocabulary")
+    return ids[0]
 
 
 def prepare_data_from_config(
@@ -240,6 +319,7 @@ def prepare_data_from_config(
         get_setting(data, "filter", where="data", default=None)
     )
     files = corpus_files_from_config(data)
+    corpora = train_corpora_from_config(data)
     languages = (
         str(get_setting(data, "src_lang", where="data", default="src")),
         str(get_setting(data, "tgt_lang", where="data", default="tgt")),
@@ -250,6 +330,7 @@ def prepare_data_from_config(
         filter=filter_settings,
         cache_dir=Path(str(cache_dir)),
         languages=languages,
+        train_corpora=corpora,
         progress=progress,
     )
 

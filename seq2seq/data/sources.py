@@ -6,7 +6,7 @@ split name -> (source file, target file).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ def corpus_files_from_config(data_cfg: Mapping[str, Any]) -> dict[str, tuple[Pat
             splits) or kind "files" (train/valid/test with src and tgt paths; test optional).
 
     Returns:
-        Split name -> (source file, target file).
+        Split name -> (source file, target file). A `data.train` list of several corpora is
+        left out: `seq2seq.data.corpora.train_corpora_from_config` reads it.
 
     Raises:
         DataError: On an unknown kind, unset or missing files, or a failed Multi30k fetch.
@@ -61,6 +62,10 @@ def _listed_files(data_cfg: Mapping[str, Any]) -> dict[str, tuple[Path, Path]]:
     for split in _FILE_SPLITS:
         where = f"data.{split}"
         split_cfg = get_setting(data_cfg, split, where="data", default=None)
+        if split == TRAIN_SPLIT and isinstance(split_cfg, Sequence) and not isinstance(
+            split_cfg, str
+        ):
+            continue  # several corpora (seq2seq.data.corpora)
         if split_cfg is None:
             if split in _OPTIONAL_SPLITS:
                 continue

@@ -23,7 +23,8 @@ def _count(value: int) -> str:
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
-    """Renders a `PreparedData.summary` as a table, one line per split."""
+    """Renders a `PreparedData.summary` as a table, one line per split (and one per
+    training corpus when there are several)."""
     languages = summary.get("languages")
     pair = f"{languages[0]} -> {languages[1]}" if languages else "source -> target"
     if summary.get("cache_hit"):
@@ -41,11 +42,22 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)
         ]
         lines.append("  " + "  ".join(cells).rstrip())
+    lines.extend(_corpus_line(corpus) for corpus in summary.get("corpora") or ())
     lines.append(
         f"  vocabulary: {_vocabulary(summary)}; src/tgt mean: pieces per kept sentence, "
         "no bos/eos"
     )
     return "\n".join(lines)
+
+
+def _corpus_line(corpus: Mapping[str, Any]) -> str:
+    """One training corpus: its pairs kept, tag, weight and the share of the pairs it gets."""
+    tag = f", tag {corpus['tag']}" if corpus.get("tag") else ""
+    return (
+        f"  corpus {corpus['name']}: {_count(corpus['pairs_kept'])} of "
+        f"{_count(corpus['pairs_read'])} pairs kept{tag}, weight {corpus['weight']:g} "
+        f"({100 * corpus['share']:.1f} % of the pairs drawn)"
+    )
 
 
 def _split_row(split: str, stats: Mapping[str, Any]) -> tuple[str, ...]:

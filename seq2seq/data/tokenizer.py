@@ -98,6 +98,8 @@ class SentencePieceTokenizer:
             )
         self._processor = processor
         self._model_proto = bytes(model_proto)
+        self._leading_symbol: re.Pattern[str] | None = None
+        self._user_symbols: tuple[str, ...] | None = None
 
     @classmethod
     def train(
@@ -109,6 +111,7 @@ class SentencePieceTokenizer:
         character_coverage: float = 1.0,
         seed: int = 1,
         max_sentences: int = 2_000_000,
+        user_symbols: Sequence[str] = (),
     ) -> SentencePieceTokenizer:
         """Trains a model on a stream of sentences.
 
@@ -125,6 +128,8 @@ class SentencePieceTokenizer:
             seed: Seed of sentencepiece's random generator (sentence sampling).
             max_sentences: At most this many sentences, sampled uniformly from the stream,
                 are used (<= 0: all of them; at least 101 otherwise).
+            user_symbols: Strings that become pieces of their own (corpus tags), each one
+                piece wherever it occurs.
 
         Returns:
             The trained tokenizer.
@@ -141,6 +146,8 @@ class SentencePieceTokenizer:
         sampled = 0 if max_sentences <= 0 else max(max_sentences, _MIN_SAMPLED_SENTENCES)
         requested = vocab_size
         attempt_size = vocab_size
+        # Passed only when there are any: a model without tags is trained as it always was.
+        extra = {"user_defined_symbols": list(user_symbols)} if user_symbols else {}
         for attempt in range(2):
             feed = _SentenceFeed(sentences=sentences)
             writer = io.BytesIO()
@@ -167,6 +174,7 @@ class SentencePieceTokenizer:
                     eos_piece=EOS_PIECE,
                     num_threads=max(1, os.cpu_count() or 1),
                     minloglevel=2,
+                    **extra,
                 )
             except RuntimeError as error:
                 if feed.error is not None:
@@ -230,12 +238,42 @@ class SentencePieceTokenizer:
         Args:
             sentences: The sentences.
 
+        A sentence that starts with a user-defined piece (a corpus tag) and a space encodes it
+        as that one piece, as the tagged training sources were; sentencepiece alone would put
+        a lone "▁" piece before it.
+
         Returns:
             One list of ids per sentence (empty for an empty or blank sentence).
         """
         if not sentences:
             return []
-        return self._processor.encode(list(sentences), out_type=int)
+        if not self.user_symbols:
+            return self._processor.encode(list(sentences), out_type=int)
+        if self._leading_symbol is None:
+            longest_first = sorted(self.user_symbols, key=len, reverse=True)
+            self._leading_symbol = re.compile(
+                r"\s*(" + "|".join(map(re.escape, longest_first)) + r")(?:\s+|$)")
+        heads, rests = [], []
+        for sentence in sentences:
+            match = self._leading_symbol.match(sentence)
+            heads.append(None if match is None else self._processor.piece_to_id(match[1]))
+            rests.append(sentence if match is None else sentence[match.end():])
+        encoded = self._processor.encode(rests, out_type=int)
+        return [ids if head is None else [head, *ids]
+                for head, ids in zip(heads, encoded, strict=True)]
+
+    @property
+    def user_symbols(self) -> tuple[str, ...]:
+        """The model's user-defined pieces (corpus tags; none for a model trained without)."""
+        if self._user_symbols is None:
+            from sentencepiece import sentencepiece_model_pb2
+
+            model = sentencepiece_model_pb2.ModelProto()
+            model.ParseFromString(self._model_proto)
+            user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            self._user_symbols = tuple(
+                piece.piece for piece in model.pieces if piece.type == user_defined)
+        return self._user_symbols
 
     def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         """Decodes a batch of id sequences to text.

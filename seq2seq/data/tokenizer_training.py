@@ -1,9 +1,9 @@
-"""Training a build's sentencepiece model(s) on the training split, streamed from disk."""
+"""Training a build's sentencepiece model(s) on the training corpora, streamed from disk."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seq2seq.data.corpus import iter_parallel_chunks
@@ -22,10 +22,10 @@ class _TrainingSentences:
     """
 
     def __init__(
-        self, *, src_path: Path, tgt_path: Path, sides: tuple[str, ...], progress: bool | None
+        self, *, files: Sequence[tuple[Path, Path]], sides: tuple[str, ...],
+        progress: bool | None
     ) -> None:
-        self._src_path = src_path
-        self._tgt_path = tgt_path
+        self._files = list(files)
         self._sides = sides
         self._progress = progress
 
@@ -36,48 +36,56 @@ class _TrainingSentences:
         with progress_bar(
             description=f"reading train ({sides}) for the tokenizer", enabled=self._progress
         ) as bar:
-            for src_chunk, tgt_chunk in iter_parallel_chunks(self._src_path, self._tgt_path):
-                for src, tgt in zip(src_chunk, tgt_chunk, strict=True):
-                    # Pairs the filter drops for being empty must not shape the vocabulary.
-                    if src.strip() and tgt.strip():
-                        if use_src:
-                            yield src
-                        if use_tgt:
-                            yield tgt
-                bar.update(len(src_chunk))
+            for src_path, tgt_path in self._files:
+                for src_chunk, tgt_chunk in iter_parallel_chunks(src_path, tgt_path):
+                    for src, tgt in zip(src_chunk, tgt_chunk, strict=True):
+                        # Pairs the filter drops for being empty must not shape the vocabulary.
+                        if src.strip() and tgt.strip():
+                            if use_src:
+                                yield src
+                            if use_tgt:
+                                yield tgt
+                    bar.update(len(src_chunk))
 
 
 def train_tokenizers(
-    *, train_files: tuple[Path, Path], settings: TokenizerSettings, progress: bool | None
+    *,
+    train_files: Sequence[tuple[Path, Path]],
+    settings: TokenizerSettings,
+    progress: bool | None,
+    tags: Sequence[str] = (),
 ) -> Tokenizers:
     """Trains one joint model on both sides, or one model per side, as `settings` say.
 
+    Every corpus counts once per pair, whatever its weight: weights decide what training
+    draws, not the vocabulary.
+
     Args:
-        train_files: (source file, target file) of the training split.
+        train_files: (source file, target file) of each training corpus.
         settings: Tokenizer settings.
         progress: Show progress bars (None: only when stderr is a terminal).
+        tags: Corpus tags: user-defined pieces of the model that encodes sources.
 
     Raises:
         DataError: On unreadable training data or when sentencepiece cannot train on it.
     """
-    src_path, tgt_path = train_files
+    folders = ", ".join(dict.fromkeys(str(src.parent) for src, _ in train_files))
 
     def train(sides: tuple[str, ...]) -> SentencePieceTokenizer:
         logger.info(
             "training a %s tokenizer (%s) on %s",
             settings.model_type,
             "+".join(sides),
-            src_path.parent,
+            folders,
         )
         return SentencePieceTokenizer.train(
-            _TrainingSentences(
-                src_path=src_path, tgt_path=tgt_path, sides=sides, progress=progress
-            ),
+            _TrainingSentences(files=train_files, sides=sides, progress=progress),
             model_type=settings.model_type,
             vocab_size=settings.vocab_size,
             character_coverage=settings.character_coverage,
             seed=settings.seed,
             max_sentences=settings.max_training_sentences,
+            user_symbols=tags if "src" in sides else (),
         )
 
     if settings.joint:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
-from seq2seq.config_types import check_config
+from seq2seq.config_types import ConfigError, check_config
 from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
@@ -124,7 +124,21 @@ def check_train_config(config: dict) -> tuple[TrainerSettings, BatchSettings]:
     check_config({name: node for name, node in config.items() if name != "model"})
     check_model_config(config["model"],
                        vocab_size=(config.get("tokenizer") or {}).get("vocab_size") or 1000)
+    _check_train_corpora(config)
     return settings, batch
+
+
+def _check_train_corpora(config: dict) -> None:
+    """``data.train``'s files, line counts, weights and tags, before a run folder is claimed."""
+    from seq2seq.data.corpora import check_train_corpora
+    from seq2seq.data.corpus import DataError
+
+    if "data" not in config:
+        return
+    try:
+        check_train_corpora(config["data"], cache_dir=(config.get("paths") or {}).get("cache_dir"))
+    except DataError as error:
+        raise ConfigError(str(error)) from None
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
@@ -194,6 +208,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             run_dir=run_dir,
             config=config,
             context=context,
+            train_mix=prepared.train_mix,
         )
         resume_path = resolve_resume(settings.resume, run_dir)
         if resume_path is not None:

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -34,6 +35,7 @@ from tqdm import tqdm
 from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
+from seq2seq.data.mixing import CorpusMix, PairsSeen
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
@@ -66,6 +68,8 @@ class Trainer:
         run_dir: the run folder.
         config: the resolved run config as plain containers (stored in checkpoints).
         context: rank, world size and device.
+        train_mix: the training corpora and their weights, when ``train_data`` holds several
+            (batches then draw from them by weight, and the log gives each one's share).
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class Trainer:
         run_dir: Path,
         config: dict,
         context: DistributedContext,
+        train_mix: CorpusMix | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -127,7 +132,10 @@ class Trainer:
             seed=settings.seed,
             rank=context.rank,
             world_size=context.world_size,
+            mix=train_mix,
         )
+        self.pairs_seen = (PairsSeen(train_mix)
+                           if train_mix is not None and len(train_mix) > 1 else None)
         # The progress bar follows the budget's share spent when a time limit is set (the
         # presets): the steps such a run will make are not known.
         self.bar_follows_budget = settings.max_time is not None
@@ -182,8 +190,19 @@ class Trainer:
         return payload
 
     def save_last(self) -> None:
+        # Every rank comes here: the pairs seen are summed over ranks first (rank 0 resumes
+        # with the sum, the others from zero).
+        seen = self._pairs_seen_over_ranks()
         if self.context.is_main:
-            self.checkpoints.save_last(self.checkpoint_payload())
+            payload = self.checkpoint_payload()
+            if seen is not None:
+                payload["corpus_pairs_seen"] = seen.tolist()
+            self.checkpoints.save_last(payload)
+
+    def _pairs_seen_over_ranks(self) -> np.ndarray | None:
+        if self.pairs_seen is None:
+            return None
+        return np.array([self.context.sum(int(count)) for count in self.pairs_seen.counts])
 
     def load_training_state(self, checkpoint: dict) -> None:
         """Continue from a checkpoint written by :meth:`save_last`."""
@@ -193,6 +212,10 @@ class Trainer:
         self.scaler.load_state_dict(checkpoint["scaler"])
         self.state.load_state_dict(checkpoint["trainer_state"])
         self.sampler.load_state_dict(checkpoint["sampler"])
+        seen = checkpoint.get("corpus_pairs_seen")
+        if (self.pairs_seen is not None and self.context.is_main and seen is not None
+                and len(seen) == len(self.pairs_seen.counts)):
+            self.pairs_seen.counts[:] = seen
         if self.context.is_main:
             restore_rng_state(checkpoint["rng"])
         else:  # only rank 0's random state is saved; the others get a fresh, distinct one
@@ -251,6 +274,9 @@ class Trainer:
         """The rest of this epoch's batches, in groups of ``accumulate_grad_batches``."""
         batches = iter(self.loader)
         while group := list(islice(batches, self.settings.accumulate_grad_batches)):
+            if self.pairs_seen is not None:  # counted on the CPU, before the move
+                for batch in group:
+                    self.pairs_seen.add(batch.indices)
             yield [batch.to(self.device, non_blocking=True) for batch in group]
 
     def _accumulate(self, group: list[Batch]) -> tuple[torch.Tensor, int]:
@@ -417,6 +443,8 @@ class Trainer:
                        "min": f"{self.budget.seconds_trained / 60:.1f}/{self.settings.max_time:g}"}
         progress.set_postfix(**postfix, loss=f"{loss:.3f}", lr=f"{lr:.2e}",
                              tok_s=f"{tokens_per_second:,.0f}")
+        seen = self._pairs_seen_over_ranks()  # every rank: a sum over ranks
+        corpora = "" if seen is None else f"; corpora: {self.pairs_seen.describe(seen)}"
         if self.writer is not None:
             step = self.state.step
             self.writer.add_scalar("train/loss", loss, step)
@@ -424,7 +452,11 @@ class Trainer:
             self.writer.add_scalar("train/lr", lr, step)
             self.writer.add_scalar("train/grad_norm", grad_norm, step)
             self.writer.add_scalar("train/tokens_per_sec", tokens_per_second, step)
+            if seen is not None:
+                for name, count in zip(self.pairs_seen.mix.names, seen, strict=True):
+                    self.writer.add_scalar(f"train/corpus_share/{name}",
+                                           count / max(seen.sum(), 1), step)
         if self.context.is_main:  # a visible bar shows them on the terminal already
-            log.info("step %d epoch %d: loss %.3f lr %.2e grad norm %.2f %.0f tok/s",
+            log.info("step %d epoch %d: loss %.3f lr %.2e grad norm %.2f %.0f tok/s%s",
                      self.state.step, self.state.epoch + 1, loss, lr, grad_norm, tokens_per_second,
-                     extra=None if progress.disable else FILE_ONLY)
+                     corpora, extra=None if progress.disable else FILE_ONLY)
