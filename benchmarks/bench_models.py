@@ -31,6 +31,7 @@ from seq2seq.device import AUTOCAST_DTYPES
 from seq2seq.models.build import build_model
 from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.onednn_caches import bound_onednn_caches
+from seq2seq.ops import speed_up
 from seq2seq.training.loss import SequenceLoss
 
 VOCAB = 8000
@@ -90,8 +91,8 @@ def synthetic_batches(count: int, max_tokens: int, generator: torch.Generator):
 def bench(name, encoder, decoder, scorer, overrides, force_loop, *, steps, warmup, max_tokens,
           precision="fp32"):
     torch.manual_seed(0)
-    model = build_model(model_config(encoder, decoder, scorer, overrides),
-                        src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    model = speed_up(build_model(model_config(encoder, decoder, scorer, overrides),
+                                 src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB))  # as training
     if force_loop:  # the generic step-by-step loop, bypassing LuongDecoder's parallel path
         model.decoder.forward = AttentionDecoder.forward.__get__(model.decoder)
     objective = SequenceLoss(model)

@@ -1,16 +1,17 @@
 """Where a training step's time goes, by operator, for an experiment preset (torch.profiler).
 
     python -m benchmarks.profile_training experiment=multi30k_gru_additive [--steps 5] \\
-        [--by-shape] [--products]
+        [--by-shape] [--products] [--plain]
 
 Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
-de-en), runs forward + backward + optimizer step on synthetic Multi30k-like batches of the
-preset's ``batch.max_tokens`` (under autocast when the preset's ``trainer.precision`` says so),
-and prints the operators with the most self CPU time (with ``--by-shape``, one row per operator
-and input shapes, e.g. to tell the output layer's products from the GRU's). With
-``--products``, also the matrix products by shape against the matmul ceiling of the preset's
-precision measured in the same run (:mod:`benchmarks.product_table`): whether the products
-run slowly or the time goes elsewhere.
+de-en) with the speed kernels training swaps in (:func:`seq2seq.ops.speed_up`; ``--plain``: the
+model as :mod:`seq2seq.models` writes it, to see what the kernels pay), runs forward + backward
++ optimizer step on synthetic Multi30k-like batches of the preset's ``batch.max_tokens`` (under
+autocast when the preset's ``trainer.precision`` says so), and prints the operators with the
+most self CPU time (with ``--by-shape``, one row per operator and input shapes, e.g. to tell
+the output layer's products from the GRU's). With ``--products``, also the matrix products by
+shape against the matmul ceiling of the preset's precision measured in the same run
+(:mod:`benchmarks.product_table`): whether the products run slowly or the time goes elsewhere.
 """
 
 from __future__ import annotations
@@ -28,16 +29,19 @@ from seq2seq import CONFIG_DIR
 from seq2seq.device import AUTOCAST_DTYPES, resolve_precision
 from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
+from seq2seq.ops import speed_up
 from seq2seq.training.loss import SequenceLoss
 
 
-def preset_training(overrides: list[str], batch_count: int):
+def preset_training(overrides: list[str], batch_count: int, *, plain: bool = False):
     """The preset's composed config, its model's loss (seeded), optimizer and synthetic batches
-    of its ``batch.max_tokens``."""
+    of its ``batch.max_tokens``; the model with training's speed kernels unless ``plain``."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     torch.manual_seed(0)
     model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    if not plain:
+        speed_up(model)
     objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     batches = synthetic_batches(batch_count, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
@@ -66,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
+    parser.add_argument("--plain", action="store_true",
+                        help="without the speed kernels of seq2seq.ops (what they pay)")
     add_product_options(parser)
     return parser
 
@@ -73,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = build_parser().parse_args()
     bound_onednn_caches()  # as seq2seq-train does
-    cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2)
+    cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2,
+                                                         plain=args.plain)
 
     precision, dtype = preset_dtype(cfg)
 
@@ -84,7 +91,7 @@ def main() -> None:
         for batch in batches[2:]:
             train_step(objective, optimizer, batch, dtype)
     print(" ".join(args.overrides), f"({args.steps} steps, {torch.get_num_threads()} threads, "
-          f"{precision})")
+          f"{precision}{', plain' if args.plain else ''})")
     table = profiler.key_averages(group_by_input_shape=args.by_shape).table(
         sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40,
         max_shapes_column_width=60,

@@ -1,12 +1,14 @@
-"""AdditiveEnergies: v^T tanh(q + k) in chunks, against the tensor-at-once formula."""
+"""AdditiveEnergies (seq2seq.ops): v^T tanh(q + k) in chunks, against the tensor-at-once formula."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import seq2seq.models.additive_energies as module
-from seq2seq.models.additive_energies import AdditiveEnergies, additive_energies
+import seq2seq.ops.additive_energies as module
+from seq2seq.models.attention import AdditiveScorer
+from seq2seq.ops import speed_up
+from seq2seq.ops.additive_energies import AdditiveEnergies, additive_energies
 
 
 def _formula(query, keys, v_weight):
@@ -73,3 +75,22 @@ def test_half_precision_keeps_its_precision_when_v_sums_to_a_large_number(dtype,
     assert got.dtype == dtype
     error = (torch.softmax(got.double(), -1) - exact).abs().max()
     assert error < limit
+
+
+def test_the_swapped_scorer_in_chunks_equals_the_plain_one(monkeypatch):
+    """The energies come a few rows at a time, with autograd or without; they equal the plain
+    scorer's v^T tanh(q + k) built at once."""
+    torch.manual_seed(0)
+    plain = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
+    swapped = speed_up(AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double())
+    swapped.load_state_dict(plain.state_dict())
+    query = torch.randn(7, 2, 6, dtype=torch.float64)
+    keys = plain.precompute_keys(torch.randn(7, 3, 4, dtype=torch.float64))
+    formula = plain.score(query, keys)
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
+    training = swapped.score(query, keys)
+    with torch.inference_mode():
+        searching = swapped.score(query, keys)
+    assert training.requires_grad and not searching.requires_grad
+    torch.testing.assert_close(training, formula)
+    torch.testing.assert_close(searching, formula.detach())

@@ -18,7 +18,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-import seq2seq.models.additive_energies as additive_energies
 import seq2seq.models.attention as attention_module
 from seq2seq import CONFIG_DIR
 from seq2seq.models.attention import (
@@ -567,25 +566,6 @@ def test_additive_hidden_size_defaults_to_query_dim():
     assert AdditiveScorer(query_dim=6, key_dim=4, hidden_size=3).v.in_features == 3
 
 
-def test_additive_energies_in_chunks_equal_the_tanh_formula(monkeypatch):
-    """The energies come a few rows at a time, with autograd or without;
-    they equal v^T tanh(q + k) built at once."""
-    torch.manual_seed(0)
-    scorer = AdditiveScorer(query_dim=6, key_dim=4, hidden_size=5).double()
-    query = torch.randn(7, 2, 6, dtype=torch.float64)
-    keys = scorer.precompute_keys(torch.randn(7, 3, 4, dtype=torch.float64))
-    formula = scorer.v(
-        torch.tanh(scorer.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
-    ).squeeze(-1)
-    monkeypatch.setattr(additive_energies, "CHUNK_ELEMENTS", 2 * 3 * 5 * 2)  # 2 rows a chunk
-    training = scorer.score(query, keys)
-    with torch.inference_mode():
-        searching = scorer.score(query, keys)
-    assert training.requires_grad and not searching.requires_grad
-    torch.testing.assert_close(training, formula)
-    torch.testing.assert_close(searching, formula.detach())
-
-
 def test_multihead_options():
     scorer = MultiHeadScorer(query_dim=6, key_dim=8, heads=4, scorer=DotScorer)
     assert scorer.num_heads == 4
@@ -713,33 +693,6 @@ def test_docstring_example_is_the_test_helper():
         attention = Attention(cls(query_dim=6, key_dim=4).double())
         outputs.append(attention(query, attention.precompute_keys(keys), keys, mask))
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
-def test_decoder_state_queries_reach_the_scorer_with_plain_strides(rnn_type):
-    """Bahdanau queries the state: with a transposed state's strides, bf16 matrix products on
-    CPUs broadcast the weight per sentence. The decoders keep their state contiguous."""
-    from seq2seq.models.decoders import BahdanauDecoder
-    from seq2seq.models.interfaces import EncodedSource
-
-    seen = []
-
-    class Spy(attention_module.DotScorer):
-        def score(self, query, keys):
-            seen.append(query.is_contiguous())
-            return super().score(query, keys)
-
-    decoder = BahdanauDecoder(vocab_size=10, embed_dim=4, hidden_size=8,
-                              attention=Attention(Spy(query_dim=8, key_dim=8)),
-                              encoder_output_size=8, encoder_final_size=8, rnn_type=rnn_type)
-    memory = torch.randn(6, 5, 8)
-    encoded = EncodedSource(memory=memory, mask=torch.ones(6, 5, dtype=torch.bool),
-                            final=torch.randn(6, 8), keys=memory)
-    state = decoder.init_state(encoded.final)
-    for _ in range(3):
-        _, _, state = decoder.step(torch.full((6,), 4), state, encoded)
-    assert seen == [True] * 3
-    assert all(value.is_contiguous() for value in state.values())
 
 
 def test_additive_under_bf16_autocast_stays_close_to_fp32():

@@ -1,8 +1,11 @@
 """The house rules of the layout, checked on the sources (parsed with `ast`, never imported).
 
-- The library layers below training (`seq2seq.data`, `seq2seq.models`, `seq2seq.inference`)
-  import neither `seq2seq.training` nor `seq2seq.cli`, not even inside a function: what they
-  share with training lives in a module of their own (`seq2seq.device`, `seq2seq.checkpoint`...).
+- The library layers below training (`seq2seq.data`, `seq2seq.models`, `seq2seq.ops`,
+  `seq2seq.inference`) import neither `seq2seq.training` nor `seq2seq.cli`, not even inside a
+  function: what they share with training lives in a module of their own (`seq2seq.device`,
+  `seq2seq.checkpoint`...).
+- `seq2seq.models` reads like the papers: the speed kernels of `seq2seq.ops` sit above it and
+  neither it nor `seq2seq.export` (whose graphs are the plain formulas) imports them.
 - No two modules of `seq2seq/` import each other, even through others or only for type hints.
 - The benchmarks (`benchmarks/`, run as `python -m benchmarks.NAME`) use the library only:
   neither the Hydra apps of `seq2seq.cli` nor private names, and no `sys.path` edits.
@@ -23,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "seq2seq"
 BENCHMARKS = ROOT / "benchmarks"
-LOWER_LAYERS = ("data", "models", "inference")
+LOWER_LAYERS = ("data", "models", "ops", "inference")
 
 
 def module_name(path: Path) -> str:
@@ -122,6 +125,13 @@ def test_lower_layers_import_neither_training_nor_cli():
     assert files, "no modules found: has the package moved?"
     offences = forbidden_imports(files, ("seq2seq.training", "seq2seq.cli"))
     assert not offences, "lower layers must not import training or cli:\n" + "\n".join(offences)
+
+
+def test_models_and_export_import_no_speed_kernels():
+    files = sorted(path for layer in ("models", "export")
+                   for path in (PACKAGE / layer).rglob("*.py"))
+    offences = forbidden_imports(files, ("seq2seq.ops",))
+    assert not offences, "models/ and export/ must not import seq2seq.ops:\n" + "\n".join(offences)
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -33,6 +33,7 @@ from seq2seq.inference.export_format import (
 )
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.models.registry import upgrade_config
+from seq2seq.ops import speed_up
 
 
 def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
@@ -130,8 +131,9 @@ def require_cpu(device: torch.device) -> None:
 
 def model_from_payload(payload: dict[str, Any], device: torch.device):
     """The decodable model and tokenizers of a payload from :func:`load_model_payload`: a
-    checkpoint's PyTorch model on ``device``, or an exported folder's :class:`OnnxModel` (which
-    runs on the CPU whatever ``device``: callers resolve ``auto`` to the CPU for it).
+    checkpoint's PyTorch model on ``device`` with its speed kernels (:func:`seq2seq.ops.speed_up`),
+    or an exported folder's :class:`OnnxModel` (which runs on the CPU whatever ``device``:
+    callers resolve ``auto`` to the CPU for it).
 
     Raises:
         CheckpointError: when a checkpoint's config or weights do not make a model, or an
@@ -139,7 +141,8 @@ def model_from_payload(payload: dict[str, Any], device: torch.device):
         ValueError: for an exported model on a device other than the CPU.
     """
     if "exported" not in payload:
-        return model_from_checkpoint(payload, device)[:2]
+        model, tokenizers, _ = model_from_checkpoint(payload, device)
+        return speed_up(model), tokenizers
     require_cpu(device)
     model = OnnxModel(payload["exported"]["folder"], payload["exported"]["manifest"])
     return model, tokenizers_from_payload(payload["tokenizers"])

@@ -101,21 +101,21 @@ class AttentionDecoder(nn.Module):
         return state
 
     def _rnn(self, inputs: Tensor, state: State) -> tuple[Tensor, State]:
-        """Run the RNN over ``inputs`` (B, T, I) from a batch-first ``state``.
+        """Run the RNN over ``inputs`` (B, T, I) from a batch-first ``state``; the new state is
+        batch-first too."""
 
-        The new state is batch-first and contiguous: a query sliced from a transposed one has
-        strides that make bf16 matrix products on CPUs broadcast their weight per sentence.
-        """
+        def layer_first(x: Tensor) -> Tensor:  # (B, L, H) -> (L, B, H)
+            return x.transpose(0, 1).contiguous()  # cuDNN refuses a strided state
 
-        def batch_first(x: Tensor) -> Tensor:  # (L, B, H) <-> (B, L, H)
-            return x.transpose(0, 1).contiguous()
+        def batch_first(x: Tensor) -> Tensor:  # (L, B, H) -> (B, L, H)
+            return x.transpose(0, 1)
 
         if self.is_lstm:
-            state_in = (batch_first(state["hidden"]), batch_first(state["cell"]))
+            state_in = (layer_first(state["hidden"]), layer_first(state["cell"]))
             output, (hidden, cell) = self.rnn(inputs, state_in)
             new_state = {"hidden": batch_first(hidden), "cell": batch_first(cell)}
         else:
-            output, hidden = self.rnn(inputs, batch_first(state["hidden"]))
+            output, hidden = self.rnn(inputs, layer_first(state["hidden"]))
             new_state = {"hidden": batch_first(hidden)}
         return output, new_state  # output (B, T, H)
 

@@ -10,8 +10,6 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from seq2seq.models.additive_energies import additive_energies
-
 
 class Scorer(nn.Module):
     """Base class of attention scorers: identity ``precompute_keys`` and ``num_heads = 1``.
@@ -59,8 +57,8 @@ class AdditiveScorer(Scorer):
     """Additive (Bahdanau) attention: e = v^T tanh(W_q q + W_k k + b).
 
     W_k k + b depends on the keys only, so :meth:`precompute_keys` computes it once per batch.
-    The hidden layer has one A-vector per (step, position) pair; :func:`additive_energies`
-    reduces it to energies a few batch rows at a time, without keeping it for backward.
+    The hidden layer has one A-vector per (step, position) pair, built here at once; training
+    and decoding swap in a kernel that builds it in chunks (:mod:`seq2seq.ops`).
 
     Args:
         query_dim: Size Dq of the query (decoder state).
@@ -85,8 +83,9 @@ class AdditiveScorer(Scorer):
         return self.key_proj(keys)  # (B, S, A)
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        q = self.query_proj(query)  # (B, T, A)
-        return additive_energies(q, keys, self.v.weight)  # (B, T, S)
+        q = self.query_proj(query)  # W_q q: (B, T, A)
+        hidden = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, 1, A) + (B, 1, S, A)
+        return self.v(hidden).squeeze(-1)  # (B, T, S, A) -> (B, T, S)
 
 
 class DotScorer(Scorer):

@@ -2,7 +2,8 @@
 
 This is the composition root of ``train.py``: the only place in training that turns config
 nodes into objects (``hydra.utils.instantiate`` for the optimizer and the schedule, and
-:func:`~seq2seq.models.build.build_model` for the model).
+:func:`~seq2seq.models.build.build_model` for the model, with :func:`~seq2seq.ops.speed_up`'s
+kernels).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from seq2seq.config_types import ConfigError, check_config
 from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
+from seq2seq.ops import speed_up
 from seq2seq.training import averaging
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.run_folder import NO_RESUME
@@ -163,11 +165,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         tokenizers = prepared.tokenizers
 
         seed_everything(settings.seed)
-        model = build_model(
+        model = speed_up(build_model(
             config["model"],
             src_vocab_size=tokenizers.src.vocab_size,
             tgt_vocab_size=tokenizers.tgt.vocab_size,
-        ).to(context.device)
+        )).to(context.device)
         parts = ", ".join(f"{name} {type(part).__name__}" for name, part in
                           (("encoder", model.encoder), ("decoder", model.decoder),
                            ("attention", getattr(getattr(model.decoder, "attention", None),

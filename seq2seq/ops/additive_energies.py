@@ -1,10 +1,12 @@
-"""Additive attention energies ``v^T tanh(q + k)`` for every (step, position) pair, in chunks.
+"""The additive scorer's energies ``v^T tanh(q + k)`` in chunks: a speed and memory kernel.
 
-The additive scorer's hidden layer holds one A-vector per (batch row, step, position): (B, T, S,
-A). :class:`AdditiveEnergies` never holds it whole: forward builds it a few batch rows at a time
-and reduces each chunk to its energies at once; backward keeps only the inputs and rebuilds each
-chunk. Chunks of a few MB are reused from the allocator and stay in cache, where a fresh tensor
-of the whole layer costs page faults and memory at every step.
+:class:`~seq2seq.models.scorers.AdditiveScorer` writes the formula at once, with its hidden
+layer of one A-vector per (batch row, step, position): (B, T, S, A). :class:`AdditiveEnergies`
+never holds it whole: forward builds it a few batch rows at a time and reduces each chunk to
+its energies at once; backward keeps only the inputs and rebuilds each chunk. Chunks of a few
+MB are reused from the allocator and stay in cache, where a fresh tensor of the whole layer
+costs page faults and memory at every step. :class:`ChunkedAdditiveScorer` is the scorer's
+``score`` through it, which :func:`seq2seq.ops.speed_up` installs.
 
 The layer goes through ``tanh(x) = 2 sigmoid(2x) - 1``, so ``v^T tanh(x) = 2 (v^T sigmoid(2x) -
 sum(v) / 2)``: CPUs compute sigmoid several times faster than tanh, and its derivative
@@ -83,12 +85,15 @@ class AdditiveEnergies(torch.autograd.Function):
 
 
 def additive_energies(query: Tensor, keys: Tensor, v_weight: Tensor) -> Tensor:
-    """:class:`AdditiveEnergies`, with autocast off inside: it computes in its inputs' dtype.
-    Under ONNX export, ``v . tanh(q + k)`` written out (the exported graphs are checked
-    against this function)."""
-    if torch.onnx.is_in_onnx_export():
-        # The formula itself: a graph must leave the batch and lengths open, and the chunk
-        # loop would fix them at the traced sizes.
-        return (torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1)) * v_weight[0]).sum(-1)
+    """:class:`AdditiveEnergies`, with autocast off inside: it computes in its inputs' dtype."""
     with torch.autocast(query.device.type, enabled=False):
         return AdditiveEnergies.apply(query, keys, v_weight)
+
+
+class ChunkedAdditiveScorer:
+    """Mixin over :class:`~seq2seq.models.scorers.AdditiveScorer`: the same energies, same
+    parameters, through :func:`additive_energies` (see :func:`seq2seq.ops.speed_up`)."""
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        q = self.query_proj(query)  # (B, T, A)
+        return additive_energies(q, keys, self.v.weight)  # (B, T, S)

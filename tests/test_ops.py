@@ -1,0 +1,178 @@
+"""speed_up: the kernels of seq2seq.ops swapped into a built model change its speed only.
+
+A swapped model gives the plain model's outputs and gradients (same weights), keeps its
+parameters, state_dict keys and printed names, and swapping twice changes nothing. A user's
+subclass that computes a method itself keeps it. The plain decoders leave the state a
+transposed view; the swapped ones copy it contiguous (what bf16 products on CPUs need).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from benchmarks import bench_ops
+from seq2seq import CONFIG_DIR
+from seq2seq.data.vocab import BOS_ID, PAD_ID
+from seq2seq.models.attention import AdditiveScorer, Attention, DotScorer
+from seq2seq.models.build import build_model
+from seq2seq.models.decoders import BahdanauDecoder
+from seq2seq.models.interfaces import EncodedSource
+from seq2seq.ops import KERNELS, speed_up
+from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
+from seq2seq.ops.contiguous_state import ContiguousState
+
+VOCAB = 12
+
+
+def tiny_model(decoder: str, attention: str, rnn_type: str = "gru", seed: int = 0):
+    """A two-layer decoder (the state's layers are what the contiguity kernel is about)."""
+    cfg = OmegaConf.create({
+        "embed_dim": 16, "dropout": 0.0, "tie_embeddings": False,
+        "encoder": OmegaConf.load(CONFIG_DIR / "model/encoder/gru.yaml"),
+        "decoder": OmegaConf.load(CONFIG_DIR / f"model/decoder/{decoder}.yaml"),
+        "attention": OmegaConf.load(CONFIG_DIR / f"model/attention/{attention}.yaml"),
+    })
+    cfg.encoder.hidden_size = 8
+    cfg.decoder.update(hidden_size=16, num_layers=2, rnn_type=rnn_type)
+    if attention == "multihead":  # its inner scorer is the additive one
+        cfg.attention.heads = 2
+    root = OmegaConf.create({"model": cfg})
+    torch.manual_seed(seed)
+    return build_model(root.model, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+
+
+def batch():
+    generator = torch.Generator().manual_seed(1)
+    src_lengths = torch.tensor([7, 4, 6, 2])
+    src = torch.randint(4, VOCAB, (4, 7), generator=generator)
+    src[torch.arange(7) >= src_lengths.unsqueeze(1)] = PAD_ID
+    tgt_in = torch.randint(4, VOCAB, (4, 5), generator=generator)
+    tgt_in[:, 0] = BOS_ID
+    return src, src_lengths, tgt_in
+
+
+def loss_and_grads(model):
+    features, weights = model(*batch())
+    loss = model.project(features).log_softmax(-1).mean() + weights.square().mean()
+    loss.backward()
+    return features, weights, {name: p.grad for name, p in model.named_parameters()}
+
+
+CASES = [("bahdanau", "additive", "gru"), ("bahdanau", "additive", "lstm"),
+         ("luong", "additive", "gru"), ("bahdanau", "multihead", "gru"),
+         ("luong", "dot", "lstm")]
+
+
+@pytest.mark.parametrize(("decoder", "attention", "rnn_type"), CASES)
+def test_swapped_model_gives_the_plain_outputs_and_gradients(decoder, attention, rnn_type):
+    plain = tiny_model(decoder, attention, rnn_type).double()
+    swapped = speed_up(copy.deepcopy(plain))
+    assert isinstance(swapped.decoder, ContiguousState)
+    for got, expected in zip(loss_and_grads(swapped), loss_and_grads(plain), strict=True):
+        torch.testing.assert_close(got, expected)
+
+
+def test_every_additive_scorer_is_swapped_multihead_inner_included():
+    model = speed_up(tiny_model("bahdanau", "multihead"))
+    scorers = [m for m in model.modules() if isinstance(m, AdditiveScorer)]
+    assert scorers and all(isinstance(m, ChunkedAdditiveScorer) for m in scorers)
+
+
+def test_swapping_keeps_parameters_state_dict_and_names():
+    plain = tiny_model("bahdanau", "additive")
+    state = {name: value.clone() for name, value in plain.state_dict().items()}
+    parameters = list(plain.parameters())
+    printed = repr(plain)
+    swapped = speed_up(plain)
+    assert swapped is plain
+    assert list(swapped.parameters()) == parameters  # the same tensors, so an optimizer's too
+    assert list(swapped.state_dict()) == list(state)
+    for name, value in swapped.state_dict().items():
+        assert torch.equal(value, state[name])
+    assert repr(swapped) == printed
+    assert type(swapped.decoder).__name__ == "BahdanauDecoder"
+    # A swapped model's weights load into a plain one and back.
+    tiny_model("bahdanau", "additive", seed=3).load_state_dict(swapped.state_dict())
+    swapped.load_state_dict(tiny_model("bahdanau", "additive", seed=3).state_dict())
+
+
+def test_speed_up_is_idempotent_and_one_class_per_model_class():
+    model = speed_up(tiny_model("bahdanau", "additive"))
+    classes = [type(m) for m in model.modules()]
+    speed_up(model)
+    assert [type(m) for m in model.modules()] == classes
+    other = speed_up(tiny_model("bahdanau", "additive", seed=1))
+    assert type(other.decoder) is type(model.decoder)
+    assert type(other.decoder.attention.scorer) is type(model.decoder.attention.scorer)
+    assert type(model.decoder).__mro__[1:3] == (ContiguousState, BahdanauDecoder)
+
+
+def test_a_subclass_that_scores_itself_keeps_its_score():
+    class Halved(AdditiveScorer):
+        def score(self, query, keys):
+            return super().score(query, keys) / 2
+
+    class Renamed(AdditiveScorer):
+        pass
+
+    halved, renamed = Halved(query_dim=4, key_dim=4), Renamed(query_dim=4, key_dim=4)
+    speed_up(halved)
+    speed_up(renamed)
+    assert type(halved) is Halved
+    assert isinstance(renamed, Renamed) and isinstance(renamed, ChunkedAdditiveScorer)
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_swapped_decoders_keep_their_state_contiguous(rnn_type):
+    """Bahdanau queries the state's top layer. Sliced from the plain decoder's transposed view,
+    the query (B, 1, H) steps B * H elements between its (one) step: strides with which bf16
+    matrix products on CPUs broadcast the weight per sentence. The swapped decoder copies the
+    state contiguous (two layers, so the view is not), and the query steps H."""
+    batch, hidden = 6, 8
+    seen = []
+
+    class Spy(DotScorer):
+        def score(self, query, keys):
+            seen.append(query.stride(1))
+            return super().score(query, keys)
+
+    decoder = BahdanauDecoder(vocab_size=10, embed_dim=4, hidden_size=hidden, num_layers=2,
+                              attention=Attention(Spy(query_dim=hidden, key_dim=8)),
+                              encoder_output_size=8, encoder_final_size=8, rnn_type=rnn_type)
+    memory = torch.randn(batch, 5, 8)
+    encoded = EncodedSource(memory=memory, mask=torch.ones(batch, 5, dtype=torch.bool),
+                            final=torch.randn(batch, 8), keys=memory)
+    for swapped, step in ((False, batch * hidden), (True, hidden)):
+        if swapped:
+            speed_up(decoder)
+        seen.clear()
+        state = decoder.init_state(encoded.final)
+        for _ in range(3):
+            _, _, state = decoder.step(torch.full((batch,), 4), state, encoded)
+        assert seen[1:] == [step] * 2  # the first query is the initial state's
+        assert all(value.is_contiguous() == swapped for value in state.values())
+
+
+def test_kernels_can_be_swapped_one_at_a_time():
+    model = speed_up(tiny_model("bahdanau", "additive"), ["contiguous_state"])
+    assert isinstance(model.decoder, ContiguousState)
+    assert not isinstance(model.decoder.attention.scorer, ChunkedAdditiveScorer)
+    speed_up(model, ["additive_energies"])
+    assert isinstance(model.decoder.attention.scorer, ChunkedAdditiveScorer)
+    with pytest.raises(ValueError, match="unknown kernels"):
+        speed_up(model, ["fused_everything"])
+
+
+@pytest.mark.parametrize("mode", ["train", "beam"])
+def test_bench_ops_compares_plain_and_swapped(mode, capsys):
+    tiny = ["experiment=multi30k_gru_additive", "model.embed_dim=8",
+            "model.encoder.hidden_size=8", "model.decoder.hidden_size=16", "batch.max_tokens=60"]
+    result = bench_ops.main([*tiny, "--mode", mode, "--steps", "2", "--clock", "wall"])
+    assert result["plain"] > 0 and result["swapped"] > 0 and result["ratio"] > 0
+    alone = bench_ops.main([*tiny, "--steps", "1", "--only", "plain", "--kernels", *KERNELS])
+    assert set(alone) == {"plain", "peak_mib"}
+    assert "swapped/plain" in capsys.readouterr().out
