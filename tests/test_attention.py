@@ -32,7 +32,8 @@ from seq2seq.models.attention import (
     Scorer,
     sparsemax,
 )
-from seq2seq.models.build import split_attention_config
+from seq2seq.models.build import resolve_targets, split_attention_config
+from seq2seq.models.registry import SCORER
 
 ATTENTION_CONFIGS = CONFIG_DIR / "model" / "attention"
 
@@ -666,7 +667,9 @@ def test_config_instantiates(file, cls):
     assert "query_dim" not in cfg and "key_dim" not in cfg  # the builder passes them
     scorer_cfg, normalizer = split_attention_config(cfg)
     assert normalizer == "softmax"  # every YAML names it, softmax by default
-    scorer = instantiate(scorer_cfg, query_dim=16, key_dim=16)
+    # The files name the scorers by registry name; the builder resolves them to the classes.
+    scorer = instantiate(resolve_targets(scorer_cfg, SCORER, "model.attention"), query_dim=16,
+                         key_dim=16)
     assert type(scorer) is cls
     query, keys, mask = torch.randn(2, 3, 16), torch.randn(2, 4, 16), torch.ones(2, 4, dtype=bool)
     attention = Attention(scorer, normalizer=normalizer)

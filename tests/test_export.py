@@ -63,7 +63,7 @@ COMBINATIONS = {
     "gru-luong_no_feed-multihead_scaled_dot": dict(
         rnn_type="gru", decoder="luong", input_feeding=False, attention="multihead",
         attention_options={"heads": 2, "scorer": {
-            "_target_": "seq2seq.models.attention.ScaledDotScorer", "_partial_": True}}),
+            "_target_": "scaled_dot", "_partial_": True}}),
     "lstm-luong-general-2layers": dict(rnn_type="lstm", decoder="luong", attention="general",
                                        num_layers=2, encoder_layers=2),
     "gru-bahdanau-gaussian-unidirectional": dict(rnn_type="gru", decoder="bahdanau",
@@ -392,7 +392,7 @@ def test_manifest_names_what_a_service_needs(exported_copy_model):
     assert manifest["vocabulary"]["target_ids"] == list(range(VOCAB))
     assert manifest["graphs"]["state"] == ["hidden"]
     assert manifest["export"]["quantize"] == "none" and manifest["export"]["opset"] >= 17
-    assert manifest["config"]["model"]["attention"]["_target_"].endswith("AdditiveScorer")
+    assert manifest["config"]["model"]["attention"]["_target_"] == "additive"
 
 
 def test_both_formats_write_the_common_manifest_entries_alike(exported_random, tmp_path):

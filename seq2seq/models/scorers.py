@@ -1,7 +1,7 @@
 """The attention scorers: each maps a query and keys to energies, nothing else.
 
-The scorer contract and an example of a user-defined scorer are in :mod:`seq2seq.models.attention`,
-which also re-exports every class here (config files name them ``seq2seq.models.attention.X``).
+The scorer contract and an example of a user-defined scorer are in :mod:`seq2seq.models.attention`;
+config files name these classes by registry name (:mod:`seq2seq.models.registry`).
 """
 
 import math
