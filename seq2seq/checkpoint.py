@@ -7,7 +7,9 @@ read with ``torch.load(path, weights_only=True)``, which refuses to run code. En
 - ``model``: the model's ``state_dict()``
 - ``config``: the resolved run config as plain dicts/lists/scalars; its ``model`` node names
   the built-in encoder, decoder and scorer by registry name (:mod:`seq2seq.models.registry`)
-  and a user's own class by import path
+  and a user's own class by import path; a fine-tuned run's also holds ``parent:
+  {checkpoint: PATH, sha256: HEX}``, the checkpoint it started from
+  (:mod:`seq2seq.training.finetune`)
 - ``tokenizers``: ``{"joint": bool, "src": uint8 tensor, "tgt": uint8 tensor}`` (sentencepiece
   model bytes)
 - training only: ``optimizer``, ``schedule``, ``scaler``, ``trainer_state``, ``sampler``, ``rng``

@@ -4,7 +4,8 @@ memory-mapped encoded splits out, built once per distinct input and reused from 
 Pipeline of a build (the cache itself, its key and layout: `seq2seq.data.cache`):
 1. every split but train is read once to check it (line counts, UTF-8): cheap, and it fails
    before the expensive steps;
-2. the tokenizer(s) are trained on the non-empty training pairs, streamed from disk;
+2. the tokenizer(s) are trained on the non-empty training pairs, streamed from disk (or
+   given: a fine-tuned run encodes with its parent's);
 3. each split is encoded in chunks and appended to flat token files. Only training pairs are
    filtered (empty side, too long, length ratio); other splits keep every line, in order.
    Several training corpora (`seq2seq.data.corpora`) are encoded one after another into the
@@ -14,6 +15,7 @@ Pipeline of a build (the cache itself, its key and layout: `seq2seq.data.cache`)
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +41,7 @@ from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.settings import FilterSettings, TokenizerSettings, get_setting
 from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
 from seq2seq.data.summary import format_summary
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
 from seq2seq.data.tokenizer_training import train_tokenizers
 
 logger = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ def prepare_data(
     languages: tuple[str, str] | None = None,
     progress: bool | None = None,
     train_corpora: Sequence[TrainCorpus] | None = None,
+    tokenizers: Tokenizers | None = None,
 ) -> PreparedData:
     """Trains the tokenizer(s) and encodes all splits, or reuses the cache of a previous run.
 
@@ -107,6 +110,8 @@ def prepare_data(
         progress: Show progress bars on stderr (None: only when stderr is a terminal).
         train_corpora: The training corpora, in place of `files["train"]` (several, or
             weighted and tagged); they are encoded one after another into the "train" split.
+        tokenizers: Encode with these (a fine-tuned model's parent's), instead of training
+            them; the target vocabulary is then kept as it is, never pruned.
 
     Returns:
         The prepared data.
@@ -144,9 +149,12 @@ def prepare_data(
         (hashes.digest(corpus.src), hashes.digest(corpus.tgt), corpus.tag) for corpus in corpora
     ]
     hashes.save()
-    directory = cache_root / cache_key(
+    key = cache_key(
         digests=digests, tokenizer=tokenizer, filter=filter, train_corpora=corpus_digests
     )
+    if tokenizers is not None:  # given, not trained: the cache belongs to them
+        key = hashlib.sha256(f"{key}:{_fingerprint(tokenizers)}".encode()).hexdigest()[:24]
+    directory = cache_root / key
 
     summary = read_summary(directory)
     cache_hit = summary is not None
@@ -167,6 +175,7 @@ def prepare_data(
                 tokenizer=tokenizer,
                 filter=filter,
                 progress=progress,
+                given=tokenizers,
             )
             built["build_seconds"] = time.perf_counter() - started
             return built
@@ -226,12 +235,14 @@ def _build(
     tokenizer: TokenizerSettings,
     filter: FilterSettings,
     progress: bool | None,
+    given: Tokenizers | None = None,
 ) -> dict[str, Any]:
-    """Fills `directory` with the tokenizer(s) and encoded splits; returns the summary."""
+    """Fills `directory` with the tokenizer(s) (trained, or `given`) and encoded splits;
+    returns the summary."""
     for split, (src_path, tgt_path) in files.items():
         if split != TRAIN_SPLIT:
             check_parallel(src_path, tgt_path)
-    tokenizers = train_tokenizers(
+    tokenizers = given if given is not None else train_tokenizers(
         train_files=[corpus.files for corpus in corpora], settings=tokenizer, progress=progress,
         tags=corpus_tags(corpora),
     )
@@ -264,7 +275,7 @@ def _build(
             if not is_plain(corpora):
                 corpus_stats = [{"tag": corpus.tag, **part}
                                 for corpus, part in zip(corpora, parts, strict=True)]
-        if is_train and tokenizers.joint and tokenizer.prune_target_vocabulary:
+        if is_train and tokenizers.joint and tokenizer.prune_target_vocabulary and not given:
             full_size = tokenizers.tgt.vocab_size
             tokenizers = prune_target_vocabulary(
                 tokenizers=tokenizers, directory=directory, split=split
@@ -293,12 +304,23 @@ def _tag_id(tokenizers: Tokenizers, tag: str | None) -> int | None:
     return ids[0]
 
 
+def _fingerprint(tokenizers: Tokenizers) -> str:
+    """SHA-256 of the model(s) and the kept target pieces: what a cache's encodings depend on."""
+    digest = hashlib.sha256(b"joint" if tokenizers.joint else b"separate")
+    for side in (tokenizers.src, tokenizers.tgt):
+        digest.update(hashlib.sha256(side.to_bytes()).digest())
+    if isinstance(tokenizers.tgt, SubsetTokenizer):
+        digest.update(tokenizers.tgt.kept_ids.astype("<i8").tobytes())
+    return digest.hexdigest()
+
+
 def prepare_data_from_config(
     *,
     data: Mapping[str, Any],
     tokenizer: Mapping[str, Any],
     cache_dir: str | Path,
     progress: bool | None = None,
+    tokenizers: Tokenizers | None = None,
 ) -> PreparedData:
     """Runs the data stage from the `data` and `tokenizer` config nodes (as in train.yaml).
 
@@ -307,6 +329,7 @@ def prepare_data_from_config(
         tokenizer: The `tokenizer` node as a plain dict (see seq2seq/configs/tokenizer/*.yaml).
         cache_dir: `paths.cache_dir`.
         progress: Show progress bars (None: only when stderr is a terminal).
+        tokenizers: Encode with these instead of training them (see `prepare_data`).
 
     Returns:
         The prepared data.
@@ -332,10 +355,12 @@ def prepare_data_from_config(
         languages=languages,
         train_corpora=corpora,
         progress=progress,
+        tokenizers=tokenizers,
     )
 
 
-def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = None) -> PreparedData:
+def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = None,
+                        tokenizers: Tokenizers | None = None) -> PreparedData:
     """Runs the data stage from a whole run config (train.yaml or prepare_data.yaml).
 
     Args:
@@ -343,6 +368,7 @@ def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = No
             `OmegaConf.to_container(cfg, resolve=True)`, with `data`, `tokenizer` and
             `paths.cache_dir`. Unset ("???") values are reported by name.
         progress: Show progress bars (None: only when stderr is a terminal).
+        tokenizers: Encode with these instead of training them (see `prepare_data`).
 
     Returns:
         The prepared data.
@@ -356,4 +382,5 @@ def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = No
         tokenizer=get_setting(config, "tokenizer", where="config"),
         cache_dir=get_setting(paths, "cache_dir", where="paths"),
         progress=progress,
+        tokenizers=tokenizers,
     )

@@ -321,6 +321,46 @@ class SentencePieceTokenizer:
         """Returns the pieces of a sequence of ids (special pieces included, for display)."""
         return [self.id_to_piece(token_id) for token_id in ids]
 
+    def normalize(self, sentence: str) -> str:
+        """The sentence as the model segments it: normalized, each space written as "▁"."""
+        return self._processor.normalize(sentence)
+
+    def characters(self) -> frozenset[str]:
+        """The characters that are pieces of their own; any other one encodes to UNK_ID."""
+        processor = self._processor
+        return frozenset(
+            piece for token_id in range(self.vocab_size)
+            if len(piece := processor.id_to_piece(token_id)) == 1
+            and not (processor.is_control(token_id) or processor.is_unknown(token_id))
+        )
+
+    def with_characters(self, characters: Sequence[str]) -> SentencePieceTokenizer:
+        """This model with `characters` appended as pieces (ids from `vocab_size` on, in order).
+
+        No existing piece contains a character the model lacks, so a sentence without the new
+        characters is segmented exactly as before (BPE merges and unigram paths alike) and the
+        old ids keep their meaning. The new pieces score below every old one.
+
+        Raises:
+            ValueError: For a string that is not one character, or one already a piece.
+        """
+        if not characters:
+            return self
+        # The model's protobuf (it imports google.protobuf: only here, where it is needed).
+        from sentencepiece import sentencepiece_model_pb2
+
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self._model_proto)
+        known = set(self.characters())
+        lowest = min(piece.score for piece in proto.pieces)
+        for character in characters:
+            if len(character) != 1 or character in known:
+                raise ValueError(f"{character!r} is not one character the model lacks")
+            known.add(character)
+            proto.pieces.add(piece=character, score=lowest - 1.0,
+                             type=sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL)
+        return type(self)(model_proto=proto.SerializeToString())
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
@@ -330,19 +370,24 @@ class SubsetTokenizer:
 
     A joint vocabulary holds source-only pieces that a target sentence never uses; giving the
     output layer only the pieces seen in the training targets makes its matrix product (the
-    largest one of a training step) proportionally cheaper. Ids are compact: kept pieces are
-    numbered 0..K-1 in the base model's order, so the special ids 0-3 keep their values, and a
-    piece outside the subset encodes to UNK_ID.
+    largest one of a training step) proportionally cheaper. Ids are compact: kept piece i is
+    number i of the special ids 0-3 (which keep their values) followed by `kept_ids` in the
+    order given, and a piece outside the subset encodes to UNK_ID. Pruning keeps the base
+    model's order; a fine-tuned model's extension appends its pieces after the parent's, so
+    the parent's compact ids keep their meaning.
 
     Args:
         base: The full sentencepiece tokenizer.
-        kept_ids: Base ids to keep (the special ids are always kept).
+        kept_ids: Base ids to keep, in compact order (the special ids are always kept, first).
     """
 
     def __init__(self, *, base: SentencePieceTokenizer, kept_ids: Iterable[int]) -> None:
         specials = np.array([PAD_ID, UNK_ID, BOS_ID, EOS_ID], dtype=np.int64)
-        kept = np.unique(np.concatenate([specials, np.asarray(list(kept_ids), dtype=np.int64)]))
-        if kept[-1] >= base.vocab_size or kept[0] < 0:
+        given = np.asarray(list(kept_ids), dtype=np.int64)
+        given = given[~np.isin(given, specials)]
+        _, first = np.unique(given, return_index=True)  # each id once, where it first occurs
+        kept = np.concatenate([specials, given[np.sort(first)]])
+        if kept.max() >= base.vocab_size or kept.min() < 0:
             raise ValueError(f"kept ids must lie in [0, {base.vocab_size})")
         self.base = base
         self.kept_ids = kept  # (K,) compact id -> base id

@@ -3,13 +3,15 @@
 This is the composition root of ``train.py``: the only place in training that turns config
 nodes into objects (``hydra.utils.instantiate`` for the optimizer and the schedule, and
 :func:`~seq2seq.models.build.build_model` for the model, with :func:`~seq2seq.ops.speed_up`'s
-kernels).
+kernels). A run with ``trainer.init_from`` starts from a trained model's weights, tokenizers and
+model settings (:mod:`seq2seq.training.finetune`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
 from seq2seq.ops import speed_up
-from seq2seq.training import averaging
+from seq2seq.training import averaging, finetune
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
 from seq2seq.training.run_folder import NO_RESUME
 from seq2seq.training.settings import BatchSettings, TrainerSettings
@@ -33,9 +35,10 @@ from seq2seq.training.trainer import Trainer
 log = logging.getLogger(__name__)
 
 # Config entries that must match for a checkpoint to be resumed; everything else (learning
-# rate, max_steps, validation settings, ...) may change between runs.
+# rate, max_steps, validation settings, ...) may change between runs. A fine-tuning run
+# continues only from the same parent.
 RESUME_MUST_MATCH = ("model", "tokenizer", "data.kind", "data.src_lang", "data.tgt_lang",
-                     "data.filter")
+                     "data.filter", "parent.sha256")
 
 
 def _lookup(config: dict, dotted: str):
@@ -101,21 +104,41 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare(config: dict, *, is_main: bool, barrier):
-    """Run the data stage; under torchrun rank 0 builds the cache and the others then read it."""
+def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | None = None,
+            extend_vocab: bool = False):
+    """Run the data stage; under torchrun rank 0 builds the cache and the others then read it.
+    A fine-tuning run encodes with its ``parent``'s tokenizers (extended with
+    ``extend_vocab``)."""
+    from seq2seq.data.corpora import train_corpora_from_config
     from seq2seq.data.prepare import prepare_from_config
+    from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
+
+    def stage():
+        tokenizers = None
+        if parent is not None:
+            corpora = train_corpora_from_config(config["data"])  # None: Multi30k's one pair
+            train_files = ([corpus.files for corpus in corpora] if corpora is not None
+                           else [corpus_files_from_config(config["data"])[TRAIN_SPLIT]])
+            tokenizers = finetune.child_tokenizers(parent, train_files, extend=extend_vocab,
+                                                   report=is_main)
+        return prepare_from_config(config, tokenizers=tokenizers)
 
     if is_main:
-        prepared = prepare_from_config(config)
+        prepared = stage()
         barrier()
     else:
         barrier()
-        prepared = prepare_from_config(config)
+        prepared = stage()
     return prepared
 
 
-def check_train_config(config: dict) -> tuple[TrainerSettings, BatchSettings]:
+def check_train_config(config: dict, overrides: Sequence[str] | None = None,
+                       run_dir: Path | None = None) -> tuple[TrainerSettings, BatchSettings]:
     """Every value of a plain train config checked, before any data is read or file written.
+
+    With ``trainer.init_from``, the model checked is the parent's, once the command line's
+    ``overrides`` (None: the running Hydra app's) are found to agree with it; the parent must
+    lie outside ``run_dir`` (None: the running Hydra app's), which a run may empty.
 
     Raises:
         ConfigError: (a ValueError) naming the key of the first value that cannot work.
@@ -124,7 +147,13 @@ def check_train_config(config: dict) -> tuple[TrainerSettings, BatchSettings]:
     batch = BatchSettings.from_dict(config["batch"])
     # Every _target_ node against its class's signature.
     check_config({name: node for name, node in config.items() if name != "model"})
-    check_model_config(config["model"],
+    model_cfg = config["model"]
+    if settings.init_from is not None:
+        parent = finetune.read_parent(settings.init_from, mmap=True)
+        model_cfg = finetune.parent_model_config(
+            config, parent, finetune.command_line_overrides() if overrides is None else overrides)
+        finetune.check_outside_run_folder(parent, run_dir or finetune.hydra_run_dir())
+    check_model_config(model_cfg,
                        vocab_size=(config.get("tokenizer") or {}).get("vocab_size") or 1000)
     _check_train_corpora(config)
     return settings, batch
@@ -143,8 +172,11 @@ def _check_train_corpora(config: dict) -> None:
         raise ConfigError(str(error)) from None
 
 
-def train(cfg: DictConfig, run_dir: Path) -> dict:
+def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None) -> dict:
     """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers.
+
+    ``overrides``: the command line's, which a fine-tuning run holds against its parent's model
+    settings (None: the running Hydra app's).
 
     Returns:
         ``best_bleu``, ``best_step``, ``steps``; with ``trainer.average_last`` and an averaged
@@ -152,14 +184,23 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         ``checkpoints/best.pt``, whichever validated better).
     """
     config = OmegaConf.to_container(cfg, resolve=True)  # the library takes plain containers
-    settings, batch = check_train_config(config)
+    settings, batch = check_train_config(config, overrides, run_dir)
+    parent = None
+    if settings.init_from is not None:
+        parent = finetune.read_parent(settings.init_from)
+        config = finetune.adopt_parent(config, parent)
     context = init_distributed(settings.device)
     try:
         if context.device.type == "cpu":
             set_num_threads(settings.num_threads, processes=context.world_size)
         log.info("device %s, %d CPU threads, rank %d of %d", context.device,
                  torch.get_num_threads(), context.rank, context.world_size)
-        prepared = prepare(config, is_main=context.is_main, barrier=context.barrier)
+        if parent is not None and context.is_main:
+            log.info("fine-tuning from %s (sha256 %s...): its model settings, tokenizers and "
+                     "weights; a fresh optimizer and schedule", parent.path,
+                     config["parent"]["sha256"][:16])
+        prepared = prepare(config, is_main=context.is_main, barrier=context.barrier,
+                           parent=parent, extend_vocab=settings.extend_vocab)
         if context.is_main:
             log.info("data:\n%s", prepared.format_summary())
         tokenizers = prepared.tokenizers
@@ -170,6 +211,15 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             src_vocab_size=tokenizers.src.vocab_size,
             tgt_vocab_size=tokenizers.tgt.vocab_size,
         )).to(context.device)
+        if parent is not None:  # its weights (with rows for added pieces), parts frozen
+            finetune.load_parent_weights(model, parent.checkpoint["model"])
+            parent = None  # its tensors are not needed any more
+            finetune.freeze(model, settings.freeze)
+            if settings.freeze and context.is_main:
+                log.info("trainer.freeze=[%s]: %s of %s parameters train",
+                         ",".join(settings.freeze),
+                         f"{count_parameters(model, trainable=True):,}",
+                         f"{count_parameters(model):,}")
         parts = ", ".join(f"{name} {type(part).__name__}" for name, part in
                           (("encoder", model.encoder), ("decoder", model.decoder),
                            ("attention", getattr(getattr(model.decoder, "attention", None),
@@ -183,7 +233,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         if config["model"].get("attention") is not None and not uses_scorer(config["model"]["decoder"]):
             log.info("the decoder brings its own attention: the model.attention node "
                      "(model/attention=...) is not used")
-        optimizer = instantiate(config["optimizer"])(model.parameters())
+        # Frozen parameters (trainer.freeze) stay out of the optimizer: weight decay would
+        # move them too.
+        optimizer = instantiate(config["optimizer"])(
+            [parameter for parameter in model.parameters() if parameter.requires_grad])
         schedule_cfg = dict(config["scheduler"])
         if "total_steps" in schedule_cfg and schedule_cfg["total_steps"] is None:
             schedule_cfg["total_steps"] = settings.max_steps

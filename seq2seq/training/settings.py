@@ -13,6 +13,10 @@ from typing import Any
 
 from seq2seq.config_types import ConfigError, settings_from_dict
 from seq2seq.device import PRECISIONS
+from seq2seq.training.run_folder import NO_RESUME
+
+# The parts trainer.freeze takes (seq2seq.training.finetune.parameters_of says what each holds).
+FREEZABLE_PARTS = ("encoder", "decoder", "embeddings")
 
 
 @dataclass
@@ -49,6 +53,9 @@ class TrainerSettings:
     max_consecutive_nonfinite: int = 5
     resume: str | None = None
     overwrite: bool = False
+    init_from: str | None = None
+    extend_vocab: bool = False
+    freeze: list[str] = field(default_factory=list)
     progress_bar: str | bool = "auto"
     valid: ValidationSettings = field(default_factory=ValidationSettings)
 
@@ -80,7 +87,34 @@ class TrainerSettings:
         if not 0 <= settings.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing must be in [0, 1), "
                               f"got {settings.label_smoothing}")
+        _check_fine_tuning(settings)
         return settings
+
+
+def _check_fine_tuning(settings: TrainerSettings) -> None:
+    """trainer.init_from, extend_vocab and freeze: each other's prerequisites and conflicts."""
+    if not isinstance(settings.freeze, list):
+        raise ConfigError(f"trainer.freeze must be a list, e.g. trainer.freeze=[encoder], "
+                          f"got {settings.freeze!r}")
+    unknown = [part for part in settings.freeze if part not in FREEZABLE_PARTS]
+    if unknown:
+        raise ConfigError(f"trainer.freeze: unknown part {unknown[0]!r}; the parts are "
+                          f"{', '.join(FREEZABLE_PARTS)}")
+    if settings.init_from in NO_RESUME:
+        settings.init_from = None
+        for name, value in (("extend_vocab", settings.extend_vocab), ("freeze", settings.freeze)):
+            if value:
+                raise ConfigError(f"trainer.{name} applies to fine-tuning only: give "
+                                  "trainer.init_from=PATH (a checkpoint or a run folder)")
+        return
+    if settings.resume not in (*NO_RESUME, "auto"):
+        raise ConfigError(f"trainer.init_from starts a new run from a parent's weights and "
+                          f"trainer.resume={settings.resume} continues another run: give one of "
+                          "them (trainer.resume=auto continues an interrupted fine-tuning run)")
+    if settings.extend_vocab and settings.freeze:
+        raise ConfigError(f"trainer.freeze=[{','.join(settings.freeze)}] with "
+                          "trainer.extend_vocab=true: "
+                          "the rows of the added pieces could not train; extend without freezing")
 
 
 @dataclass
