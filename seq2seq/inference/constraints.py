@@ -36,6 +36,7 @@ from torch import Tensor
 from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.search import (
     Hypothesis,
+    check_beam_options,
     forced_tokens,
     in_autocast_dtype,
     length_penalty_factor,
@@ -105,10 +106,7 @@ def constrained_beam_search(
         ValueError: on ``beam_size < 1``, ``nbest`` outside ``1..beam_size``, an empty phrase,
             or too many phrases.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    check_beam_options(beam_size, nbest)
     batch_size, source_len = src.shape
     if batch_size == 0:
         return []

@@ -314,6 +314,14 @@ def pad_prefixes(prefixes: Sequence[Sequence[int]], device: torch.device | str) 
     return padded.to(device)
 
 
+def check_beam_options(beam_size: int, nbest: int) -> None:
+    """A one-line ValueError unless ``beam_size >= 1`` and ``nbest`` is in ``1..beam_size``."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+
+
 def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` best (score, index) of each row; -inf (index 0) fills in where a row has fewer
     than ``k`` entries (a tiny vocabulary at the first step).
@@ -451,10 +459,7 @@ def beam_search(
         - src: (B, S) int64
         - src_lengths: (B,) int64
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    check_beam_options(beam_size, nbest)
     batch_size, source_len = src.shape
     if batch_size == 0:
         return []

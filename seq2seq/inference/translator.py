@@ -50,7 +50,13 @@ from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
 from seq2seq.inference.sampling import Sampling, sample_search
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, pad_prefixes
+from seq2seq.inference.search import (
+    Hypothesis,
+    beam_search,
+    check_beam_options,
+    greedy_search,
+    pad_prefixes,
+)
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
 
@@ -169,10 +175,8 @@ class Translator:
     ) -> None:
         if search not in SEARCHES:
             raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-        if search == "beam" and not 1 <= nbest <= beam_size:
-            raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+        # Sampling draws nbest samples whatever the beam: only beam search bounds nbest by it.
+        check_beam_options(beam_size, nbest if search == "beam" else 1)
         if nbest < 1:
             raise ValueError(f"nbest must be at least 1, got {nbest}")
         self.search = search
