@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--common", type=int, default=150,
                         help="the most frequent training words never chosen")
     parser.add_argument("--min-letters", type=int, default=4)
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="leave out words this model's target vocabulary cannot write")
     args = parser.parse_args(argv)
     if "test" in args.ref.name:
         print("error: build the terminology test on a validation split, not a test split",
@@ -68,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                                  for word in words(line))
     common = {word for word, _ in counts.most_common(args.common)}
     references = read_lines(args.ref)
+    if args.checkpoint is not None:  # a word with a piece the model lacks can never be met
+        from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
+        from seq2seq.data.vocab import UNK_ID
+
+        target = tokenizers_from_payload(load_checkpoint(args.checkpoint)["tokenizers"]).tgt
+        vocabulary = sorted({word for line in references for word in words(line)})
+        unwritable = {word for word, ids in zip(vocabulary, target.encode(vocabulary), strict=True)
+                      if UNK_ID in ids}
+        common |= {word.lower() for word in unwritable}
     lines = [choose_terms(reference, counts, common, per_sentence=args.per_sentence,
                           min_letters=args.min_letters) for reference in references]
     args.output.parent.mkdir(parents=True, exist_ok=True)
