@@ -600,6 +600,13 @@ def run_tool(run_python: PreloadedPython) -> Callable[..., subprocess.CompletedP
 
 # -- every test ------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
+def private_precision_cache(tmp_path_factory, monkeypatch):
+    """precision=auto's measurements go to a folder of the session's, never the user's cache
+    (the scripts the tests run inherit it)."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "user-cache"))
+
+
+@pytest.fixture(autouse=True)
 def one_thread():
     """Run each test on one thread: its models are tiny and the machine's cores are shared."""
     threads = torch.get_num_threads()

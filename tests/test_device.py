@@ -1,4 +1,4 @@
-"""seq2seq/device.py (precision and its probes) and seq2seq/onednn_caches.py (the bounds on
+"""seq2seq/device.py (precision and torch's CPU probes) and seq2seq/onednn_caches.py (the bounds on
 oneDNN's per-shape caches that the entry points set)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 import seq2seq.device
 from seq2seq.device import (
+    decide_precision,
     half_precision_warning,
-    native_bf16_cpu,
     onednn_half_precision_kernels,
     resolve_precision,
 )
@@ -25,6 +25,7 @@ from seq2seq.onednn_caches import (
     TRAINING_ONEDNN_CACHE,
     bound_onednn_caches,
 )
+from seq2seq.precision import CpuPrecision
 
 CPU = torch.device("cpu")
 
@@ -40,10 +41,10 @@ def cpu_flags() -> set[str]:
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or "x86" not in os.uname().machine,
                     reason="the probes and /proc/cpuinfo flags are x86 Linux ones")
 def test_the_cpu_probes_agree_with_the_cpus_flags():
-    """torch's private CPU probes answer, and answer what the kernel says; if a torch release
-    drops them, this fails instead of auto silently going to fp32 and the warning going quiet."""
+    """torch's private dtype probes answer, and answer what the kernel says; if a torch release
+    drops them, this fails instead of auto measuring an emulated bf16 and the warning going
+    quiet."""
     flags = cpu_flags()
-    assert native_bf16_cpu() == bool({"avx512_bf16", "amx_bf16"} & flags)
     kernels = onednn_half_precision_kernels()
     assert kernels is not None, "torch.ops.mkldnn's dtype probes are gone: see seq2seq/device.py"
     if {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags:
@@ -52,10 +53,40 @@ def test_the_cpu_probes_agree_with_the_cpus_flags():
         assert kernels == {"bf16": False, "fp16": False}
 
 
-@pytest.mark.parametrize("native", [True, False, None])
-def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_instructions(monkeypatch, native):
-    monkeypatch.setattr(seq2seq.device, "native_bf16_cpu", lambda: native)
-    assert resolve_precision("auto", CPU) == ("bf16" if native else "fp32")
+def fake_cpu_choice(precision: str, speedup: float) -> CpuPrecision:
+    return CpuPrecision(precision, speedup, "2026-11-27", from_cache=True, probe_seconds=None,
+                        cache_path=None, cache_error="test")
+
+
+@pytest.mark.parametrize(("kernels", "speedup", "expected"),
+                         [(True, 1.6, "bf16"), (True, 0.6, "fp32"), (None, 1.6, "bf16")])
+def test_auto_precision_on_a_cpu_goes_by_the_measurement(monkeypatch, kernels, speedup,
+                                                         expected):
+    """Where torch has bf16 kernels, or cannot say, auto takes the probe's decision."""
+    asked = []
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
+                        lambda: None if kernels is None else {"bf16": kernels, "fp16": False})
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: asked.append(
+        shapes) or fake_cpu_choice(expected, speedup))
+    assert resolve_precision("auto", CPU, shapes=[(8, 16)]) == expected
+    assert asked == [[(8, 16)]]  # the model's sizes reach the probe
+    chosen, reason = decide_precision("auto", CPU)
+    assert chosen == expected and reason.startswith(f"bf16 {speedup:.2f}x fp32 on this CPU")
+
+
+def test_auto_precision_on_a_cpu_without_bf16_kernels_is_fp32_unmeasured(monkeypatch):
+    monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
+                        lambda: {"bf16": False, "fp16": False})
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: pytest.fail(
+        "an emulated bf16 was measured"))
+    chosen, reason = decide_precision("auto", CPU)
+    assert chosen == "fp32"
+    assert reason.startswith("torch has no bf16 matrix kernels for this CPU")
+
+
+def test_explicit_precisions_are_kept_and_others_refused(monkeypatch):
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: pytest.fail(
+        "measured for an explicit precision or another device"))
     assert resolve_precision("auto", torch.device("mps")) == "fp32"
     for explicit in ("fp32", "bf16", "fp16"):  # an explicit choice is kept, on any CPU
         assert resolve_precision(explicit, CPU) == explicit

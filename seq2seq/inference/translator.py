@@ -59,6 +59,7 @@ from seq2seq.inference.search import (
 )
 from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
+from seq2seq.precision import product_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +130,9 @@ class Translator:
         max_source_length: longer sources are cut to this many pieces (with a warning).
         precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
             faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
-            without them: a warning says so), or ``auto`` (bf16 where the device has them and
-            the model decodes in it, else fp32; ``self.precision`` is the one chosen).
+            without them: a warning says so), or ``auto`` (bf16 where the model decodes in
+            it and the device runs it faster: :func:`seq2seq.device.decide_precision`, on a
+            CPU a cached measurement; else fp32; ``self.precision`` is the one chosen).
         quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
             model is refused with a message naming ``seq2seq-export``).
         shortlist: search each batch over the target pieces its
@@ -206,7 +208,8 @@ class Translator:
                 "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
             )
         self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
-        self.precision = choose_precision(precision, self.device, log=logger)  # or ValueError
+        self.precision = choose_precision(precision, self.device, log=logger,  # or ValueError
+                                          shapes=product_shapes(model), decoding=True)
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         self.parameter_count = model.parameter_count
         self.model = model

@@ -36,7 +36,8 @@ from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
 from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.data.mixing import CorpusMix, PairsSeen
-from seq2seq.device import AUTOCAST_DTYPES, choose_precision
+from seq2seq.device import AUTOCAST_DTYPES, PRECISIONS, choose_precision
+from seq2seq.precision import product_shapes
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
 from seq2seq.training.checkpointing import CheckpointManager
@@ -104,8 +105,12 @@ class Trainer:
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
-        precision = choose_precision(settings.precision, self.device, log=log,
-                                     option="trainer.precision")
+        precision = settings.precision
+        if context.is_main:  # auto measures on rank 0 alone, and every rank takes its choice
+            precision = choose_precision(precision, self.device, log=log,
+                                         option="trainer.precision", shapes=product_shapes(model))
+        if context.is_distributed:
+            precision = PRECISIONS[int(context.broadcast(PRECISIONS.index(precision)))]
         self.amp_dtype = amp_dtype = AUTOCAST_DTYPES[precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",

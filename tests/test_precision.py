@@ -1,0 +1,212 @@
+"""seq2seq/precision.py: precision=auto on a CPU decided by a cached measurement of bf16
+against fp32. Every timing here is injected; none is measured or asserted."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+import seq2seq.precision
+from seq2seq.device import choose_precision
+from seq2seq.precision import (
+    CACHE_DIR_ENV,
+    DEFAULT_SHAPES,
+    MAX_ROWS,
+    MAX_WIDTH,
+    MIN_ROWS,
+    CpuIdentity,
+    ProbeTimes,
+    choose_cpu_precision,
+    default_cache_path,
+    measure_products,
+    probe_products,
+    product_shapes,
+)
+
+CPU = torch.device("cpu")
+HERE = CpuIdentity("Test CPU 9000", 2, "2.13.0")
+DAY = datetime.date(2026, 11, 27)
+
+
+class FakeProbe:
+    """A timing function giving bf16 ``speedup`` times fp32's speed, counting its calls."""
+
+    def __init__(self, speedup: float):
+        self.speedup = speedup
+        self.calls: list[tuple[tuple[tuple[int, int], ...], int]] = []
+
+    def __call__(self, shapes, rows) -> ProbeTimes:
+        self.calls.append((tuple(shapes), rows))
+        return ProbeTimes(fp32_seconds=0.010, bf16_seconds=0.010 / self.speedup)
+
+
+def choose(probe, cache_path, identity=HERE, shapes=None):
+    return choose_cpu_precision(shapes, measure=probe, cache_path=cache_path,
+                                identity=identity, today=DAY)
+
+
+@pytest.mark.parametrize(("speedup", "expected"),
+                         [(1.6, "bf16"), (1.10, "bf16"), (1.05, "fp32"), (0.6, "fp32")])
+def test_bf16_only_where_it_measures_at_least_ten_percent_faster(tmp_path, speedup, expected):
+    choice = choose(FakeProbe(speedup), tmp_path / "precision.json")
+    assert choice.precision == expected
+    assert math.isclose(choice.speedup, speedup)
+    assert not choice.from_cache and choice.measured == "2026-11-27"
+
+
+def test_the_measurement_is_cached_and_reused(tmp_path):
+    path = tmp_path / "cache" / "precision.json"  # the folder is made
+    probe = FakeProbe(1.6)
+    first = choose(probe, path)
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert saved["format"] == 1
+    entry = saved["measurements"][HERE.key]
+    assert entry["cpu"] == "Test CPU 9000" and entry["threads"] == 2
+    assert entry["torch"] == "2.13.0" and entry["precision"] == "bf16"
+    assert entry["measured"] == "2026-11-27" and math.isclose(entry["speedup"], 1.6)
+    assert entry["products"] == "32x512x512, 32x512x2048, 32x2048x512"  # DEFAULT_SHAPES, capped
+    assert not [name for name in path.parent.iterdir() if name != path]  # no temporary left
+
+    again = choose(probe, path)
+    assert len(probe.calls) == 1  # not measured a second time
+    assert again.from_cache and again.precision == first.precision == "bf16"
+    assert again.measured == "2026-11-27" and again.probe_seconds is None
+
+
+@pytest.mark.parametrize("other", [CpuIdentity("Test CPU 9000", 1, "2.13.0"),
+                                   CpuIdentity("Test CPU 9000", 2, "2.14.0"),
+                                   CpuIdentity("Other CPU 42", 2, "2.13.0")])
+def test_another_cpu_thread_count_or_torch_version_measures_again(tmp_path, other):
+    path = tmp_path / "precision.json"
+    choose(FakeProbe(1.6), path)
+    probe = FakeProbe(0.6)
+    assert choose(probe, path, identity=other).precision == "fp32"
+    assert len(probe.calls) == 1
+    measurements = json.loads(path.read_text(encoding="utf-8"))["measurements"]
+    assert {key: entry["precision"] for key, entry in measurements.items()} == {
+        HERE.key: "bf16", other.key: "fp32"}  # both kept
+    assert choose(probe, path).precision == "bf16" and len(probe.calls) == 1
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[1, 2]", '{"format": 99, "measurements": {}}', '{"format": 1}',
+    b"\xff\xfe\x00binary",
+])
+def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(tmp_path, caplog, content):
+    path = tmp_path / "precision.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    probe = FakeProbe(0.6)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.precision"):
+        assert choose(probe, path).precision == "fp32"
+    assert len(probe.calls) == 1
+    assert [record.levelname for record in caplog.records] == ["WARNING"]
+    assert f"precision cache {path}" in caplog.records[0].getMessage()
+    assert HERE.key in json.loads(path.read_text(encoding="utf-8"))["measurements"]
+
+
+def test_an_unreadable_entry_is_measured_again(tmp_path, caplog):
+    path = tmp_path / "precision.json"
+    path.write_text(json.dumps({"format": 1, "measurements": {HERE.key: {"speedup": "fast"}}}),
+                    encoding="utf-8")
+    probe = FakeProbe(1.6)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.precision"):
+        assert choose(probe, path).precision == "bf16"
+    assert len(probe.calls) == 1 and "unreadable" in caplog.text
+
+
+def test_a_cache_folder_that_cannot_be_written_still_decides(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    path = blocker / "seq2seq" / "precision.json"  # a folder under a file: never writable
+    probe = FakeProbe(1.6)
+    choice = choose(probe, path)
+    assert choice.precision == "bf16" and choice.cache_path is None
+    assert choice.cache_error is not None
+    assert choose(probe, path).precision == "bf16" and len(probe.calls) == 2  # not cached
+    reason = choice.describe()
+    assert "\n" not in reason and ", not cached: " in reason
+
+
+def test_the_log_line_says_what_auto_chose_and_why_in_one_line(tmp_path, monkeypatch, caplog):
+    """The lines of a run that measures, a run that reads the cache, and a decoder."""
+    monkeypatch.setattr(seq2seq.precision, "measure_products", FakeProbe(0.6))
+    monkeypatch.setattr(seq2seq.precision.CpuIdentity, "current", classmethod(lambda cls: HERE))
+    monkeypatch.setattr("seq2seq.device.onednn_half_precision_kernels",
+                        lambda: {"bf16": True, "fp16": False})
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the path is shown as it is
+    log = logging.getLogger("test.precision")
+    with caplog.at_level(logging.INFO, logger="test.precision"):
+        assert choose_precision("auto", CPU, log=log, option="trainer.precision") == "fp32"
+        assert choose_precision("auto", CPU, log=log, decoding=True) == "fp32"
+        assert choose_precision("fp32", CPU, log=log) == "fp32"  # nothing to say
+    measured, cached = [record.getMessage() for record in caplog.records]
+    assert measured.startswith(
+        "trainer.precision=auto -> fp32 (bf16 0.60x fp32 on this CPU, measured now in ")
+    assert measured.endswith(f" s, cached in {tmp_path / 'precision.json'})")
+    today = datetime.date.today().isoformat()
+    assert cached == (
+        "precision=auto -> fp32 (bf16 0.60x fp32 on this CPU (training products, used for "
+        f"decoding too), measured {today}, cached in {tmp_path / 'precision.json'})")
+    assert "\n" not in measured + cached
+
+
+def test_the_cache_path_shown_under_home_starts_with_a_tilde(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / ".cache" / "seq2seq" / "precision.json"
+    choice = choose(FakeProbe(1.62), path)
+    assert choice.describe() == ("bf16 1.62x fp32 on this CPU, measured now in "
+                                 f"{choice.probe_seconds:.2f} s, cached in "
+                                 "~/.cache/seq2seq/precision.json")
+    assert choose(FakeProbe(1.62), path).describe() == (
+        "bf16 1.62x fp32 on this CPU, measured 2026-11-27, cached in "
+        "~/.cache/seq2seq/precision.json")
+
+
+def test_the_cache_folder_is_the_override_then_xdg_then_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert default_cache_path() == tmp_path / "home" / ".cache" / "seq2seq" / "precision.json"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_path() == tmp_path / "xdg" / "seq2seq" / "precision.json"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "mine"))
+    assert default_cache_path() == tmp_path / "mine" / "precision.json"
+
+
+def test_the_probe_multiplies_the_models_own_sizes(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Embedding(300, 16), torch.nn.Linear(16, 32),
+                                torch.nn.GRU(32, 24), torch.nn.Linear(16, 32))
+    shapes = product_shapes(model)
+    # Largest first, each once (an embedding as the output layer it matches); no biases.
+    assert shapes == ((16, 300), (32, 72), (24, 72), (16, 32))
+    assert product_shapes(object()) is None  # not a torch module: the default shapes
+    probe = FakeProbe(1.6)
+    choose(probe, tmp_path / "precision.json", shapes=shapes)
+    assert probe.calls == [(shapes, MAX_ROWS)]  # tiny products: the most rows
+    choose(probe, tmp_path / "other.json", shapes=None)
+    assert probe.calls[1][0] == tuple(dict.fromkeys((min(i, MAX_WIDTH), min(o, MAX_WIDTH))
+                                                    for i, o in DEFAULT_SHAPES))
+
+
+def test_the_probes_products_stay_small():
+    rows, capped = probe_products([(512, 32000), (512, 512)])
+    assert capped == ((512, MAX_WIDTH), (512, 512))
+    assert MIN_ROWS <= rows <= MAX_ROWS
+    assert probe_products([(8, 8)])[0] == MAX_ROWS
+    assert probe_products([(4096, 4096), (4096, 3000), (3000, 4096)]) == (
+        MIN_ROWS, ((MAX_WIDTH, MAX_WIDTH),))  # all one shape once capped
+
+
+def test_the_real_timer_returns_both_medians():
+    """Only that it runs and answers (on tiny products): its numbers are not checked."""
+    times = measure_products([(8, 8), (8, 16)], 4)
+    assert times.fp32_seconds > 0 and times.bf16_seconds > 0
