@@ -66,6 +66,7 @@ from seq2seq.cli.search_options import (
     SAMPLING_KEYS,
     SentenceGuidance,
     check_search_options,
+    refuse_phrases,
     search_options,
 )
 from seq2seq.inference.export_format import is_exported
@@ -126,15 +127,17 @@ def evaluate_checkpoint(
     started = time.perf_counter() if started is None else started
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.loading import load_model_payload
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import translator_from_payloads
 
     members = path if isinstance(path, list) else [path]
     payloads = [load_model_payload(member) for member in members]
     checkpoint = payloads[0]
-    translator = Translator.from_payloads(
+    # A Translator, or a CTranslate2 folder's own translator (the same interface).
+    translator = translator_from_payloads(
         payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg),
         **search_options(cfg),
     )
+    refuse_phrases(cfg, translator)
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name

@@ -47,6 +47,15 @@ def check_search_options(cfg: DictConfig) -> None:
         fail("constraints and terms need search=beam (sampling cannot promise a phrase)")
 
 
+def refuse_phrases(cfg: DictConfig, translator) -> None:
+    """A one-line ValueError where the config asks for phrases (``constraints=``, ``terms=``)
+    and the translator's runtime cannot force them (a CTranslate2 folder says why in its
+    ``phrase_refusal``), before any file is read."""
+    refusal = getattr(translator, "phrase_refusal", None)  # absent: phrases are searched for
+    if refusal and (cfg.get("constraints") or cfg.get("terms")):
+        raise ValueError(refusal)
+
+
 def search_options(cfg: DictConfig) -> dict[str, Any]:
     """The Translator arguments of the search and sampling options the config has."""
     return {key: cfg[key] for key in SAMPLING_KEYS if key in cfg}

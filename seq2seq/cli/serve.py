@@ -1,8 +1,9 @@
 """``python serve.py checkpoint=PATH [overrides]`` / ``seq2seq-serve``: the translation API.
 
-Loads the configured checkpoints (``checkpoint=PATH``, or ``models={name: path, ...}``), builds
-the app of :mod:`seq2seq.serving.app` and runs it with uvicorn on ``host:port`` (default
-127.0.0.1:8000): the page at ``/``, the API under ``/v1/``, its OpenAPI docs at ``/docs``.
+Loads the configured checkpoints or exported folders, ONNX or CTranslate2 (``checkpoint=PATH``,
+or ``models={name: path, ...}``), builds the app of :mod:`seq2seq.serving.app` and runs it with
+uvicorn on ``host:port`` (default 127.0.0.1:8000): the page at ``/``, the API under ``/v1/``,
+its OpenAPI docs at ``/docs``.
 Every option is documented in ``seq2seq/configs/serve.yaml``; ``shortlist=PATH`` (an
 output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served,
 and so does ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`): every request's
@@ -35,7 +36,7 @@ from seq2seq.cli.common import (
     set_up_decoding,
     translator_options,
 )
-from seq2seq.cli.search_options import check_search_options, load_terms
+from seq2seq.cli.search_options import check_search_options, load_terms, refuse_phrases
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -96,6 +97,7 @@ def build_app(cfg: DictConfig):
         if cfg.get("shortlist"):
             log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
         try:  # read again for each model: each must be able to write every target term
+            refuse_phrases(cfg, served[name].translator)  # a CTranslate2 folder cannot
             glossary = load_terms(cfg, served[name].translator)
         except ValueError as error:
             fail(f"model {name}: {error}")

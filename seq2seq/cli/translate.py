@@ -68,6 +68,7 @@ from seq2seq.cli.common import (
 from seq2seq.cli.search_options import (
     SentenceGuidance,
     check_search_options,
+    refuse_phrases,
     search_options,
 )
 from seq2seq.console import count_bar
@@ -188,14 +189,16 @@ def run(cfg: DictConfig) -> int:
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError, iter_lines
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
     set_up_decoding(cfg.get("num_threads"))
     try:
-        translator = Translator.from_checkpoint(
+        # A Translator, or a CTranslate2 folder's own translator (the same interface).
+        translator = load_translator(
             paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg),
             **search_options(cfg),
         )
+        refuse_phrases(cfg, translator)
     except (CheckpointError, ValueError) as error:
         fail(error)
     # Line counts compared before decoding where the input's is known (a stream: as it is read).

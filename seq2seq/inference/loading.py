@@ -1,9 +1,11 @@
-"""Loading a model of either kind, a checkpoint file or an exported folder, for decoding.
+"""Loading a model of any kind, a checkpoint file or an exported folder, for decoding.
 
-:func:`load_model_payload` reads either into one payload dict, and :func:`model_from_payload`
-turns it into a decodable model (:class:`~seq2seq.inference.search.DecodingModel`): the
-checkpoint's PyTorch model, or the exported folder's
-:class:`~seq2seq.inference.onnx_model.OnnxModel`.
+:func:`load_model_payload` reads any of them into one payload dict. :func:`model_from_payload`
+turns a checkpoint's or an ONNX folder's into a decodable model
+(:class:`~seq2seq.models.interfaces.DecodingModel`): the checkpoint's PyTorch model, or the
+folder's :class:`~seq2seq.inference.onnx_model.OnnxModel`. A CTranslate2 folder
+(:func:`is_ctranslate2`) has no such model: CTranslate2 runs its own search, and
+:mod:`seq2seq.inference.runtimes` gives it its own translator.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from seq2seq.checkpoint import (
     model_from_checkpoint,
     tokenizers_from_payload,
 )
+from seq2seq.export.ctranslate2_export import FORMAT_VERSION as CTRANSLATE2_FORMAT_VERSION
 from seq2seq.inference.export_format import (
     CTRANSLATE2_FORMAT_NAME,
     ENCODER_FILE,
@@ -34,6 +37,10 @@ from seq2seq.inference.export_format import (
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.models.registry import upgrade_config
 from seq2seq.ops import speed_up
+
+# What ctranslate2.Translator reads from a CTranslate2 folder besides its vocabularies (whose
+# file names depend on whether they are shared; it names a missing one itself).
+CTRANSLATE2_FILES = ("model.bin", "config.json")
 
 
 def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
@@ -51,33 +58,41 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{folder} is not an exported model (no {MANIFEST_NAME})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"cannot read {path}: {error}") from None
-    if isinstance(manifest, dict) and manifest.get("format") == CTRANSLATE2_FORMAT_NAME:
-        raise CheckpointError(
-            f"{folder} is a CTranslate2 model: decode it with ctranslate2.Translator "
-            "(docs/export.md), or export the checkpoint with format=onnx for these tools")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{path} is not a {FORMAT_NAME} manifest")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    formats = {FORMAT_NAME: FORMAT_VERSION, CTRANSLATE2_FORMAT_NAME: CTRANSLATE2_FORMAT_VERSION}
+    if not isinstance(manifest, dict) or manifest.get("format") not in formats:
+        raise CheckpointError(f"{path} is not a {FORMAT_NAME} or {CTRANSLATE2_FORMAT_NAME} "
+                              "manifest")
+    ctranslate2 = manifest["format"] == CTRANSLATE2_FORMAT_NAME
+    version, expected = manifest.get("format_version"), formats[manifest["format"]]
+    if version != expected:
         raise CheckpointError(
             f"{folder} is an exported model of format version {version}; this seq2seq reads "
-            f"version {FORMAT_VERSION}: export the checkpoint again with this version"
+            f"version {expected}: export the checkpoint again with this version"
         )
     try:
         files = manifest["tokenizers"]["files"]
-        checks = (isinstance(manifest["config"], dict), isinstance(files, dict), "src" in files,
+        checks = [isinstance(manifest["config"], dict), isinstance(files, dict), "src" in files,
                   manifest["tokenizers"]["joint"] or "tgt" in files,
-                  isinstance(manifest["graphs"]["state"], list),
                   manifest["export"]["quantize"] in QUANTIZE_MODES,
-                  isinstance(manifest["parameters"], int))
+                  isinstance(manifest["parameters"], int)]
+        # An ONNX folder's graphs and their state; a CTranslate2 folder's position tables.
+        checks.append(isinstance(manifest["export"]["max_positions"], int) if ctranslate2
+                      else isinstance(manifest["graphs"]["state"], list))
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path} is damaged: it lacks {error}") from None
     if not all(checks):
         raise CheckpointError(f"{path} is damaged: an entry has the wrong type")
-    for name in (ENCODER_FILE, STEP_FILE, *files.values()):
+    model_files = CTRANSLATE2_FILES if ctranslate2 else (ENCODER_FILE, STEP_FILE)
+    for name in (*model_files, *files.values()):
         if not (folder / name).is_file():
             raise CheckpointError(f"the exported model {folder} lacks its file {name}")
     return manifest
+
+
+def is_ctranslate2(payload: dict[str, Any]) -> bool:
+    """Whether a payload of :func:`load_model_payload` is a CTranslate2 folder's."""
+    exported = payload.get("exported")
+    return exported is not None and exported["manifest"]["format"] == CTRANSLATE2_FORMAT_NAME
 
 
 def read_exported(folder: str | os.PathLike) -> dict[str, Any]:
@@ -143,6 +158,11 @@ def model_from_payload(payload: dict[str, Any], device: torch.device):
     if "exported" not in payload:
         model, tokenizers, _ = model_from_checkpoint(payload, device)
         return speed_up(model), tokenizers
+    if is_ctranslate2(payload):
+        raise CheckpointError(
+            f"{payload['exported']['folder']} is a CTranslate2 folder: it decodes alone, in "
+            "translate.py, evaluate.py and serve.py; export the checkpoint with format=onnx "
+            "for this")
     require_cpu(device)
     model = OnnxModel(payload["exported"]["folder"], payload["exported"]["manifest"])
     return model, tokenizers_from_payload(payload["tokenizers"])

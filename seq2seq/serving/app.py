@@ -8,7 +8,8 @@ Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
   -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`). A server given a
   glossary (``terms``) adds its target terms to the constraints of every text that holds a
   source term.
-- ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults.
+- ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults,
+  and what the attention shows where it is not the model's own (a CTranslate2 folder's).
 - ``GET /health``: 200 while serving, 503 once shutting down.
 - ``GET /``: the page (``static/``): translate, and explore each sentence's attention.
 
@@ -135,6 +136,10 @@ def steering_of(request: TranslateRequest, translator, sentences: list[str], sea
         for phrases in request.constraints]
     if search == "sample" and constraints is not None and any(constraints):
         raise ApiError(422, "constraints need search=beam (sampling cannot promise a phrase)")
+    # A runtime that cannot force phrases (a CTranslate2 folder) says why.
+    refusal = getattr(translator, "phrase_refusal", None)
+    if refusal and constraints is not None and any(constraints):
+        raise ApiError(422, f"constraints: {refusal}")
     try:
         for index, prefix in enumerate(prefixes or []):
             if prefix:
@@ -150,6 +155,8 @@ def steering_of(request: TranslateRequest, translator, sentences: list[str], sea
                 index = next(i for i, phrases in enumerate(found) if phrases)
                 raise ApiError(422, f"text.{index}: the server's terms ask for {found[index][0]!r}, "
                                     "which sampling cannot promise: use search=beam")
+            if refusal:
+                raise ApiError(422, f"terms: {refusal}")
             constraints = [list(dict.fromkeys(own + extra)) for own, extra in
                            zip(constraints or [[] for _ in sentences], found, strict=True)]
     for index, phrases in enumerate(constraints or []):
@@ -242,7 +249,7 @@ def create_app(
             terms=len(terms) if terms is not None else 0,
             models=[
                 ModelInfo(name=name, scorer=m.scorer, parameters=m.parameters,
-                          training=m.training, defaults=m.defaults())
+                          training=m.training, defaults=m.defaults(), attention=m.attention)
                 for name, m in served.items()
             ],
         )

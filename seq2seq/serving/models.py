@@ -20,12 +20,15 @@ class ServedModel:
         scorer: the attention scorer's class name, or None when unknown.
         parameters: its number of parameters.
         training: the trainer's summary from the checkpoint, or None.
+        attention: what its attention matrices show where they are not the model's own (a
+            CTranslate2 folder's translator says, in ``attention_source``), or None.
     """
 
     translator: Any
     scorer: str | None = None
     parameters: int = 0
     training: dict[str, Any] | None = None
+    attention: str | None = None
 
     @classmethod
     def wrap(cls, translator) -> ServedModel:
@@ -36,7 +39,8 @@ class ServedModel:
             from seq2seq.models.build import count_parameters
 
             parameters = count_parameters(model) if model is not None else 0
-        return cls(translator, scorer=_scorer_of_module(model), parameters=parameters)
+        return cls(translator, scorer=_scorer_of_module(model), parameters=parameters,
+                   attention=getattr(translator, "attention_source", None))
 
     def defaults(self) -> dict[str, Any]:
         t = self.translator
@@ -73,7 +77,8 @@ def _scorer_of_config(model_cfg: dict[str, Any]) -> str | None:
 def load_model(
     path: str | os.PathLike | list[str | os.PathLike], *, device: str = "cpu", **options
 ) -> ServedModel:
-    """Load a checkpoint (weights only) or an exported folder into a Translator and describe it.
+    """Load a checkpoint (weights only) or an exported folder into a Translator (a CTranslate2
+    folder: its own translator, :mod:`seq2seq.inference.runtimes`) and describe it.
 
     Args:
         path: a checkpoint file or an exported folder, or a list of them served as one
@@ -87,11 +92,12 @@ def load_model(
         ValueError: on an invalid decoding option.
     """
     from seq2seq.inference.loading import load_model_payload
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import translator_from_payloads
 
     paths = list(path) if isinstance(path, list | tuple) else [path]
     checkpoints = [load_model_payload(p) for p in paths]
-    translator = Translator.from_payloads(
+    # A Translator, or a CTranslate2 folder's own translator (the same interface).
+    translator = translator_from_payloads(
         checkpoints, device, names=[str(p) for p in paths], **options
     )
     scorers = [_scorer_of_config(checkpoint["config"].get("model", {}))
@@ -102,7 +108,7 @@ def load_model(
         if isinstance(state, dict) else None
     )
     if len(checkpoints) == 1:
-        scorer = scorers[0] or _scorer_of_module(translator.model)
+        scorer = scorers[0] or _scorer_of_module(getattr(translator, "model", None))
     else:
         scorer = "+".join(s or "?" for s in scorers)
     return ServedModel(
@@ -110,4 +116,5 @@ def load_model(
         scorer=scorer,
         parameters=translator.parameter_count,  # every member's, an exported one's included
         training=training,
+        attention=getattr(translator, "attention_source", None),  # None: the model's own
     )

@@ -120,6 +120,12 @@ class ModelInfo(BaseModel):
         "or null when the checkpoint carries none."
     )
     defaults: dict = Field(description="The decoding options a request gets unless it sets them.")
+    attention: str | None = Field(
+        default=None,
+        description="What the attention matrices show where they are not the model's own "
+        "cross-attention (a CTranslate2 folder: its alignment head, one layer's one head; no "
+        "attention_heads); null: the model's own (a Transformer's: the mean of its layers and "
+        "heads).")
 
 
 class ModelsResponse(BaseModel):

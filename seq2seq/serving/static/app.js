@@ -146,6 +146,8 @@ function panel(name, entry) {
       attentionTable(entry.source_pieces, best.target_pieces, weights, info));
     draw(best.attention);
     if (best.attention_heads) box.append(headPicker(best.attention_heads, draw));
+    // A runtime whose attention is not the model's own (a CTranslate2 folder) says what it is.
+    if (m && m.attention) box.append(el("p", { class: "note", text: `Attention: ${m.attention}` }));
     box.append(matrix, info);
   } else {
     box.append(el("p", { class: "empty", text: "(no attention: empty sentence)" }));

@@ -1,0 +1,68 @@
+"""Which runtime decodes a loaded model: the one place that tells them apart.
+
+``translate.py``, ``evaluate.py`` and ``serve.py`` build their translator here from what
+:func:`~seq2seq.inference.loading.load_model_payload` read:
+
+- a checkpoint file or an ONNX folder (or a list of them, an ensemble): a
+  :class:`~seq2seq.inference.translator.Translator`, whose searches run on the PyTorch model or
+  ONNX Runtime's graphs alike;
+- a CTranslate2 folder (``seq2seq-export ... format=ctranslate2``): a
+  :class:`~seq2seq.inference.ctranslate2_translator.CTranslate2Translator`, which hands the
+  search to CTranslate2 behind the same interface.
+
+The searches and the translators never ask which runtime they hold.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
+from seq2seq.inference.loading import is_ctranslate2, load_model_payload
+from seq2seq.inference.translator import Translator
+
+
+def translator_from_payloads(payloads: Sequence[dict[str, Any]],
+                             device: str | torch.device = "cpu", *,
+                             names: Sequence[str] | None = None,
+                             **options) -> Translator | CTranslate2Translator:
+    """The translator of one payload, or of several decoded as an ensemble.
+
+    Args:
+        payloads: what :func:`~seq2seq.inference.loading.load_model_payload` read.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
+        names: what to call each payload in an error message (default: its number).
+        **options: the keyword arguments of either translator (they take the same ones).
+
+    Raises:
+        CheckpointError: when a payload does not make a model, or CTranslate2 cannot load it.
+        ValueError: on an option the runtime cannot honour, or a CTranslate2 folder in an
+            ensemble.
+    """
+    if any(is_ctranslate2(payload) for payload in payloads):
+        if len(payloads) > 1:
+            index = next(i for i, payload in enumerate(payloads) if is_ctranslate2(payload))
+            name = names[index] if names is not None else payloads[index]["exported"]["folder"]
+            raise ValueError(f"{name} is a CTranslate2 folder, which decodes alone: an "
+                             "ensemble's members are checkpoints or ONNX folders")
+        return CTranslate2Translator.from_payload(payloads[0], device, **options)
+    return Translator.from_payloads(payloads, device, names=names, **options)
+
+
+def load_translator(path: str | os.PathLike | Sequence[str | os.PathLike],
+                    device: str | torch.device = "cpu",
+                    **options) -> Translator | CTranslate2Translator:
+    """:func:`translator_from_payloads` of a checkpoint file or an exported folder, or of a
+    list of them (an ensemble).
+
+    Raises:
+        CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint or folder.
+        ValueError: see :func:`translator_from_payloads`.
+    """
+    paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    return translator_from_payloads([load_model_payload(p) for p in paths], device,
+                                    names=[str(p) for p in paths], **options)

@@ -1,0 +1,322 @@
+"""translate.py, evaluate.py and serve.py on a CTranslate2 folder (``format=ctranslate2``): the
+checkpoint's translations, CTranslate2 running the search, and what it cannot do refused in one
+line (seq2seq.inference.ctranslate2_translator).
+
+Every comparison is between the folder and the checkpoint it was exported from, a random tiny
+Transformer. Its ``<pad>`` and ``<s>`` logits are pushed far down, as training leaves them:
+CTranslate2 renormalizes its log-probabilities without those two pieces where our searches do
+not, so with them probable (an untouched random model) only greedy outputs would be the same,
+and with them improbable the scores and beam search's n-best lists are the same too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("ctranslate2")
+
+from conftest import (  # noqa: E402
+    api_lines,
+    checkpoint_payload,
+    made_once,
+    random_transformer_model,
+    transformer_checkpoint,
+    transformer_model_config,
+    write_copy_corpus,
+)
+
+from seq2seq.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
+from seq2seq.data.vocab import BOS_ID, PAD_ID  # noqa: E402
+from seq2seq.export.ctranslate2_export import convert_checkpoint  # noqa: E402
+from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
+    ATTENTION_SOURCE,
+    PHRASE_REFUSAL,
+    CTranslate2Translator,
+)
+from seq2seq.inference.runtimes import load_translator  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+# The last two reach the output limit of max_len_b=4 below.
+LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog",
+         "fish car two", "big big big house tree"]
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    """(checkpoint, its CTranslate2 folder), with the copy corpus beside them (relative paths,
+    for evaluate.py run there); made once for all test workers, to be read, not changed."""
+
+    def make(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        model = random_transformer_model(vocab=39, seed=0, tie_embeddings=False)
+        with torch.no_grad():
+            model.generator.bias[[PAD_ID, BOS_ID]] = -30.0  # as training leaves them
+        payload = checkpoint_payload(model, write_copy_corpus(folder),
+                                     transformer_model_config(tie_embeddings=False))
+        save_checkpoint(payload, folder / "transformer.pt")
+        convert_checkpoint(folder / "transformer.pt", folder / "ct2")
+
+    folder = made_once(tmp_path_factory, "ctranslate2_runtime", make)
+    return folder / "transformer.pt", folder / "ct2"
+
+
+def both(exported, **options) -> tuple[Translator, CTranslate2Translator]:
+    checkpoint, folder = exported
+    return (load_translator(checkpoint, "cpu", **options),
+            load_translator(folder, "cpu", **options))
+
+
+def below_the_limit(results, *, max_len_a: float = 1.5, max_len_b: float = 10.0):
+    """translate() results without the hypotheses that reached the output limit, where
+    CTranslate2 keeps the beam_size best candidates of the last step and our search finishes
+    every live beam with EOS (docs/export.md): the best translation is kept whatever its
+    length."""
+    def limit(source_pieces) -> int:
+        return math.floor(max_len_a * (len(source_pieces) + 1) + max_len_b)
+
+    return [n_best[:1] + [t for t in n_best[1:] if len(t.target_pieces) < limit(t.source_pieces)]
+            for n_best in results]
+
+
+def assert_same_translations(got, want, *, score_tolerance: float = 1e-4) -> None:
+    """Two translate() results: the same n-best texts and pieces, scores within tolerance."""
+    assert [[t.text for t in n_best] for n_best in got] == \
+        [[t.text for t in n_best] for n_best in want]
+    for have, expected in zip(got, want, strict=True):
+        for a, b in zip(have, expected, strict=True):
+            assert a.target_pieces == b.target_pieces and a.source_pieces == b.source_pieces
+            assert a.score == pytest.approx(b.score, abs=score_tolerance)
+
+
+def test_the_runtime_is_chosen_where_loading_happens(exported):
+    checkpoint, folder = exported
+    translator = load_translator(folder, "auto", beam_size=3)  # auto: the CPU, as ONNX's
+    assert isinstance(translator, CTranslate2Translator)
+    assert translator.device == torch.device("cpu") and translator.quantize == "none"
+    assert translator.parameter_count == load_translator(checkpoint).parameter_count
+    # Tools that build a Translator themselves name the folder in one line.
+    with pytest.raises(CheckpointError, match=r"ct2 is a CTranslate2 folder: it decodes alone, "
+                                              r"in translate.py, evaluate.py and serve.py"):
+        Translator.from_checkpoint(folder)
+
+
+@pytest.mark.parametrize("options", [
+    {"beam_size": 1},
+    {"beam_size": 5, "nbest": 5, "length_penalty": 0.0},
+    {"beam_size": 4, "nbest": 2, "length_penalty": 1.0, "max_len_a": 0.0, "max_len_b": 4.0},
+    {"beam_size": 3, "max_len_a": 0.0, "max_len_b": 0.0},  # only the EOS step
+], ids=["greedy", "beam5-nbest5", "beam4-at-the-limit", "no-output-step"])
+def test_the_folder_translates_as_the_checkpoint(exported, options):
+    """Greedy and beam search, n-best lists, GNMT's length penalty, the output limit (hypotheses
+    cut there get their EOS step) and attention: CTranslate2's alignment head with the source
+    EOS column restored, one row per target piece and EOS."""
+    translator, folder_translator = both(exported, **options)
+    want = translator.translate(LINES)
+    got = folder_translator.translate(LINES)
+    limits = {key: options.get(key, default) for key, default in (("max_len_a", 1.5),
+                                                                   ("max_len_b", 10.0))}
+    assert_same_translations(below_the_limit(got, **limits), below_the_limit(want, **limits))
+    limit = options.get("max_len_b") if options.get("max_len_a") == 0.0 else None
+    if limit:
+        assert any(len(t.target_pieces) == limit for n_best in got for t in n_best)
+    for n_best, line in zip(got, LINES, strict=True):
+        assert len(n_best) == (options.get("nbest", 1) if line else 1)
+        assert [t.score for t in n_best] == sorted((t.score for t in n_best), reverse=True)
+        for t in n_best:
+            if not t.source_pieces:
+                assert t.attention is None
+                continue
+            assert t.attention.shape == (len(t.target_pieces) + 1, len(t.source_pieces) + 1)
+            torch.testing.assert_close(t.attention.sum(dim=1), torch.ones(len(t.attention)))
+
+
+def test_a_prefix_is_kept_and_scored(exported):
+    """Every translation starts with its prefix, whose pieces' log-probabilities count in its
+    score: greedy search gives the checkpoint's translations and scores. (Beam search may end
+    otherwise: CTranslate2 lets only its best candidate end right after a prefix,
+    docs/export.md.)"""
+    prefixes = ["red", "", "one two", "blue bird sun moon", "", "small", "", "big big big"]
+    translator, folder_translator = both(exported, beam_size=1)
+    assert_same_translations(folder_translator.translate(LINES, prefixes=prefixes),
+                             translator.translate(LINES, prefixes=prefixes))
+    beam = load_translator(exported[1], beam_size=4, nbest=2).translate(LINES, prefixes=prefixes)
+    for n_best, prefix, line in zip(beam, prefixes, LINES, strict=True):
+        assert len(n_best) == (2 if line else 1)
+        assert all(t.text.startswith(prefix) for t in n_best if line)
+        assert [t.score for t in n_best] == sorted((t.score for t in n_best), reverse=True)
+
+
+def test_sampling_maps_its_options_and_repeats_with_a_seed(exported):
+    checkpoint, folder = exported
+    sampler = load_translator(folder, search="sample", nbest=3, seed=5, temperature=1.5,
+                              top_p=0.9)
+    first, again = sampler.translate(LINES), sampler.translate(LINES)
+    assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
+    assert all(len(n_best) == 3 for n_best, line in zip(first, LINES, strict=True) if line)
+    assert all([t.score for t in n] == sorted((t.score for t in n), reverse=True) for n in first)
+    # top_k=1 draws the most probable piece: greedy search, with its scores.
+    greedy = load_translator(checkpoint, beam_size=1).translate(LINES)
+    assert_same_translations(load_translator(folder, search="sample", top_k=1).translate(LINES),
+                             greedy)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"precision": "bf16"}, "precision=bf16: a CTranslate2 folder decodes in the types it was "
+                            "exported with"),
+    ({"quantize": "int8"}, "quantize=int8 decodes a folder exported with quantize=int8"),
+    ({"device": "cuda"}, "device=cuda: a CTranslate2 folder decodes on the CPU here"),
+    ({"shortlist": object()}, "shortlist: a CTranslate2 folder scores its whole target vocabulary"),
+    ({"search": "sample", "epsilon": 0.1}, "epsilon=0.1: a CTranslate2 folder samples with "
+                                           "temperature, top_k and top_p only"),
+    ({"max_source_length": 2000}, "max_source_length=2000: the CTranslate2 folder's position "
+                                  "table holds 1024 source positions"),
+    ({"max_len_a": 10.0}, "max_len_a=10.0, max_len_b=10: a source of max_source_length=250 "
+                          "pieces may get 2520 output pieces"),
+    ({"beam_size": 2, "nbest": 3}, "nbest must be between 1 and beam_size (2), got 3"),
+])
+def test_what_ctranslate2_cannot_honour_is_refused_in_one_line(exported, options, message):
+    with pytest.raises(ValueError) as error:
+        load_translator(exported[1], **options)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_phrases_and_ensembles_are_refused_in_one_line(exported):
+    checkpoint, folder = exported
+    translator = load_translator(folder)
+    with pytest.raises(ValueError, match=f"^{PHRASE_REFUSAL}$"):
+        translator.translate(["red cat"], constraints=[["dog"]])
+    assert translator.translate(["red cat"], constraints=[[]])  # no phrase: nothing to refuse
+    with pytest.raises(ValueError, match=r"ct2 is a CTranslate2 folder, which decodes alone"):
+        load_translator([checkpoint, folder])
+
+
+def test_translate_py_reads_the_folder(exported, run_python, tmp_path):
+    checkpoint, folder = exported
+    stdin = "".join(f"{line}\n" for line in LINES)
+    for options in ({"beam_size": 1}, {"beam_size": 5, "nbest": 3}):
+        result = run_python([ROOT / "translate.py", f"checkpoint={folder}",
+                             *(f"{key}={value}" for key, value in options.items())],
+                            input=stdin, cwd=tmp_path, env=ENV, timeout=120)
+        assert result.returncode == 0, result.stderr
+        nbest = options.get("nbest", 1)
+        want = api_lines(checkpoint, LINES, device="cpu", **options)
+        got = result.stdout.splitlines()
+        assert len(got) == len(want) == nbest * len(LINES)
+        for have, expected in zip(got, want, strict=True):
+            if nbest == 1:
+                assert have == expected
+                continue
+            (score, text), (want_score, want_text) = have.split("\t"), expected.split("\t")
+            assert text == want_text and float(score) == pytest.approx(float(want_score),
+                                                                       abs=2e-4)
+    phrases = tmp_path / "phrases.txt"
+    phrases.write_text("dog\n", encoding="utf-8")
+    refused = run_python([ROOT / "translate.py", f"checkpoint={folder}", "text=red cat",
+                          f"constraints={phrases}"], cwd=tmp_path, env=ENV, timeout=120)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == f"error: {PHRASE_REFUSAL}"
+
+
+def test_evaluate_py_scores_the_folder_as_the_checkpoint(exported, run_python, tmp_path):
+    checkpoint, folder = exported
+    summaries = {}
+    for name, path in (("checkpoint", checkpoint), ("folder", folder)):
+        result = run_python([ROOT / "evaluate.py", f"checkpoint={path}", "beam_size=1",
+                             f"output_dir={tmp_path / name}"],
+                            cwd=checkpoint.parent, env=ENV, timeout=120)
+        assert result.returncode == 0, result.stderr
+        (summary,) = (tmp_path / name).glob("*.json")
+        summaries[name] = json.loads(summary.read_text())
+    assert summaries["folder"]["bleu"] == summaries["checkpoint"]["bleu"]
+    assert summaries["folder"]["quantize"] == "none" and summaries["folder"]["device"] == "cpu"
+    hypotheses = {name: Path(s["hypotheses"]).read_text() for name, s in summaries.items()}
+    assert hypotheses["folder"] == hypotheses["checkpoint"]
+
+
+def serve_config(*overrides: str):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from seq2seq import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose(config_name="serve", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_serve_py_serves_the_folder_as_the_checkpoint(exported, tmp_path, capsys):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from seq2seq.cli.serve import build_app
+
+    checkpoint, folder = exported
+    models = f"models={{folder: {folder}, checkpoint: {checkpoint}}}"
+    with TestClient(build_app(serve_config(models, "device=cpu", "beam_size=3"))) as client:
+        described = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+        assert described["folder"]["attention"] == ATTENTION_SOURCE
+        assert described["checkpoint"]["attention"] is None
+        assert described["folder"]["scorer"] == "TransformerDecoder"
+        assert described["folder"]["defaults"]["beam_size"] == 3
+        bodies = {}
+        for name in ("folder", "checkpoint"):
+            response = client.post("/v1/translate", json={
+                "text": LINES, "model": name, "nbest": 2, "attention": True,
+                "attention_heads": True})
+            assert response.status_code == 200, response.text
+            bodies[name] = response.json()["translations"]
+        for got, want in zip(bodies["folder"], bodies["checkpoint"], strict=True):
+            assert [h["text"] for h in got["hypotheses"]] == \
+                [h["text"] for h in want["hypotheses"]]
+            best = got["hypotheses"][0]
+            assert "attention_heads" not in best  # CTranslate2 gives one matrix
+            if best["attention"] is not None:
+                assert len(best["attention"]) == len(best["target_pieces"]) + 1
+                assert len(best["attention"][0]) == len(got["source_pieces"]) + 1
+        for request, error in (
+                ({"constraints": [["dog"]]}, f"constraints: {PHRASE_REFUSAL}"),
+                ({"search": "sample", "epsilon": 0.1},
+                 "epsilon=0.1: a CTranslate2 folder samples with temperature, top_k and top_p "
+                 "only: give epsilon=0")):
+            refused = client.post("/v1/translate", json={"text": ["red cat"], "model": "folder",
+                                                         **request})
+            assert refused.status_code == 422 and refused.json()["error"] == error
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("cat\tdog\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        build_app(serve_config(f"checkpoint={folder}", "name=folder", f"terms={terms}"))
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        f"error: model folder: {PHRASE_REFUSAL}"
+
+
+def test_an_untouched_random_transformer_gives_the_checkpoints_greedy_output(tmp_path):
+    """With <pad> and <s> as probable as a random model makes them, CTranslate2's scores are
+    renormalized without them, but its greedy translations are still the checkpoint's."""
+    checkpoint = transformer_checkpoint(tmp_path)
+    convert_checkpoint(checkpoint, tmp_path / "ct2")
+    want = load_translator(checkpoint, beam_size=1).translate(LINES)
+    got = load_translator(tmp_path / "ct2", beam_size=1).translate(LINES)
+    assert [[t.target_pieces for t in n] for n in got] == [[t.target_pieces for t in n]
+                                                            for n in want]
+
+
+def test_an_int8_folder_decodes_with_quantize_int8(exported, tmp_path):
+    """An int8 export runs CTranslate2's int8 kernels, asked for or not, and says so. (A random
+    tiny model's int8 translations are far from its float ones: closeness is make bench's.)"""
+    checkpoint, _ = exported
+    convert_checkpoint(checkpoint, tmp_path / "int8", quantize="int8")
+    for asked in ("int8", "none"):
+        translator = load_translator(tmp_path / "int8", quantize=asked, beam_size=2)
+        assert translator.quantize == "int8"
+        assert [len(n_best) for n_best in translator.translate(LINES)] == [1] * len(LINES)
