@@ -246,6 +246,29 @@ def test_prefixes_and_constraints_shape_every_translation(trained_checkpoint, be
     assert [[t.text for t in n] for n in none] == [[t.text for t in n] for n in plain]
 
 
+def test_constrained_sentences_are_batched_with_as_many_banks(trained_checkpoint):
+    """A grid beam search decodes every sentence of a batch with the batch's most banks, so
+    sentences go only with those of as many, each costing its padded length times its banks;
+    how they are batched does not change what they say."""
+    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=24)
+    sources = [np.arange(1, n + 1) for n in (3, 3, 5, 2, 0, 3)]
+    banks = [1, 3, 3, 1, 2, 3]
+    batches = translator._batches(sources, banks)
+    assert sorted(i for batch in batches for i in batch) == [0, 1, 2, 3, 5]  # not the empty one
+    for batch in batches:
+        assert len({banks[i] for i in batch}) == 1
+        assert len(batch) * max((sources[i].size + 1) * banks[i] for i in batch) <= 24 \
+            or len(batch) == 1
+    assert [banks[batch[0]] for batch in batches] == sorted(
+        (banks[batch[0]] for batch in batches), reverse=True)
+    lines = ["red cat big house", "blue bird", "one two three", "sun", "green bird sun"]
+    phrases = [["moon"], [], ["fish", "small tree"], ["tree"], []]
+    together = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=4000)
+    one_by_one = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=1)
+    assert [n[0].text for n in together.translate(lines, constraints=phrases)] == \
+        [n[0].text for n in one_by_one.translate(lines, constraints=phrases)]
+
+
 def test_sampling_through_the_translator_is_seeded_and_refuses_constraints(trained_checkpoint):
     lines = ["red cat big house", "blue bird sun"]
     sampler = Translator.from_checkpoint(trained_checkpoint, search="sample", nbest=4,

@@ -91,12 +91,12 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
 PRUNE_FRACTION = 0.125
 
 
-def _prune_now(finished: int, active: int) -> bool:
+def prune_now(finished: int, active: int) -> bool:
     """Whether ``finished`` of the ``active`` sentences still in the batch should leave now."""
     return finished > 0 and finished >= PRUNE_FRACTION * active
 
 
-def _kept_rows(finished: Tensor, count: int) -> Tensor:
+def kept_rows(finished: Tensor, count: int) -> Tensor:
     """Indices of the ``count`` unfinished rows, ascending, without a host sync.
 
     Shape:
@@ -274,8 +274,8 @@ def greedy_search(
         finished_count = int(finished.sum())  # the one host sync per step
         if finished_count == active:
             break
-        if _prune_now(finished_count, active):
-            keep = _kept_rows(finished, active - finished_count)  # (N',)
+        if prune_now(finished_count, active):
+            keep = kept_rows(finished, active - finished_count)  # (N',)
             kept = [t[keep] for t in (sentences, prev_tokens, max_lengths, finished)]
             sentences, prev_tokens, max_lengths, finished = kept
             encoded = encoded.index_select(keep)
@@ -520,9 +520,9 @@ def beam_search(
             break
         # The decoder row each new beam continues, in the (N*R) rows just decoded.
         state_rows = (torch.arange(active, device=device) * rows).unsqueeze(1) + parents  # (N, K)
-        pruned = _prune_now(done_count, active)
+        pruned = prune_now(done_count, active)
         if pruned:
-            keep = _kept_rows(beams.done, active - done_count)  # (N',)
+            keep = kept_rows(beams.done, active - done_count)  # (N',)
             beams, state_rows = beams.prune(keep), state_rows[keep]
             encoded = encoded.index_select(keep)
             segments.append((step + 1, beams.sentences))

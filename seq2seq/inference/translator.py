@@ -342,7 +342,9 @@ class Translator:
         if self.search == "sample" and self.seed is not None:
             generator = torch.Generator(self.device).manual_seed(self.seed)
         with eval_mode(self.model):
-            for batch in self._batches(sources):
+            banks = None if constraints is None else [
+                1 + sum(len(phrase) for phrase in phrases) for phrases in constraints]
+            for batch in self._batches(sources, banks):
                 batch_results = self._search(
                     [sources[i] for i in batch], return_attention=return_attention,
                     prefixes=None if prefixes is None else [list(prefixes[i]) for i in batch],
@@ -395,16 +397,26 @@ class Translator:
             return ids[: self.max_source_length]
         return ids
 
-    def _batches(self, sources: list[np.ndarray]) -> list[list[int]]:
+    def _batches(self, sources: list[np.ndarray],
+                 banks: list[int] | None = None) -> list[list[int]]:
         """Indices of the non-empty sources cut to the token budget (their padded source, EOS
-        included), the batches of the longest first."""
-        order = np.array(sorted((i for i, source in enumerate(sources) if source.size > 0),
-                                key=lambda i: sources[i].size), dtype=np.int64)
-        if order.size == 0:
-            return []
-        costs = np.array([sources[i].size + 1 for i in order], dtype=np.int64)
-        batches = cut_sorted(order, costs, max_tokens=self.max_tokens, max_sentences=order.size)
-        return [batch.tolist() for batch in reversed(batches)]
+        included), the batches of the longest first.
+
+        With ``banks`` (per source, the grid beam search's banks: its constraint pieces + 1),
+        sources are batched only with those of as many banks, since a batch is searched with
+        its largest count for every sentence, and a source costs its padded length times its
+        banks (the rows it takes)."""
+        nonempty = [i for i, source in enumerate(sources) if source.size > 0]
+        groups = {}
+        for i in nonempty:
+            groups.setdefault(1 if banks is None else banks[i], []).append(i)
+        batches = []
+        for count in sorted(groups, reverse=True):
+            order = np.array(sorted(groups[count], key=lambda i: sources[i].size), dtype=np.int64)
+            costs = np.array([(sources[i].size + 1) * count for i in order], dtype=np.int64)
+            cut = cut_sorted(order, costs, max_tokens=self.max_tokens, max_sentences=order.size)
+            batches += [batch.tolist() for batch in reversed(cut)]
+        return batches
 
     def _search(
         self, sources: list[np.ndarray], *, return_attention: bool,
