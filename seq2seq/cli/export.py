@@ -82,10 +82,8 @@ def run(cfg: DictConfig) -> dict:
     except OSError as error:
         fail(f"cannot write {cfg.output}: {error.strerror or error}")
     size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
-    use = (f"ctranslate2.Translator('{cfg.output}')" if cfg.format == "ctranslate2"
-           else f"checkpoint={cfg.output}")
-    log.info("wrote %s (%.1f MB) in %.1fs; decode it with %s", cfg.output, size / 1e6,
-             time.perf_counter() - started, use)
+    log.info("wrote %s (%.1f MB) in %.1fs; decode it with translate.py checkpoint=%s",
+             cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
     return manifest
 
 
