@@ -59,6 +59,7 @@ CASES = {
     "scaled_dot": (ScaledDotScorer, 4, 4),
     "scaled_dot_projected": (partial(ScaledDotScorer, project_keys=True), 6, 4),
     "general": (GeneralScorer, 6, 4),
+    "general_scaled": (partial(GeneralScorer, scale=True), 6, 4),
     "multihead_additive": (
         partial(MultiHeadScorer, heads=2, scorer=partial(AdditiveScorer, hidden_size=3)),
         6,
@@ -119,8 +120,9 @@ def ref_pair(scorer: nn.Module, q: torch.Tensor, k: torch.Tensor, s: int) -> tor
             k = scorer.key_proj.weight @ k
         energy = sum(q[i] * k[i] for i in range(q.numel()))
         return energy / math.sqrt(q.numel()) if isinstance(scorer, ScaledDotScorer) else energy
-    if isinstance(scorer, GeneralScorer):  # q^T W k
-        return q @ (scorer.key_proj.weight @ k)
+    if isinstance(scorer, GeneralScorer):  # q^T W k, / sqrt(d) when scaled
+        energy = q @ (scorer.key_proj.weight @ k)
+        return energy if scorer.scale is None else energy / math.sqrt(q.numel())
     if isinstance(scorer, CosineScorer):  # scale * cos(q, W k)
         wk = scorer.key_proj.weight @ k
         return scorer.scale * (q @ wk) / (q.norm() * wk.norm())
@@ -558,6 +560,25 @@ def test_location_energies_ignore_the_keys():
     torch.testing.assert_close(scorer.score(query, scorer.precompute_keys(-keys)), energies)
 
 
+def test_general_without_scale_is_unchanged_and_with_it_divides_by_sqrt_d():
+    """scale=false (the default, and every config and checkpoint before the option) computes
+    exactly what GeneralScorer computed before; scale=true divides those energies by sqrt(d)."""
+    query, keys, _ = inputs(2, 3, 5, 9, 4)
+    plain = GeneralScorer(query_dim=9, key_dim=4).double()
+    default = GeneralScorer(query_dim=9, key_dim=4, scale=False).double()
+    scaled = GeneralScorer(query_dim=9, key_dim=4, scale=True).double()
+    # The option adds no parameter: one state dict loads into either (old checkpoints too).
+    default.load_state_dict(plain.state_dict())
+    scaled.load_state_dict(plain.state_dict())
+    before = query @ (keys @ plain.key_proj.weight.T).transpose(1, 2)  # the formula until now
+    energies = plain.score(query, plain.precompute_keys(keys))
+    torch.testing.assert_close(energies, before, rtol=0, atol=0)
+    torch.testing.assert_close(default.score(query, default.precompute_keys(keys)), energies,
+                               rtol=0, atol=0)
+    torch.testing.assert_close(scaled.score(query, scaled.precompute_keys(keys)), energies / 3.0)
+    assert plain.scale is None and scaled.scale == 1 / 3
+
+
 def test_scaled_dot_divides_by_dot_product_length():
     assert ScaledDotScorer(query_dim=6, key_dim=4, project_keys=True).scale == 1 / math.sqrt(6)
 
@@ -677,6 +698,8 @@ def test_config_instantiates(file, cls):
     assert context.shape == (2, 3, 16) and weights.shape == (2, 3, 4)
     if cls is MultiHeadScorer:
         assert scorer.num_heads == 4 and isinstance(scorer.inner, AdditiveScorer)
+    if cls is GeneralScorer:
+        assert scorer.scale is None  # Luong's unscaled q^T W k unless scale=true
 
 
 def test_user_scorer_plugs_in_by_target():

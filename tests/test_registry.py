@@ -176,6 +176,25 @@ def test_a_new_checkpoint_has_the_new_version_and_registry_names(tmp_path):
     assert model_from_checkpoint(load_checkpoint(path))[0].decoder.attention is not None
 
 
+def test_a_general_checkpoint_from_before_the_scale_option_loads_as_it_was(tmp_path):
+    """``model.attention.scale`` (general's 1/sqrt(d)) came later: a checkpoint whose config has
+    no such key builds Luong's unscaled scorer, and its weights fit a scaled one too (the option
+    adds no parameter)."""
+    before = copy_model_config(attention="general")
+    assert before["attention"].pop("scale") is False
+    path = make_new_checkpoint(tmp_path / "general.pt", before)
+    model, _, config = model_from_checkpoint(load_checkpoint(path))
+    assert "scale" not in config["model"]["attention"]
+    assert model.decoder.attention.scorer.scale is None
+    scaled_cfg = copy_model_config(attention="general")
+    scaled_cfg["attention"]["scale"] = True
+    tokenizers = copy_tokenizers()
+    scaled = build_model(scaled_cfg, src_vocab_size=tokenizers.src.vocab_size,
+                         tgt_vocab_size=tokenizers.tgt.vocab_size)
+    scaled.load_state_dict(model.state_dict())
+    assert scaled.decoder.attention.scorer.scale == pytest.approx(64 ** -0.5)
+
+
 def test_a_users_class_path_survives_saving_and_loading(tmp_path, monkeypatch):
     model_cfg = copy_model_config()
     model_cfg["attention"]["_target_"] = f"{__name__}.UsersScorer"

@@ -148,29 +148,34 @@ class ScaledDotScorer(DotScorer):
 
 
 class GeneralScorer(Scorer):
-    """General (Luong general, bilinear) attention: e = q^T W k.
+    """General (Luong general, bilinear) attention: e = q^T W k (/ sqrt(d) with ``scale``).
 
     W k depends on the keys only, so :meth:`precompute_keys` computes it once per batch.
+    d = ``query_dim`` is the length of the dot product, as in :class:`ScaledDotScorer`: unscaled,
+    the energies grow with d and the softmax can saturate (Britz et al. 2017).
 
     Args:
         query_dim: Size Dq of the query.
         key_dim: Size Dk of the keys.
+        scale: Divide the energies by sqrt(d); false (Luong's formula) by default.
 
     Shape:
         - precompute_keys: (B, S, Dk) -> (B, S, Dq)
         - score: query (B, T, Dq), keys (B, S, Dq) -> (B, T, S)
     """
 
-    def __init__(self, *, query_dim: int, key_dim: int):
+    def __init__(self, *, query_dim: int, key_dim: int, scale: bool = False):
         super().__init__()
         # No bias: q^T (W k + c) adds q^T c, the same for every position, which softmax ignores.
         self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
+        self.scale = 1.0 / math.sqrt(query_dim) if scale else None
 
     def precompute_keys(self, keys: Tensor) -> Tensor:
         return self.key_proj(keys)  # (B, S, Dq)
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return query @ keys.transpose(1, 2)  # (B, T, Dq) @ (B, Dq, S) -> (B, T, S)
+        energies = query @ keys.transpose(1, 2)  # (B, T, Dq) @ (B, Dq, S) -> (B, T, S)
+        return energies if self.scale is None else energies * self.scale
 
 
 class MultiHeadScorer(Scorer):
