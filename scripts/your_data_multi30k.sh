@@ -60,7 +60,7 @@ train() {
     touch "$run_dir/DONE"
 }
 
-# Chain 1: the baselines (parents), the models from scratch on B, the fine-tuned models.
+# Chain 1: the baselines (parents), then per seed the model from scratch on B and the fine-tuned one.
 chain_finetune() {
     for seed in 1 2; do
         train "baseline.seed$seed" data=files data.train.src="$dir/data/a.de" data.train.tgt="$dir/data/a.en" \
@@ -69,8 +69,6 @@ chain_finetune() {
     for seed in 1 2; do
         train "scratch.seed$seed" data=files data.train.src="$dir/data/b.de" data.train.tgt="$dir/data/b.en" \
             trainer.max_steps="$STEPS_10" trainer.seed="$seed" "$@"
-    done
-    for seed in 1 2; do
         train "finetune.seed$seed" data=files data.train.src="$dir/data/b.de" data.train.tgt="$dir/data/b.en" \
             trainer.init_from="$dir/baseline.seed$seed" trainer.max_steps="$STEPS_10" trainer.seed="$seed" "$@"
     done
