@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train best study study-transformer study-report test lint bench clean
+.PHONY: install data train best study study-transformer study-report test lint bench gpu-check gpu-wheels clean
 
 install: $(VENV)/.installed
 
@@ -55,6 +55,16 @@ study-report: install
 # Two pytest-xdist workers, one per core; worksteal keeps both busy to the end.
 test: install
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal $(ARGS)
+
+# The GPU check (docs/results.md#gpu-check): scripts/gpu_check.sh, at most 8 minutes on one GPU
+# and no network; `make gpu-check ARGS=--dry-run` runs the same steps on the CPU in about a
+# minute. No install: the GPU machine's image brings torch, and `make gpu-wheels` (here, online)
+# the wheels of what it lacks (wheels/).
+gpu-check:
+	PYTHON=$(BIN)/python scripts/gpu_check.sh $(ARGS)
+
+gpu-wheels: install
+	PYTHON=$(BIN)/python scripts/gpu_wheels.sh
 
 lint: install
 	$(BIN)/ruff check .
