@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import math
 import re
@@ -24,9 +25,23 @@ from conftest import (
 
 from seq2seq.cli import compare as compare_cli
 from seq2seq.inference.evaluation import attention_statistics
+from seq2seq.study.labels import short_labels
 from seq2seq.study.records import read_record
-from seq2seq.study.report import mean_std, significance
-from seq2seq.study.runs import discover_runs, group_runs
+from seq2seq.study.report import (
+    GroupRow,
+    csv_text,
+    json_text,
+    markdown_report,
+    mean_std,
+    significance,
+)
+from seq2seq.study.runs import (
+    Run,
+    discover_runs,
+    group_runs,
+    left_out_of_labels,
+    shared_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -69,9 +84,11 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     assert "ASO eps_min vs best" in table
 
     rows = {row.label: row for row in comparison.rows}
-    assert set(rows) == {"model/attention=dot", "model/attention=general"}
+    assert set(rows) == {"dot", "general"}  # what tells them apart
+    assert {row.settings for row in comparison.rows} == {"model/attention=dot",
+                                                         "model/attention=general"}
     assert [rows[label].runs for label in sorted(rows)] == [2, 2]
-    assert rows["model/attention=dot"].failed == 1
+    assert rows["dot"].failed == 1
     assert [f["run"] for f in comparison.failed] == [str(sweep / "9")]
     assert "no checkpoints/best.pt" in comparison.failed[0]["reason"]
     assert f"failed: {sweep / '9'}" in table
@@ -202,8 +219,9 @@ def test_runs_are_grouped_by_differing_keys_without_the_seed(tmp_path):
     keys, groups = group_runs(runs)
     assert keys == ["model.attention._target_"]
     # Class paths as runs before checkpoint format 2 recorded them read as registry names.
-    assert [g.label for g in groups] == ["model.attention._target_=dot",
-                                        "model.attention._target_=general"]
+    assert [g.settings for g in groups] == ["model.attention._target_=dot",
+                                           "model.attention._target_=general"]
+    assert [g.label for g in groups] == ["dot", "general"]
     assert [len(g.ok_runs) for g in groups] == [2, 1]
     assert [r.path.name for r in groups[1].failed_runs] == ["3"]
 
@@ -237,15 +255,16 @@ def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):
     runs = [run(0, "dot", "softmax", 1), run(1, "dot", "softmax", 2),
             run(2, "general", "softmax", 1), run(3, "dot", "sparsemax", 1)]
     _, groups = group_runs(runs)
-    assert [g.label for g in groups] == [
+    assert [g.settings for g in groups] == [
         "model/attention=dot, model.attention.normalizer=softmax",
         "model/attention=general, model.attention.normalizer=softmax",
         "model/attention=dot, model.attention.normalizer=sparsemax",
     ]
+    assert [g.label for g in groups] == ["dot", "general", "dot + sparsemax"]
     assert [len(g.runs) for g in groups] == [2, 1, 1]
     # Without the extra key, the choice alone names the groups (its _target_ is implied).
     _, groups = group_runs(runs[:3])
-    assert [g.label for g in groups] == ["model/attention=dot", "model/attention=general"]
+    assert [g.settings for g in groups] == ["model/attention=dot", "model/attention=general"]
 
 
 def test_what_an_experiment_preset_fixes_is_left_out_of_the_label(tmp_path):
@@ -262,15 +281,18 @@ def test_what_an_experiment_preset_fixes_is_left_out_of_the_label(tmp_path):
             run(2, "transformer", "additive", "transformer")]
     keys, groups = group_runs(runs)
     assert "model/decoder" in keys  # still a grouping key: only the label leaves it out
-    assert [g.label for g in groups] == ["experiment=rnn, model/attention=dot",
-                                        "experiment=rnn, model/attention=additive",
-                                        "experiment=transformer, model/attention=additive"]
+    assert [g.settings for g in groups] == ["experiment=rnn, model/attention=dot",
+                                           "experiment=rnn, model/attention=additive",
+                                           "experiment=transformer, model/attention=additive"]
+    assert [g.label for g in groups] == ["dot", "additive", "transformer + additive"]
     # Crossed choices fix neither: both are shown.
     crossed = [run(0, "rnn", "dot", "luong"), run(1, "rnn", "dot", "bahdanau"),
                run(2, "transformer", "dot", "luong")]
-    assert [g.label for g in group_runs(crossed)[1]] == [
+    assert [g.settings for g in group_runs(crossed)[1]] == [
         "experiment=rnn, model/decoder=luong", "experiment=rnn, model/decoder=bahdanau",
         "experiment=transformer, model/decoder=luong"]
+    assert [g.label for g in group_runs(crossed)[1]] == [
+        "luong", "bahdanau", "transformer + luong"]
 
 
 def test_labels_of_null_and_top_level_choices_and_of_runs_without_choices(tmp_path):
@@ -288,21 +310,159 @@ def test_labels_of_null_and_top_level_choices_and_of_runs_without_choices(tmp_pa
             run(1, **rnn, **{"model.attention.normalizer": "sparsemax"}),
             run(2, **{"model/decoder": "transformer", "model.decoder._target_": "Transformer",
                       "model/attention": None})]
-    assert [g.label for g in group_runs(runs)[1]] == [
+    assert [g.settings for g in group_runs(runs)[1]] == [
         "model/attention=dot, model/decoder=luong, model.attention.normalizer=softmax",
         "model/attention=dot, model/decoder=luong, model.attention.normalizer=sparsemax",
         "model/attention=null, model/decoder=transformer"]
+    # dot and luong are what most groups share; null is no scorer: each says the rest.
+    assert [g.label for g in group_runs(runs)[1]] == ["softmax", "sparsemax", "transformer"]
     # A top-level choice (recorded as "optimizer/") implies the keys under its node.
     runs = [run(0, **{"optimizer/": "adam", "optimizer._target_": "Adam"}),
             run(1, **{"optimizer/": "adamw", "optimizer._target_": "AdamW"})]
-    assert [g.label for g in group_runs(runs)[1]] == ["optimizer=adam", "optimizer=adamw"]
+    assert [g.settings for g in group_runs(runs)[1]] == ["optimizer=adam", "optimizer=adamw"]
+    assert [g.label for g in group_runs(runs)[1]] == ["adam", "adamw"]
     # Runs that recorded no choices keep the keys that tell them apart.
     runs = [run(0, **{"experiment/": "rnn", "optimizer.lr": 1}),
             run(1, **{"experiment/": "transformer", "optimizer.lr": 2}),
             run(2, **{"optimizer.lr": 4}), run(3, **{"optimizer.lr": 3})]
-    assert [g.label for g in group_runs(runs)[1]] == [
+    assert [g.settings for g in group_runs(runs)[1]] == [
         "experiment=rnn, optimizer.lr=1", "experiment=transformer, optimizer.lr=2",
         "experiment=-, optimizer.lr=4", "experiment=-, optimizer.lr=3"]
+    # A number keeps its key; no experiment is no name to show.
+    assert [g.label for g in group_runs(runs)[1]] == [
+        "rnn + lr=1", "transformer + lr=2", "lr=4", "lr=3"]
+
+
+def study_run(path: Path, seed: int, **config) -> Run:
+    """A run of the attention study's kind: the RNN preset and a scorer unless told otherwise."""
+    choices = {"experiment/": "multi30k_luong_fast", "data/": "multi30k",
+               "model/attention": "additive", "trainer.max_steps": 4000}
+    config = {**choices, **config, "trainer.seed": seed}
+    if config["model/attention"] is not None:
+        config.setdefault("model.attention._target_", config["model/attention"])
+        config.setdefault("model.attention.normalizer", "softmax")
+    return Run(path=path / f"{len(list(path.glob('*')))}-{seed}", config=config, checkpoint=None)
+
+
+def test_short_labels_show_what_differs_and_the_settings_keep_the_rest(tmp_path):
+    """A label keeps only what tells its group from the others; what most groups share is said
+    once (left_out_of_labels), and the settings in full stay with each group."""
+    runs = []
+    for attention, normalizer in [("additive", "softmax"), ("scaled_dot", "softmax"),
+                                  ("scaled_dot", "sparsemax"), ("dot", "softmax")]:
+        for seed in (1, 2):
+            run = study_run(tmp_path, seed, **{"model/attention": attention,
+                                               "model.attention.normalizer": normalizer})
+            runs.append(run)
+            tmp_path.joinpath(run.path.name).mkdir()
+    transformer = {"experiment/": "multi30k_transformer", "model/attention": None,
+                   "model.decoder._target_": "transformer"}
+    runs += [study_run(tmp_path, seed, **transformer) for seed in (1, 2)]
+    _, groups = group_runs(runs)
+    # Two keys differ among the RNN groups, the preset between them and the Transformer.
+    assert [g.label for g in groups] == ["additive", "scaled_dot", "scaled_dot + sparsemax",
+                                        "dot", "transformer"]
+    assert [len(g.runs) for g in groups] == [2] * 5
+    assert groups[2].settings == ("experiment=multi30k_luong_fast, model/attention=scaled_dot, "
+                                  "model.attention.normalizer=sparsemax")
+    assert groups[4].settings == "experiment=multi30k_transformer, model/attention=null"
+    assert left_out_of_labels(groups) == {"experiment/": "multi30k_luong_fast",
+                                          "model.attention.normalizer": "softmax"}
+    shared = shared_settings(runs)
+    assert shared == {"data/": "multi30k", "trainer.max_steps": 4000}
+
+    # One key: its values alone.
+    _, groups = group_runs(runs[:2] + runs[6:8])
+    assert [g.label for g in groups] == ["additive", "dot"]
+    assert left_out_of_labels(groups) == {}
+    # A key one group has and the others lack: shown where it is, nowhere else.
+    extra = [study_run(tmp_path, 1, **{"model/attention": name}) for name in ("dot", "general")]
+    extra.append(study_run(tmp_path, 1, **{"model/attention": "general",
+                                           "model.attention.scorer_bias": "zero"}))
+    assert [g.label for g in group_runs(extra)[1]] == ["dot", "general", "general + zero"]
+    # Runs that differ only by seed: one group, nothing to tell apart.
+    _, groups = group_runs(runs[:2])
+    assert [(g.label, g.settings) for g in groups] == [("all", "all")]
+
+
+def test_short_labels_of_equal_or_ambiguous_settings():
+    # Identical settings (which no grouping makes, but the helper takes): the full text, alike.
+    same = {"model/attention": "dot", "model.attention.normalizer": "softmax"}
+    full = "model/attention=dot, model.attention.normalizer=softmax"
+    assert short_labels([same, dict(same)]) == ([full, full], {})
+    # A name two keys share keeps its key; a number or a flag always does.
+    labels, left_out = short_labels([
+        {"model/encoder": "transformer", "model/decoder": "luong", "optimizer.lr": 1},
+        {"model/encoder": "rnn", "model/decoder": "transformer", "optimizer.lr": 2},
+        {"model/encoder": "rnn", "model/decoder": "luong", "trainer.compile": True}])
+    assert labels == ["encoder=transformer + lr=1", "decoder=transformer + lr=2",
+                      "compile=true"]
+    assert left_out == {"model/encoder": "rnn", "model/decoder": "luong"}
+    # A prefix every name of one key shares, to an underscore, is left out.
+    assert short_labels([{"experiment/": "multi30k_luong_fast"},
+                         {"experiment/": "multi30k_transformer"}])[0] == [
+        "luong_fast", "transformer"]
+
+
+def test_general_with_scale_false_joins_the_runs_from_before_the_option(tmp_path):
+    """model.attention.scale=false is what general computed before the option existed: such a
+    run (a sixth seed) joins the ones recorded without the key; scale=true is its own group."""
+    def recorded(attention: str, seed: int) -> Run:
+        return Run(path=tmp_path / f"{attention}-{seed}", checkpoint=None, config={
+            "model/attention": attention, "model.attention._target_": attention,
+            "model.attention.normalizer": "softmax", "trainer.seed": seed})
+
+    def trained(name: str, seed: int, scale: bool) -> Path:
+        folder = tmp_path / name
+        (folder / ".hydra").mkdir(parents=True)
+        config = {"model": {"attention": {"_target_": "general", "scale": scale,
+                                          "normalizer": "softmax"}}, "trainer": {"seed": seed}}
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(
+            {"hydra": {"runtime": {"choices": {"model/attention": "general"}}}}))
+        return folder
+
+    runs = [recorded("general", 1), recorded("general", 2), recorded("additive", 1),
+            *discover_runs([str(trained("sixth", 6, False)), str(trained("scaled", 1, True))])]
+    sixth = next(run for run in runs if run.path.name == "sixth")
+    assert "model.attention.scale" not in sixth.config  # false: as before the option
+    _, groups = group_runs(runs)
+    assert [(g.label, len(g.runs)) for g in groups] == [
+        ("general", 3), ("additive", 1), ("general + scale=true", 1)]
+    assert sixth in groups[0].runs
+    assert groups[2].settings == "model/attention=general, model.attention.scale=true"
+
+
+def test_the_report_says_what_the_labels_leave_out_and_lists_the_settings():
+    rows = [GroupRow(label=label, runs=5, failed=0, seeds=[1, 2, 3, 4, 5], parameters=10,
+                     tokens_per_second=1.0, steps=4000, bleu=(37.9, 0.5), chrf=(57.1, 0.4),
+                     sentences_per_second=60.0, attention_entropy=1.0,
+                     attention_max_weight=0.5, attention_backward_moves=0.1,
+                     attention_coverage=0.8, settings=settings)
+            for label, settings in [
+                ("additive", "experiment=multi30k_luong_fast, model/attention=additive, "
+                             "model.attention.normalizer=softmax"),
+                ("transformer", "experiment=multi30k_transformer, model/attention=null")]]
+    meta = {"split": "test", "beam_size": 5, "runs": 10, "differing_keys": ["experiment/"],
+            "shared_settings": {"data/": "multi30k", "trainer/": "default",
+                                "trainer.max_steps": 4000},
+            "left_out_of_labels": {"experiment/": "multi30k_luong_fast",
+                                   "model.attention.normalizer": "softmax"}}
+    text = markdown_report(rows, [], meta)
+    before_table = text.split("| group |")[0]
+    assert "Every group: data=multi30k, trainer=default." in before_table
+    assert "1 more settings every run shares (config keys) are in comparison.json's " \
+        "`shared_settings`." in before_table
+    assert ("Unless its label says otherwise (or it lacks the setting): "
+            "experiment=multi30k_luong_fast, model.attention.normalizer=softmax.") in before_table
+    assert "| additive | 5 |" in text
+    legend = text.split("## The groups")[1]
+    assert ("| transformer | experiment=multi30k_transformer, model/attention=null |"
+            in legend)
+    document = json.loads(json_text(rows, [], meta))
+    assert [g["settings"] for g in document["groups"]] == [row.settings for row in rows]
+    assert document["left_out_of_labels"]["model.attention.normalizer"] == "softmax"
+    assert list(csv.DictReader(io.StringIO(csv_text(rows))))[1]["settings"] == rows[1].settings
 
 
 def test_a_run_cut_off_before_the_end_of_its_budget_is_not_complete(tiny_train_config, tmp_path):

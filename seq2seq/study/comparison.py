@@ -24,7 +24,14 @@ from seq2seq.study.report import (
     significance,
     summarize,
 )
-from seq2seq.study.runs import Group, StudyError, discover_runs, group_runs
+from seq2seq.study.runs import (
+    Group,
+    StudyError,
+    discover_runs,
+    group_runs,
+    left_out_of_labels,
+    shared_settings,
+)
 from seq2seq.study.scoring import ScoringOptions, score_run, settings_key
 from seq2seq.study.seed_significance import (
     DEFAULT_ITERATIONS,
@@ -155,7 +162,8 @@ def compare(
               for group in groups for run in group.failed_runs]
     output = Path(output_dir) if output_dir else common_parent([r.path for r in runs])
     meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
-            "differing_keys": keys, "significance_test": description,
+            "differing_keys": keys, "shared_settings": shared_settings(runs),
+            "left_out_of_labels": left_out_of_labels(groups), "significance_test": description,
             "seed_significance": asdict(seed_test) if seed_test else None,
             "length_buckets": length_rows, "positions": position_rows,
             "faithfulness": probe_rows, "options": asdict(options)}

@@ -28,6 +28,7 @@ from typing import Any
 
 from seq2seq.inference.evaluation import COVERAGE_THRESHOLD
 from seq2seq.study import markdown
+from seq2seq.study.labels import value_text
 from seq2seq.study.logs import TrainingLog
 from seq2seq.study.runs import Group
 
@@ -44,7 +45,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 @dataclass
 class GroupRow:
-    """The numbers of one group (see :func:`summarize`)."""
+    """The numbers of one group (see :func:`summarize`); ``label`` is its short label,
+    ``settings`` what names it in full."""
 
     label: str
     runs: int
@@ -65,6 +67,7 @@ class GroupRow:
     aso_provisional: bool = False
     best: bool = False
     per_run: list[dict[str, Any]] = field(default_factory=list)
+    settings: str = ""
 
 
 def summarize(
@@ -99,7 +102,7 @@ def summarize(
         attention_entropy=avg("attention_entropy"),
         attention_max_weight=avg("attention_max_weight"),
         attention_backward_moves=avg("attention_backward_moves"),
-        attention_coverage=avg("attention_coverage"), per_run=per_run,
+        attention_coverage=avg("attention_coverage"), per_run=per_run, settings=group.settings,
     )
 
 
@@ -191,7 +194,7 @@ def _plain(value: Any) -> Any:
 
 def row_dict(row: GroupRow) -> dict[str, Any]:
     return {
-        "group": row.label, "runs": row.runs, "failed": row.failed, "seeds": row.seeds,
+        "group": row.label, "settings": row.settings, "runs": row.runs, "failed": row.failed, "seeds": row.seeds,
         "parameters": row.parameters, "train_tokens_per_second": row.tokens_per_second,
         "steps": row.steps, "bleu_mean": row.bleu[0], "bleu_std": row.bleu[1],
         "chrf_mean": row.chrf[0], "chrf_std": row.chrf[1],
@@ -224,12 +227,44 @@ def json_text(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
     return json.dumps(_plain(document), indent=2) + "\n"
 
 
+def _setting(key: str, value: Any) -> str:
+    return f"{key.rstrip('/')}={value_text(value)}"
+
+
+def labels_note(meta: Mapping[str, Any]) -> list[str]:
+    """What the short labels leave out, said once above the table: the choices every group
+    shares, and the values most share (``experiment=multi30k_luong_fast``)."""
+    shared = meta.get("shared_settings") or {}
+    choices = [_setting(k, v) for k, v in shared.items() if "/" in k]
+    left_out = [_setting(k, v) for k, v in (meta.get("left_out_of_labels") or {}).items()]
+    text = ("Each group is labelled by what tells it from the others; its settings in full are "
+            "under [The groups](#the-groups).")
+    if choices:
+        text += f" Every group: {', '.join(choices)}."
+    others = len(shared) - len(choices)
+    if others:
+        text += (f" {others} more settings every run shares (config keys) are in "
+                 "comparison.json's `shared_settings`.")
+    if left_out:
+        text += f" Unless its label says otherwise (or it lacks the setting): {', '.join(left_out)}."
+    return [text, ""]
+
+
+def groups_section(rows: Sequence[GroupRow]) -> list[str]:
+    """Each group's label beside the settings that name it in full."""
+    return markdown.section(
+        "The groups", "Each label, and the differing settings of its runs in full "
+        "(the seed left out):", ["group", "settings"],
+        ([row.label, row.settings] for row in rows))
+
+
 def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]],
                     meta: Mapping[str, Any], plots: Sequence[str] = (),
                     sections: Sequence[str] = ()) -> str:
     lines = [f"# Comparison: {meta.get('split')} split, beam {meta.get('beam_size')}", "",
              f"Runs: {meta.get('runs')}; differing keys: "
              f"{', '.join(meta.get('differing_keys') or []) or 'none'} (seed left out).", "",
+             *labels_note(meta),
              markdown_table(rows), "",
              "BLEU/chrF: mean ± sample standard deviation over seeds (sacreBLEU defaults). "
              "attn entropy: mean entropy (nats) of a target step's attention; attn max weight: "
@@ -239,7 +274,8 @@ def markdown_report(rows: Sequence[GroupRow], failed: Sequence[Mapping[str, Any]
              f"steps reaches {COVERAGE_THRESHOLD} (1 = every piece attended). "
              "ASO eps_min vs best: significance over seeds (next section). "
              f"p vs best (sentences): {meta.get('significance_test')}; a sentence-level test "
-             "that ignores how much a group moves between seeds.", "", *sections]
+             "that ignores how much a group moves between seeds.", "", *sections,
+             *groups_section(rows)]
     if failed:
         lines += ["## Failed runs", ""]
         lines += [f"- `{f['run']}` ({f['group']}): {f['reason']}" for f in failed]

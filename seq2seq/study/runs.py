@@ -11,7 +11,7 @@ folder: it counts as a complete run, with its scores.
 Runs are compared on their flattened configs (dotted keys) plus Hydra's group choices
 (``model/attention: dot``, from ``.hydra/hydra.yaml``) where present. The keys whose values
 differ between runs, less the seed, define the groups; runs that differ only by seed form one
-group.
+group, labelled by what tells it from the others (:mod:`seq2seq.study.labels`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ from typing import Any
 import yaml
 
 from seq2seq.models import registry
+from seq2seq.study.labels import EXPERIMENT_CHOICE, MISSING, settings_text, short_labels
 from seq2seq.study.records import Record, is_record, read_record
 
 SEED_KEY = "trainer.seed"
-EXPERIMENT_CHOICE = "experiment/"  # the preset group, recorded like the other choices
-MISSING = "-"  # shown for a key a run's config does not have
+# Options a built-in class gained after runs were recorded, with the value that computes what
+# those runs computed: a run that sets it to that value reads as one without the key, so the
+# runs of one setting before and after the option stay one group (general's 1/sqrt(d)).
+ADDED_OPTIONS: dict[str, dict[str, Any]] = {"general": {"scale": False}}
 
 
 class StudyError(Exception):
@@ -67,11 +70,26 @@ class Run:
 
 @dataclass
 class Group:
-    """Runs that share every differing key except the seed."""
+    """Runs that share every differing key except the seed.
+
+    Attributes:
+        key: the group's values of the differing config keys.
+        label: the short label, what tells the group from the others (``scaled_dot +
+            sparsemax``).
+        runs: its runs.
+        values: the differing choices and keys that name it, with its values.
+    """
 
     key: tuple[tuple[str, Any], ...]
     label: str
     runs: list[Run] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> str:
+        """The settings that name the group in full (``experiment=multi30k_luong_fast,
+        model/attention=scaled_dot, model.attention.normalizer=sparsemax``)."""
+        return settings_text(self.values)
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -94,6 +112,18 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(node, list):
         return {prefix[:-1]: _hashable(node)}
     return {prefix[:-1]: node}
+
+
+def without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` without the options of :data:`ADDED_OPTIONS` that are set to the value the runs
+    before them computed with (a multi-head scorer's inner scorer included)."""
+    for key, value in list(flat.items()):
+        if key.endswith("._target_") and isinstance(value, str) and value in ADDED_OPTIONS:
+            node = key.removesuffix("_target_")
+            for option, default in ADDED_OPTIONS[value].items():
+                if node + option in flat and repr(flat[node + option]) == repr(default):
+                    del flat[node + option]
+    return flat
 
 
 def _hashable(value: Any) -> Any:
@@ -133,7 +163,7 @@ def read_run(folder: Path) -> Run:
     config = _read_config(config_path)
     if not isinstance(config, Mapping):
         return Run(folder, {}, None, failure=f"{config_path} holds no config")
-    flat = flatten(registry.upgrade_config(dict(config), 1))  # old runs beside new ones
+    flat = without_added_defaults(flatten(registry.upgrade_config(dict(config), 1)))  # old runs
     hydra_path = folder / ".hydra" / "hydra.yaml"
     if hydra_path.is_file():
         try:
@@ -252,8 +282,9 @@ def _read_found(path: Path) -> Run:
         record = read_record(path)
     except ValueError as error:
         return Run(path, {}, None, failure=str(error))
-    config = {key: _hashable(registry.name_of_v1_target(value) if key.endswith("._target_")
-                              else value) for key, value in record.config.items()}
+    config = without_added_defaults({
+        key: _hashable(registry.name_of_v1_target(value) if key.endswith("._target_") else value)
+        for key, value in record.config.items()})
     return Run(path, config, None, recorded=record)
 
 
@@ -281,16 +312,6 @@ def differing_keys(runs: Iterable[Run]) -> list[str]:
         if len({repr(run.config.get(key, MISSING)) for run in among}) > 1:
             differing.append(key)
     return differing
-
-
-def _short(value: Any) -> str:
-    if value is None:
-        return "null"  # as Hydra spells it (model/attention=null: no scorer)
-    text = str(value)
-    if "." in text and " " not in text and text.split(".")[0].isidentifier() and \
-            text.rsplit(".", 1)[-1][:1].isupper():
-        return text.rsplit(".", 1)[-1]  # a _target_ class path: its class name
-    return text
 
 
 def choice_node(choice: str) -> str:
@@ -332,8 +353,9 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
     """Group runs by every differing config key but the seed.
 
     The groups are made from config keys alone (a choice is seen through the values it sets);
-    the labels show the differing group choices where the runs recorded them, and the config
-    keys those do not imply.
+    their settings are the differing group choices where the runs recorded them, and the config
+    keys those do not imply; their labels, what of those tells them apart
+    (:func:`seq2seq.study.labels.short_labels`).
 
     Returns:
         ``(keys, groups)``: the differing keys (seed excluded, choices included) and the
@@ -356,6 +378,22 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
                   if is_choice(c) and c != EXPERIMENT_CHOICE and v is None]
         values = {k: labelled.config.get(k, MISSING) for k in shown
                   if not any(k.startswith(node) for node in absent)}
-        label = ", ".join(f"{k.rstrip('/')}={_short(v)}" for k, v in values.items()) or "all"
-        groups.append(Group(key=key, label=label, runs=group_runs_))
+        groups.append(Group(key=key, label="", runs=group_runs_, values=values))
+    labels, _ = short_labels([group.values for group in groups])
+    for group, label in zip(groups, labels, strict=True):
+        group.label = label
     return keys, groups
+
+
+def left_out_of_labels(groups: Sequence[Group]) -> dict[str, Any]:
+    """The values most groups share, which their labels leave out (key -> value)."""
+    return short_labels([group.values for group in groups])[1]
+
+
+def shared_settings(runs: Iterable[Run]) -> dict[str, Any]:
+    """The choices and config keys every run with a readable config has, with one value."""
+    configs = [run.config for run in runs if run.config]
+    if not configs:
+        return {}
+    return {key: value for key, value in sorted(configs[0].items())
+            if all(key in c and repr(c[key]) == repr(value) for c in configs[1:])}
