@@ -38,6 +38,7 @@ from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.search import (
     Hypothesis,
     check_beam_options,
+    finish_step,
     forced_tokens,
     in_autocast_dtype,
     kept_rows,
@@ -151,15 +152,9 @@ class Grid(NamedTuple):
         inside = inside.masked_fill(complete, -1)
         position = position.masked_fill(complete, 0)
 
-        nbest = self.best_finished.size(1)
-        finished_count = self.finished_count + finalize.sum(dim=1)
-        best_finished = torch.cat([self.best_finished, finished_scores], 1).topk(nbest, dim=1).values
-        length_penalty_next = length_penalty_factor(step + 2.0, self.length_penalty)
-        bound = scores.max(dim=1).values / torch.clamp(self.max_length_penalty,
-                                                       min=length_penalty_next)
-        cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
-        done = (self.done | (finished_count >= beam_size) | cannot_improve
-                | (self.max_lengths <= step))
+        finished_count, best_finished, done = finish_step(
+            self, step, finalize=finalize, scores=finished_scores, live_scores=scores,
+            beam_size=beam_size)
         return self._replace(tokens=tokens, scores=scores, met=met, inside=inside,
                              position=position, done=done, finished_count=finished_count,
                              best_finished=best_finished)

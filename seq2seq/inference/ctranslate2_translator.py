@@ -65,7 +65,13 @@ from seq2seq.data.corpus import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_ID, EOS_PIECE, PAD_PIECE, UNK_ID
 from seq2seq.inference.sampling import Sampling
 from seq2seq.inference.search import Hypothesis, check_beam_options, length_penalty_factor
-from seq2seq.inference.translator import SEARCHES, Translation, check_quantize_mode
+from seq2seq.inference.translator import (
+    SEARCHES,
+    Translation,
+    check_quantize_mode,
+    encode_targets,
+    to_translations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -478,16 +484,8 @@ class CTranslate2Translator:
 
     # -- text -----------------------------------------------------------------------------
     def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
-        """Target piece ids of each text, refusing one the model cannot write (a piece that
-        encodes to <unk>): ``what`` names it in the one-line error."""
-        encoded = self.tokenizers.tgt.encode(list(texts)) if texts else []
-        for text, ids in zip(texts, encoded, strict=True):
-            if not ids and what != "prefix":
-                raise ValueError(f"{what} {text!r} is empty")
-            if UNK_ID in ids:
-                raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
-                                 "lacks: it cannot be produced")
-        return [list(ids) for ids in encoded]
+        """Target piece ids of each text (:func:`~seq2seq.inference.translator.encode_targets`)."""
+        return encode_targets(self.tokenizers.tgt, texts, what)
 
     def translate(
         self, sentences: Sequence[str], *, return_attention: bool = True,
@@ -509,13 +507,7 @@ class CTranslate2Translator:
         results = self.translate_ids(
             src_ids, return_attention=return_attention, progress=progress,
             prefixes=None if prefixes is None else self.target_ids(prefixes, "prefix"))
-        texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
-        translations = []
-        for ids, n_best in zip(src_ids, results, strict=True):
-            source_pieces = self.tokenizers.src.pieces(ids[: self.max_source_length].tolist())
-            translations.append([
-                Translation(text=next(texts), score=hypothesis.score, source_pieces=source_pieces,
-                            target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
-                            attention=hypothesis.attention if return_attention else None)
-                for hypothesis in n_best])
-        return translations
+        if not return_attention:
+            results = [[h._replace(attention=None) for h in n_best] for n_best in results]
+        return to_translations(self.tokenizers, src_ids, results, [None] * len(results),
+                               max_source_length=self.max_source_length)

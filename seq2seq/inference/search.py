@@ -337,6 +337,28 @@ def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, index
 
 
+def finish_step(beams, step: int, *, finalize: Tensor, scores: Tensor, live_scores: Tensor,
+                beam_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A step's finished hypotheses added to ``beams``' (a :class:`Beams` or a grid search's,
+    with the same bookkeeping fields): the new ``finished_count`` and ``best_finished``, and
+    which sentences are ``done`` now (the rules of :func:`beam_search`).
+
+    Shape:
+        - finalize, scores: (N, K) the hypotheses finished at ``step`` and their scores
+        - live_scores: (N, R) the live hypotheses' summed log-probabilities
+    """
+    nbest = beams.best_finished.size(1)
+    finished_count = beams.finished_count + finalize.sum(dim=1)
+    best_finished = torch.cat([beams.best_finished, scores], dim=1).topk(nbest, dim=1).values
+    next_penalty = length_penalty_factor(step + 2.0, beams.length_penalty)
+    bound = live_scores.max(dim=1).values / torch.clamp(beams.max_length_penalty,
+                                                         min=next_penalty)
+    cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
+    done = (beams.done | (finished_count >= beam_size) | cannot_improve
+            | (beams.max_lengths <= step))
+    return finished_count, best_finished, done
+
+
 class Beams(NamedTuple):
     """The sentences a beam search still decodes, one row each (N of them, N shrinking from B as
     sentences leave), with their beams' and finished hypotheses' bookkeeping.
@@ -384,16 +406,9 @@ class Beams(NamedTuple):
         """After ``step``: the hypotheses ``finalize`` finished with ``scores`` (N, K), the live
         beams' new ``tokens`` and ``live_scores`` (N, K), and which sentences are done now (see
         :func:`beam_search` for the rules and the bound)."""
-        beam_size = tokens.size(1)
-        nbest = self.best_finished.size(1)
-        finished_count = self.finished_count + finalize.sum(dim=1)
-        best_finished = torch.cat([self.best_finished, scores], dim=1).topk(nbest, dim=1).values
-        next_penalty = length_penalty_factor(step + 2.0, self.length_penalty)
-        bound = live_scores.max(dim=1).values / torch.clamp(self.max_length_penalty,
-                                                             min=next_penalty)
-        cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
-        done = (self.done | (finished_count >= beam_size) | cannot_improve
-                | (self.max_lengths <= step))
+        finished_count, best_finished, done = finish_step(
+            self, step, finalize=finalize, scores=scores, live_scores=live_scores,
+            beam_size=tokens.size(1))
         return self._replace(tokens=tokens, scores=live_scores, done=done,
                              finished_count=finished_count, best_finished=best_finished)
 

@@ -467,16 +467,8 @@ class Translator:
 
     # -- text -----------------------------------------------------------------------------
     def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
-        """Target piece ids of each text, refusing one the model cannot write (a piece that
-        encodes to <unk>): ``what`` names it in the one-line error."""
-        encoded = self.tokenizers.tgt.encode(list(texts)) if texts else []
-        for text, ids in zip(texts, encoded, strict=True):
-            if not ids and what != "prefix":
-                raise ValueError(f"{what} {text!r} is empty")
-            if UNK_ID in ids:
-                raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
-                                 "lacks: it cannot be produced")
-        return [list(ids) for ids in encoded]
+        """Target piece ids of each text (:func:`encode_targets`)."""
+        return encode_targets(self.tokenizers.tgt, texts, what)
 
     def translate(
         self, sentences: Sequence[str], *, return_attention: bool = True,
@@ -515,22 +507,38 @@ class Translator:
         )
         heads = (self._attention_heads(src_ids, results) if attention_heads
                  else [None] * len(results))
-        # Detokenize every hypothesis in one sentencepiece call.
-        texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
-        translations = []
-        for ids, n_best, best_heads in zip(src_ids, results, heads, strict=True):
-            source_pieces = self.tokenizers.src.pieces(ids[: self.max_source_length].tolist())
-            translations.append(
-                [
-                    Translation(
-                        text=next(texts),
-                        score=hypothesis.score,
-                        source_pieces=source_pieces,
-                        target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
+        return to_translations(self.tokenizers, src_ids, results, heads,
+                               max_source_length=self.max_source_length)
+
+
+def encode_targets(tokenizer, texts: Sequence[str], what: str) -> list[list[int]]:
+    """Target piece ids of each text, refusing one the model cannot write (a piece that
+    encodes to <unk>): ``what`` names it in the one-line error (an empty text is refused
+    unless it is a prefix)."""
+    encoded = tokenizer.encode(list(texts)) if texts else []
+    for text, ids in zip(texts, encoded, strict=True):
+        if not ids and what != "prefix":
+            raise ValueError(f"{what} {text!r} is empty")
+        if UNK_ID in ids:
+            raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
+                             "lacks: it cannot be produced")
+    return [list(ids) for ids in encoded]
+
+
+def to_translations(tokenizers, src_ids: Sequence[np.ndarray],
+                    results: Sequence[Sequence[Hypothesis]],
+                    heads: Sequence[Tensor | None], *,
+                    max_source_length: int) -> list[list[Translation]]:
+    """Each sentence's hypotheses as :class:`Translation` s (the best one with ``heads``),
+    every hypothesis detokenized in one sentencepiece call."""
+    texts = iter(tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
+    translations = []
+    for ids, n_best, best_heads in zip(src_ids, results, heads, strict=True):
+        source_pieces = tokenizers.src.pieces(ids[:max_source_length].tolist())
+        translations.append([
+            Translation(text=next(texts), score=hypothesis.score, source_pieces=source_pieces,
+                        target_pieces=tokenizers.tgt.pieces(hypothesis.tokens),
                         attention=hypothesis.attention,
-                        attention_heads=best_heads if rank == 0 else None,
-                    )
-                    for rank, hypothesis in enumerate(n_best)
-                ]
-            )
-        return translations
+                        attention_heads=best_heads if rank == 0 else None)
+            for rank, hypothesis in enumerate(n_best)])
+    return translations
