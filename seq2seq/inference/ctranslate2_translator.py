@@ -64,11 +64,11 @@ from seq2seq.data.batching import cut_sorted
 from seq2seq.data.corpus import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_ID, EOS_PIECE, PAD_PIECE, UNK_ID
 from seq2seq.inference.sampling import Sampling
-from seq2seq.inference.search import Hypothesis, check_beam_options, length_penalty_factor
+from seq2seq.inference.search import Hypothesis, length_penalty_factor
 from seq2seq.inference.translator import (
-    SEARCHES,
     Translation,
     check_quantize_mode,
+    check_translator_options,
     encode_targets,
     to_translations,
 )
@@ -192,15 +192,8 @@ class CTranslate2Translator:
         seed: int | None = None,
         num_threads: int | None = None,
     ) -> None:
-        if search not in SEARCHES:
-            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
-        check_beam_options(beam_size, nbest if search == "beam" else 1)
-        if nbest < 1:
-            raise ValueError(f"nbest must be at least 1, got {nbest}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        if max_source_length < 1:
-            raise ValueError(f"max_source_length must be positive, got {max_source_length}")
+        check_translator_options(search=search, beam_size=beam_size, nbest=nbest,
+                                 max_tokens=max_tokens, max_source_length=max_source_length)
         self.sampling = CTranslate2Sampling(temperature=temperature, top_k=top_k, top_p=top_p,
                                             epsilon=epsilon).check()
         self.device = self._cpu(device)

@@ -175,20 +175,12 @@ class Translator:
         epsilon: float = 0.0,
         seed: int | None = None,
     ) -> None:
-        if search not in SEARCHES:
-            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
-        # Sampling draws nbest samples whatever the beam: only beam search bounds nbest by it.
-        check_beam_options(beam_size, nbest if search == "beam" else 1)
-        if nbest < 1:
-            raise ValueError(f"nbest must be at least 1, got {nbest}")
+        check_translator_options(search=search, beam_size=beam_size, nbest=nbest,
+                                 max_tokens=max_tokens, max_source_length=max_source_length)
         self.search = search
         self.sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p,
                                  epsilon=epsilon).check()
         self.seed = seed
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        if max_source_length < 1:
-            raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.tokenizers = tokenizers
         self.device = select_device(device)
         self.quantize = check_quantize_mode(quantize)
@@ -542,3 +534,18 @@ def to_translations(tokenizers, src_ids: Sequence[np.ndarray],
                         attention_heads=best_heads if rank == 0 else None)
             for rank, hypothesis in enumerate(n_best)])
     return translations
+
+
+def check_translator_options(*, search: str, beam_size: int, nbest: int, max_tokens: int,
+                             max_source_length: int) -> None:
+    """The options every translator checks alike, each refused in one line."""
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    # Sampling draws nbest samples whatever the beam: only beam search bounds nbest by it.
+    check_beam_options(beam_size, nbest if search == "beam" else 1)
+    if nbest < 1:
+        raise ValueError(f"nbest must be at least 1, got {nbest}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if max_source_length < 1:
+        raise ValueError(f"max_source_length must be positive, got {max_source_length}")
