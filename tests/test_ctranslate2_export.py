@@ -110,7 +110,7 @@ def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
     result = run_python([root / "export.py", f"checkpoint={checkpoint}", f"output={output}",
                          "format=ctranslate2"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "ctranslate2.Translator" in result.stderr
+    assert f"decode it with translate.py checkpoint={output}" in result.stderr
     # The Translator on the checkpoint and CTranslate2 on the folder: the same translations.
     lines = ["red cat", "one two big house", "blue bird sun"]
     translator = Translator.from_checkpoint(checkpoint, beam_size=1, max_len_a=0.0,
