@@ -319,56 +319,9 @@ step_torchrun() {
     header 4 "torchrun --nproc_per_node=1, $BACKEND process group, DistributedDataParallel"
     local started log=$OUT_DIR/4_torchrun.log status run_log joined steps
     started=$(now)
-    # train.py under torchrun, its one rank made to join a process group as a rank of several
-    # does (seq2seq/training/distributed.py joins one only for WORLD_SIZE > 1).
-    cat >"$WORK/train_one_rank_group.py" <<'EOF'
-"""train.py's main under torchrun, with a world of one in a process group (NCCL on a GPU,
-gloo on a CPU) and DistributedDataParallel, which seq2seq joins only for WORLD_SIZE > 1."""
-import logging
-import os
-import sys
-
-import torch
-import torch.distributed as dist
-
-from seq2seq.cli import train as train_cli
-from seq2seq.training import distributed, run
-
-log = logging.getLogger("seq2seq.training.distributed")
-
-
-class OneRankGroup(distributed.DistributedContext):
-    @property
-    def is_distributed(self) -> bool:
-        return True
-
-
-def init_one_rank_group(device_name="auto"):
-    context = distributed.init_distributed(device_name)
-    if not dist.is_initialized():
-        if context.device.type == "cuda":
-            torch.cuda.set_device(context.device)
-        backend = "nccl" if context.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend)
-        log.info("rank %d of %d joined the %s process group", dist.get_rank(),
-                 dist.get_world_size(), backend)
-    return OneRankGroup(rank=context.rank, world_size=context.world_size, device=context.device)
-
-
-run.init_distributed = init_one_rank_group
-code = 0
-try:
-    train_cli.main()
-except SystemExit as stop:
-    code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-# As train.py's ranks leave: without the interpreter's teardown of the process group.
-logging.shutdown()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(code)
-EOF
+    # train.py under torchrun: its one rank joins a process group and trains under DDP.
     limited "$(allowed 120)" "$log" "$PYTHON" -m torch.distributed.run --standalone \
-        --nproc_per_node=1 "$WORK/train_one_rank_group.py" "${RUN[@]}" \
+        --nproc_per_node=1 train.py "${RUN[@]}" \
         "trainer.precision=$PRECISION" trainer.max_time=null "trainer.max_steps=$STEPS_DDP" \
         "trainer.valid_every=$STEPS_DDP" "trainer.save_every=$STEPS_DDP" trainer.average_last=null \
         trainer.valid.max_sentences=200 "hydra.run.dir=$WORK/ddp"

@@ -1,7 +1,9 @@
 """Device choice and the torchrun / DistributedDataParallel context.
 
-Under ``torchrun`` the environment carries RANK, LOCAL_RANK and WORLD_SIZE; the process group
-uses NCCL on GPUs and gloo on CPUs. A plain ``python train.py`` is a world of one.
+Under ``torchrun`` the environment carries RANK, LOCAL_RANK and WORLD_SIZE; every rank joins
+the process group (NCCL on GPUs, gloo on CPUs), a world of one included, so that
+``torchrun --nproc_per_node=1`` runs the DDP path. A plain ``python train.py`` is a world of one
+without a group.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class DistributedContext:
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    in_group: bool = False  # joined a process group (launched by torchrun)
 
     @property
     def is_main(self) -> bool:
@@ -30,7 +33,7 @@ class DistributedContext:
 
     @property
     def is_distributed(self) -> bool:
-        return self.world_size > 1
+        return self.in_group or self.world_size > 1
 
     def barrier(self) -> None:
         if self.is_distributed:
@@ -73,13 +76,15 @@ def init_distributed(device_name: str = "auto") -> DistributedContext:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = select_device(device_name, local_rank=local_rank)
-    if world_size > 1 and not dist.is_initialized():
+    # torchrun sets TORCHELASTIC_RUN_ID; a world of one under it still takes the DDP path.
+    in_group = world_size > 1 or "TORCHELASTIC_RUN_ID" in os.environ
+    if in_group and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
         log.info("rank %d of %d joined the %s process group", rank, world_size, backend)
-    return DistributedContext(rank=rank, world_size=world_size, device=device)
+    return DistributedContext(rank=rank, world_size=world_size, device=device, in_group=in_group)
 
 
 def cleanup_distributed() -> None:
