@@ -32,7 +32,8 @@
 # $GPU_CHECK_DIR/work, or /tmp/seq2seq_gpu_check when $OUT is set, so that only the logs come
 # back), GPU_WHEELS (wheels), GPU_CHECK_BUDGET (seconds for the whole check: 480, dry run 300),
 # GPU_CHECK_VALID_EVERY (steps between the training run's validations: 1000, where the preset
-# has 500 for a CPU's pace), PYTHON.
+# has 500 for a CPU's pace), GPU_CHECK_STEPS (the steps to run, e.g. '1 5' to rerun the tests
+# and the resume after a fix: all five; step 3 decodes step 2's checkpoint), PYTHON.
 # Relative paths are from the repository root.
 set -uo pipefail
 
@@ -62,6 +63,11 @@ fi
 GPU_WHEELS=${GPU_WHEELS:-wheels}
 if [[ $MODE == dry ]]; then BUDGET=${GPU_CHECK_BUDGET:-300}; else BUDGET=${GPU_CHECK_BUDGET:-480}; fi
 VALID_EVERY=${GPU_CHECK_VALID_EVERY:-1000}
+STEPS=${GPU_CHECK_STEPS:-1 2 3 4 5}
+if [[ ! $STEPS =~ ^[1-5]( [1-5])*$ ]]; then
+    echo "$0: GPU_CHECK_STEPS='$STEPS': expected step numbers 1-5 separated by spaces, e.g. '1 5'" >&2
+    exit 2
+fi
 mkdir -p "$OUT_DIR" "$WORK" || exit 1
 OUT_DIR=$(cd "$OUT_DIR" && pwd) && WORK=$(cd "$WORK" && pwd) || exit 1
 # The run folders of this check only: a rerun starts them over.
@@ -365,11 +371,11 @@ step_resume() {
 }
 
 if [[ $setup_status == ok ]]; then
-    step_tests
-    step_train
-    step_beam
-    step_torchrun
-    step_resume
+    for step in $STEPS; do
+        case $step in
+            1) step_tests ;; 2) step_train ;; 3) step_beam ;; 4) step_torchrun ;; 5) step_resume ;;
+        esac
+    done
 fi
 
 # -- the summary -----------------------------------------------------------------------------

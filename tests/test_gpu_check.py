@@ -109,6 +109,20 @@ def test_cuda_training_in_half_precision_writes_a_checkpoint_the_cpu_reads(
 
 
 @needs_cuda
+def test_cuda_resume_continues_from_the_checkpoint(tiny_train_config, tmp_path):
+    """trainer.resume=auto on the GPU: the checkpoint is loaded onto the device and its
+    tokenizers are compared with the run's (which live on the CPU)."""
+    run_dir = tmp_path / "run"
+    common = {"trainer.device": "cuda", "trainer.valid_every": 6, "trainer.save_every": 6,
+              "trainer.valid.max_sentences": 8}
+    train(tiny_train_config(**common, **{"trainer.max_steps": 6}), run_dir)
+    train(tiny_train_config(**common, **{"trainer.max_steps": 12, "trainer.resume": "auto"}),
+          run_dir)
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert checkpoint["trainer_state"]["step"] == 12
+
+
+@needs_cuda
 @pytest.mark.parametrize("beam_size", [1, 5])
 def test_cuda_search_gives_the_cpus_translations(trained_checkpoint, tmp_path, beam_size):
     """The trained copy model (decisive: the same text) and a random Transformer (flat outputs:

@@ -267,7 +267,9 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None
         )
         resume_path = resolve_resume(settings.resume, run_dir)
         if resume_path is not None:
-            checkpoint = load_checkpoint(resume_path, map_location=context.device)
+            # On the CPU: the random states and tokenizers must stay there; load_state_dict
+            # moves the weights and the optimizer's state to the model's device.
+            checkpoint = load_checkpoint(resume_path, map_location="cpu")
             check_resume_compatible(checkpoint, config, tokenizers, resume_path)
             trainer.load_training_state(checkpoint)
             log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)", resume_path,
