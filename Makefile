@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch
 ARGS ?=
 
-.PHONY: install data train best study study-transformer study-report test lint bench gpu-check gpu-wheels clean
+.PHONY: install data train best best-transformer best-mixed study study-transformer study-report test lint bench gpu-check gpu-wheels clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,15 @@ BEST_DIR ?= runs/best
 BEST_SEEDS ?= 1 2
 best: install
 	PYTHON=$(BIN)/python BEST_DIR="$(BEST_DIR)" BEST_SEEDS="$(BEST_SEEDS)" scripts/best.sh $(ARGS)
+
+# The same with two multi30k_transformer members (scripts/best_transformer.sh), or with a
+# Transformer beside a multi30k_best RNN (one tokenizer: the presets share it).
+best-transformer: install
+	PYTHON=$(BIN)/python BEST_DIR="$(or $(BEST_TRANSFORMER_DIR),runs/best_transformer)" \
+		BEST_SEEDS="$(BEST_SEEDS)" scripts/best_transformer.sh $(ARGS)
+best-mixed: install
+	PYTHON=$(BIN)/python BEST_DIR="$(or $(BEST_MIXED_DIR),runs/best_mixed)" BEST_SEEDS="$(BEST_SEEDS)" \
+		BEST_EXPERIMENTS="multi30k_transformer multi30k_best" scripts/best.sh $(ARGS)
 
 # The attention study (docs/study.md): scripts/study.sh (the RNN grid), scripts/study_transformer.sh
 # (the Transformer row), both ending with scripts/study_report.sh (records, then the report).

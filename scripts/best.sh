@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Usage: scripts/best.sh [HYDRA_OVERRIDE...]      (or: sbatch scripts/best.sh, or: make best)
 #
-# The multi30k_best result (docs/results.md): two seeds of experiment=multi30k_best trained side by
-# side for the same 59 minutes, one core each, then the beam settings of their ensemble chosen on
-# val by seq2seq-tune-decoding; score the chosen setting on test once with the command it prints.
-# Each member logs to $BEST_DIR/seedN.log (follow one with `tail -f runs/best/seed1.log`).
-# Environment: BEST_DIR (runs/best), BEST_SEEDS ("1 2": the first two are used), PYTHON,
-# DRY_RUN=1 (print the commands instead of running them). Relative paths are from the repository
-# root. Other seeds:
+# The multi30k_best result (docs/results.md): two members trained side by side for the same 59
+# minutes, one core each, then the beam settings of their ensemble chosen on val by
+# seq2seq-tune-decoding; score the chosen setting on test once with the command it prints.
+# By default both members are experiment=multi30k_best (seeds 1 and 2); BEST_EXPERIMENTS names
+# another pair: two Transformers (scripts/best_transformer.sh) or a Transformer beside an RNN
+# (`make best-mixed`). Every preset shares one tokenizer (8k joint BPE), which an ensemble needs.
+# Each member logs to $BEST_DIR/NAME.log, NAME being seedN when both members are of one
+# experiment, else EXPERIMENT_seedN (multi30k_ dropped): `tail -f runs/best/seed1.log`.
+# Environment: BEST_DIR (runs/best), BEST_SEEDS ("1 2": the first two are used, one per member),
+# BEST_EXPERIMENTS ("multi30k_best multi30k_best"), PYTHON, DRY_RUN=1 (print the commands instead
+# of running them). Relative paths are from the repository root. Other seeds:
 # `BEST_SEEDS="3 4" BEST_DIR=runs/best34 scripts/best.sh`.
 #SBATCH --job-name=multi30k_best
 #SBATCH --cpus-per-task=2
@@ -21,26 +25,54 @@ for c in "$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-.}"{/scripts,}; d
 
 BEST_DIR=${BEST_DIR:-runs/best}
 BEST_SEEDS=${BEST_SEEDS:-1 2}
+BEST_EXPERIMENTS=${BEST_EXPERIMENTS:-multi30k_best multi30k_best}
 read -r seed_a seed_b _ <<< "$BEST_SEEDS"
 if [[ -z ${seed_b:-} ]]; then
     echo "$0: BEST_SEEDS needs two seeds, got '$BEST_SEEDS'" >&2
     exit 1
 fi
-log_a=$BEST_DIR/seed$seed_a.log
-log_b=$BEST_DIR/seed$seed_b.log
+read -r experiment_a experiment_b extra <<< "$BEST_EXPERIMENTS"
+if [[ -z ${experiment_b:-} || -n ${extra:-} ]]; then
+    echo "$0: BEST_EXPERIMENTS needs two experiments (configs/experiment), got '$BEST_EXPERIMENTS'" >&2
+    exit 1
+fi
+for experiment in "$experiment_a" "$experiment_b"; do
+    if [[ ! -f configs/experiment/$experiment.yaml ]]; then
+        echo "$0: BEST_EXPERIMENTS: no configs/experiment/$experiment.yaml" \
+             "(one of: $(cd configs/experiment && ls *.yaml | sed 's/\.yaml$//' | tr '\n' ' '))" >&2
+        exit 1
+    fi
+done
+# A member's folder and log: seedN, or EXPERIMENT_seedN when the members' experiments differ.
+member_name() {  # experiment seed
+    if [[ $experiment_a == "$experiment_b" ]]; then echo "seed$2"; else echo "${1#multi30k_}_seed$2"; fi
+}
+name_a=$(member_name "$experiment_a" "$seed_a")
+name_b=$(member_name "$experiment_b" "$seed_b")
+if [[ $name_a == "$name_b" ]]; then
+    echo "$0: both members would be $BEST_DIR/$name_a: give them two seeds" >&2
+    exit 1
+fi
+log_a=$BEST_DIR/$name_a.log
+log_b=$BEST_DIR/$name_b.log
 
 run mkdir -p "$BEST_DIR"
-say "training 2 members of multi30k_best side by side (62 minutes); logs: $log_a, $log_b"
+if [[ $experiment_a == "$experiment_b" ]]; then
+    say "training 2 members of $experiment_a side by side (62 minutes); logs: $log_a, $log_b"
+else
+    say "training $experiment_a and $experiment_b side by side (62 minutes); logs: $log_a, $log_b"
+fi
 
 # Each member in the background on one core, its output in its log.
 members=()
-for seed in "$seed_a" "$seed_b"; do
-    member=("$PYTHON" train.py experiment=multi30k_best trainer.num_threads=1 trainer.seed="$seed"
-            hydra.run.dir="$BEST_DIR/seed$seed" "$@")
+for member in "$experiment_a $seed_a $name_a" "$experiment_b $seed_b $name_b"; do
+    read -r experiment seed name <<< "$member"
+    command=("$PYTHON" train.py experiment="$experiment" trainer.num_threads=1 trainer.seed="$seed"
+             hydra.run.dir="$BEST_DIR/$name" "$@")
     if dry_run; then
-        echo "$(quoted "${member[@]}") > $(quoted "$BEST_DIR/seed$seed.log") 2>&1 &"
+        echo "$(quoted "${command[@]}") > $(quoted "$BEST_DIR/$name.log") 2>&1 &"
     else
-        "${member[@]}" > "$BEST_DIR/seed$seed.log" 2>&1 &
+        "${command[@]}" > "$BEST_DIR/$name.log" 2>&1 &
         members+=($!)
     fi
 done
@@ -51,9 +83,9 @@ for pid in ${members[@]+"${members[@]}"}; do wait "$pid" || failed=1; done
 trap - INT TERM
 if dry_run; then echo wait; fi
 if ((failed)); then
-    echo "a member failed: see the end of $log_a and seed$seed_b.log" >&2
+    echo "a member failed: see the end of $log_a and $name_b.log" >&2
     exit 1
 fi
 
-run "$PYTHON" -m seq2seq.cli.tune_decoding "$BEST_DIR/seed$seed_a/checkpoints/best.pt" \
-    "$BEST_DIR/seed$seed_b/checkpoints/best.pt" --beam-sizes 1,5,8 --length-penalties 1.0,1.4
+run "$PYTHON" -m seq2seq.cli.tune_decoding "$BEST_DIR/$name_a/checkpoints/best.pt" \
+    "$BEST_DIR/$name_b/checkpoints/best.pt" --beam-sizes 1,5,8 --length-penalties 1.0,1.4

@@ -19,12 +19,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
-RUNNABLE = ["best.sh", "study.sh", "study_transformer.sh", "study_report.sh", "bench.sh",
+RUNNABLE = ["best.sh", "best_transformer.sh", "study.sh", "study_transformer.sh", "study_report.sh", "bench.sh",
             "bench_opennmt.sh"]
 SOURCED = ["common.sh", "study_common.sh"]
 # The environment knobs, cleared so that a test sees the defaults whatever the caller exported
 # (make exports its command-line variables, MAKEFLAGS carries them to a nested make).
-KNOBS = ["BEST_DIR", "BEST_SEEDS", "STUDY_DIR", "STUDY_SEEDS", "STUDY_JOBS", "STUDY_SCORERS",
+KNOBS = ["BEST_DIR", "BEST_SEEDS", "BEST_EXPERIMENTS", "BEST_TRANSFORMER_DIR", "BEST_MIXED_DIR", "STUDY_DIR", "STUDY_SEEDS", "STUDY_JOBS", "STUDY_SCORERS",
          "STUDY_SPARSEMAX", "STUDY_RECORDS", "STUDY_TRANSFORMER_STEPS", "PYTHON", "DRY_RUN",
          "ONMT_PATH", "SLURM_SUBMIT_DIR", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS"]
 
@@ -115,6 +115,34 @@ def test_best_takes_the_first_two_seeds_and_refuses_one():
     assert "BEST_SEEDS needs two seeds" in result.stderr
 
 
+def test_best_transformer_and_a_mixed_pair_train_their_experiments_in_named_folders():
+    lines = run_script("best_transformer.sh", DRY_RUN="1", PYTHON="python").stdout.splitlines()
+    members = [line for line in lines if line.endswith("&")]
+    assert members == [
+        f"python train.py experiment=multi30k_transformer trainer.num_threads=1 "
+        f"trainer.seed={seed} hydra.run.dir=runs/best_transformer/seed{seed} "
+        f"> runs/best_transformer/seed{seed}.log 2>&1 &" for seed in (1, 2)]
+    lines = run_script("best.sh", DRY_RUN="1", PYTHON="python", BEST_DIR="runs/m", BEST_SEEDS="1 1",
+                       BEST_EXPERIMENTS="multi30k_transformer multi30k_best").stdout.splitlines()
+    members = [line for line in lines if line.endswith("&")]
+    assert [shlex.split(line)[2] for line in members] == [
+        "experiment=multi30k_transformer", "experiment=multi30k_best"]
+    assert "hydra.run.dir=runs/m/transformer_seed1 > runs/m/transformer_seed1.log" in members[0]
+    assert "hydra.run.dir=runs/m/best_seed1 > runs/m/best_seed1.log" in members[1]
+    assert shlex.split(lines[-1])[3:5] == ["runs/m/transformer_seed1/checkpoints/best.pt",
+                                           "runs/m/best_seed1/checkpoints/best.pt"]
+
+
+@pytest.mark.parametrize(("experiments", "seeds", "message"), [
+    ("multi30k_best", "1 2", "BEST_EXPERIMENTS needs two experiments"),
+    ("multi30k_best multi30k_nope", "1 2", "no configs/experiment/multi30k_nope.yaml (one of: "),
+    ("multi30k_best multi30k_best", "1 1", "both members would be runs/best/seed1"),
+])
+def test_best_refuses_a_pair_it_cannot_train(experiments, seeds, message):
+    result = run_script("best.sh", DRY_RUN="1", BEST_EXPERIMENTS=experiments, BEST_SEEDS=seeds)
+    assert result.returncode == 1 and message in result.stderr and not result.stdout
+
+
 def test_study_runs_the_grid_then_sparsemax_then_the_report():
     assert dry_run("study.sh", "trainer.precision=fp32") == [
         ["python", *STUDY_TRAIN, SCORERS, "trainer.precision=fp32"],
@@ -193,6 +221,10 @@ def test_scripts_run_from_any_folder_and_as_sbatch_copies(tmp_path):
 @pytest.mark.parametrize(("target", "variables", "script", "env"), [
     ("best", ['BEST_SEEDS=3 4', "BEST_DIR=runs/b", "ARGS=optimizer=adamw"], "best.sh",
      {"BEST_SEEDS": "3 4", "BEST_DIR": "runs/b"}),
+    ("best-transformer", ["BEST_TRANSFORMER_DIR=runs/t"], "best_transformer.sh",
+     {"BEST_DIR": "runs/t"}),
+    ("best-mixed", [], "best.sh",
+     {"BEST_DIR": "runs/best_mixed", "BEST_EXPERIMENTS": "multi30k_transformer multi30k_best"}),
     ("study", ["STUDY_SEEDS=6", "STUDY_SCORERS=dot", "ARGS=x=1"], "study.sh",
      {"STUDY_SEEDS": "6", "STUDY_SCORERS": "dot"}),
     ("study-transformer", ["STUDY_TRANSFORMER_STEPS=10", "STUDY_DIR=runs/t"],
