@@ -95,8 +95,8 @@ def decide_precision(precision: str, device: torch.device, *,
 
     ``auto`` is bf16 on CUDA GPUs from Ampere on, and fp32 on older GPUs and MPS; on a CPU,
     bf16 where :func:`seq2seq.precision.choose_cpu_precision` measures it at least 10 % faster
-    than fp32 (products of ``shapes``, the model's, measured once and cached), and fp32 without
-    measuring where torch has no bf16 matrix kernels for the CPU (its fallback is far slower).
+    than fp32 (products of ``shapes``, the model's, measured once and cached; also where torch
+    has no bf16 matrix kernels for the CPU, which the reason then says).
     ``decoding`` words the reason for a decoder, which shares the training products' probe.
 
     Raises:
@@ -112,12 +112,15 @@ def decide_precision(precision: str, device: torch.device, *,
         return "fp32", f"{device} is older than Ampere and emulates bf16"
     if device.type != "cpu":
         return "fp32", f"auto keeps {device.type} in fp32"
+    # Measured also where torch has no bf16 kernels for the CPU: a flag is not a measurement,
+    # and the probe of an emulated bf16 stops at its time budget.
+    choice = choose_cpu_precision(shapes)
+    reason = choice.describe(decoding=decoding)
     kernels = onednn_half_precision_kernels()
     if kernels is not None and not kernels["bf16"]:
-        return "fp32", (f"torch has no bf16 matrix kernels for this CPU "
-                        f"({torch.backends.cpu.get_cpu_capability()}), nothing to measure")
-    choice = choose_cpu_precision(shapes)
-    return choice.precision, choice.describe(decoding=decoding)
+        reason += (f"; torch has no bf16 matrix kernels for this CPU "
+                   f"({torch.backends.cpu.get_cpu_capability()}): emulated")
+    return choice.precision, reason
 
 
 def select_device(name: str | torch.device = "auto", *, local_rank: int = 0) -> torch.device:

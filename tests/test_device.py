@@ -74,14 +74,18 @@ def test_auto_precision_on_a_cpu_goes_by_the_measurement(monkeypatch, kernels, s
     assert chosen == expected and reason.startswith(f"bf16 {speedup:.2f}x fp32 on this CPU")
 
 
-def test_auto_precision_on_a_cpu_without_bf16_kernels_is_fp32_unmeasured(monkeypatch):
+def test_auto_precision_on_a_cpu_without_bf16_kernels_is_measured_too(monkeypatch):
+    """No decision from a flag: the probe decides, and the reason says bf16 is emulated."""
+    asked = []
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
-    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: pytest.fail(
-        "an emulated bf16 was measured"))
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: asked.append(
+        shapes) or fake_cpu_choice("fp32", 0.25))
     chosen, reason = decide_precision("auto", CPU)
-    assert chosen == "fp32"
-    assert reason.startswith("torch has no bf16 matrix kernels for this CPU")
+    assert chosen == "fp32" and asked == [None]
+    assert reason.startswith("bf16 0.25x fp32 on this CPU, measured 2026-11-27")
+    assert reason.endswith("; torch has no bf16 matrix kernels for this CPU "
+                           f"({torch.backends.cpu.get_cpu_capability()}): emulated")
 
 
 def test_explicit_precisions_are_kept_and_others_refused(monkeypatch):

@@ -483,9 +483,13 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
 def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
         tiny_train_config, tmp_path, monkeypatch, caplog):
     import seq2seq.device
+    from seq2seq.precision import CpuPrecision
 
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: CpuPrecision(
+        "fp32", 0.25, "2026-11-27", from_cache=True, probe_seconds=None, cache_path=None,
+        cache_error="test"))  # the probe's verdict on an emulated bf16, without timing
     monkeypatch.setattr(seq2seq.device, "_WARNED", set())
     for precision in ("auto", "bf16"):
         cfg = tiny_train_config(**{"trainer.precision": precision, "trainer.max_steps": 1,
@@ -497,8 +501,9 @@ def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
         warning = seq2seq.device.half_precision_warning("bf16", torch.device("cpu")).replace(
             "precision=", "trainer.precision=")
         if precision == "auto":
-            assert any(message.startswith("trainer.precision=auto -> fp32 (torch has no bf16 "
-                                          "matrix kernels for this CPU") for message in messages)
+            assert any(message.startswith("trainer.precision=auto -> fp32 (bf16 0.25x fp32 on "
+                                          "this CPU") and "emulated" in message
+                       for message in messages)
             assert warning not in messages
         else:
             assert warning in messages
