@@ -17,6 +17,7 @@ group, labelled by what tells it from the others (:mod:`seq2seq.study.labels`).
 from __future__ import annotations
 
 import glob
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,9 @@ from seq2seq.study.labels import EXPERIMENT_CHOICE, MISSING, settings_text, shor
 from seq2seq.study.records import Record, is_record, read_record
 
 SEED_KEY = "trainer.seed"
+PRECISION_KEY = "trainer.precision"
+# The trainer's line for what precision=auto chose (seq2seq.device.choose_precision).
+AUTO_PRECISION_LINE = re.compile(r"trainer\.precision=auto -> (\w+) ")
 # Options a built-in class gained after runs were recorded, with the value that computes what
 # those runs computed: a run that sets it to that value reads as one without the key, so the
 # runs of one setting before and after the option stay one group (general's 1/sqrt(d)).
@@ -126,6 +130,23 @@ def without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def with_trained_precision(flat: dict[str, Any], train_log: Path) -> dict[str, Any]:
+    """``flat`` with ``trainer.precision=auto`` replaced by what auto chose, as the run's
+    ``train.log`` says: a run pinned to bf16 and one where auto chose bf16 trained alike, and
+    group together. ``auto`` stays where the log does not say."""
+    if flat.get(PRECISION_KEY) != "auto":
+        return flat
+    try:
+        with open(train_log, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                match = AUTO_PRECISION_LINE.search(line)
+                if match:
+                    return {**flat, PRECISION_KEY: match.group(1)}
+    except OSError:
+        pass
+    return flat
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
@@ -164,6 +185,7 @@ def read_run(folder: Path) -> Run:
     if not isinstance(config, Mapping):
         return Run(folder, {}, None, failure=f"{config_path} holds no config")
     flat = without_added_defaults(flatten(registry.upgrade_config(dict(config), 1)))  # old runs
+    flat = with_trained_precision(flat, folder / "train.log")
     hydra_path = folder / ".hydra" / "hydra.yaml"
     if hydra_path.is_file():
         try:
