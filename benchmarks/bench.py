@@ -214,8 +214,33 @@ def training_ratios(rows: list[dict]) -> dict[str, float]:
     return ratios
 
 
+def auto_precision_shares(rows: list[dict], chosen: str) -> dict[str, float]:
+    """For each preset with an fp32 row: the speed of the precision ``auto`` chose as a share of
+    the faster of its fp32 and bf16 rows (1.0: auto chose the faster). A preset without a bf16
+    row ran where bf16 is emulated (far slower: fp32 is the faster); auto's bf16 there has no
+    row to go by, and counts 0."""
+    speed = {(row["preset"], row["precision"]): row["tokens_per_second_median"] for row in rows}
+    shares = {}
+    for preset in dict.fromkeys(row["preset"] for row in rows):
+        fp32, bf16 = speed.get((preset, "fp32")), speed.get((preset, "bf16"))
+        if fp32 is None:
+            continue
+        if bf16 is None:
+            shares[preset] = 1.0 if chosen == "fp32" else 0.0
+        else:
+            shares[preset] = (bf16 if chosen == "bf16" else fp32) / max(fp32, bf16)
+    return shares
+
+
+def auto_precision_line(chosen: str, reason: str, shares: dict[str, float]) -> str:
+    """``precision=auto -> fp32 (why); its speed against the faster precision: PRESET 100%, ...``"""
+    return (f"precision=auto -> {chosen} ({reason}); its training speed against the faster of "
+            "fp32 and bf16: " + ", ".join(f"{preset} {100 * share:.0f}%"
+                                          for preset, share in shares.items()))
+
+
 def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, *,
-                   count_flops: bool = True, ctranslate2: Path | None = None) -> dict:
+                   count_flops: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "decoding.json"
         command = [sys.executable, "-m", "benchmarks.bench_decoding",
@@ -223,8 +248,6 @@ def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, 
                    "--precision", precision, "--single-sentences", str(SINGLE_SENTENCES)]
         if count_flops:
             command.append("--count-flops")
-        if ctranslate2:
-            command += ["--ctranslate2", str(ctranslate2)]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -374,8 +397,7 @@ def bench_checkpoint_decoding(checkpoint: Path, args, runs: dict, ceilings: dict
                 folder = Path(exports) / f"ctranslate2-{quantize}"
                 export = export_for_bench(checkpoint, folder, quantize, output_format="ctranslate2")
                 results.setdefault("exports", []).append(export)
-                rows = bench_decoding(checkpoint, args.max_sentences, "fp32", count_flops=False,
-                                      ctranslate2=folder)
+                rows = bench_decoding(folder, args.max_sentences, "fp32", count_flops=False)
                 for row in rows["results"]:
                     row["percent_of_ceiling"] = None
                     record_row(results, row, checkpoint,
@@ -444,6 +466,14 @@ def main() -> None:
               f"{row['percent_of_ceiling']:>9.0f}% {row['peak_rss_gib']:>8.2f} GiB", flush=True)
     results["ratios"] = training_ratios(results["training"])
     print("ratios: " + ", ".join(f"{name} {value:.2f}x" for name, value in results["ratios"].items()))
+    # What precision=auto picks here (measured once per CPU, threads and torch, then cached),
+    # against the rows just measured: it should be the faster, or within 5 % of it.
+    from seq2seq.device import decide_precision
+
+    chosen, reason = decide_precision("auto", torch.device("cpu"))
+    shares = auto_precision_shares(results["training"], chosen)
+    results["auto_precision"] = {"chosen": chosen, "reason": reason, "share_of_faster": shares}
+    print(auto_precision_line(chosen, reason, shares), flush=True)
     if args.memory_steps:
         memory_precision = runs["memory_precision"]
         row = bench_training("multi30k_luong_fast", memory_precision, args.memory_steps,

@@ -15,12 +15,11 @@ files ``seq2seq-evaluate`` scores). For each search (``--beam-sizes``, default g
 - with ``--single-sentences N``: sentences/s of the first N translated one per call (the
   server's case: no batch to share the steps with).
 
-``--checkpoint`` may name a folder written by ``seq2seq-export``: the same searches then run on
-ONNX Runtime (``--count-flops`` counts PyTorch's products only: leave it out there). With
-``--ctranslate2 DIR`` (a Transformer checkpoint converted with ``format=ctranslate2``) the
-searches run on CTranslate2 instead, tokenized with the checkpoint's own sentencepiece models;
-its length penalty is its own (divided by length^alpha, not GNMT's), so its BLEU may differ a
-little from ours at beam 5.
+``--checkpoint`` may name a folder written by ``seq2seq-export``: an ONNX folder runs the same
+searches on ONNX Runtime, a CTranslate2 folder (``format=ctranslate2``) hands them to
+CTranslate2, each through the translator ``translate.py`` builds for it
+(:func:`seq2seq.inference.runtimes.load_translator`): the same tokenization, length limits and
+batches. ``--count-flops`` counts PyTorch's products only: leave it out there.
 
 Prints a table on stdout, then the results as JSON (or writes the JSON to ``--json FILE``).
 BLEU is reported too, as a check that the fast settings still translate.
@@ -82,10 +81,11 @@ def bench_one(
 ) -> dict:
     """Time one search setting on a freshly loaded model (and count its FLOP, untimed)."""
     from seq2seq.inference.evaluation import evaluate_translations
+    from seq2seq.inference.runtimes import load_translator
     from seq2seq.inference.translator import Translator
 
     started = time.perf_counter()
-    translator = Translator.from_checkpoint(
+    translator = load_translator(
         checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision,
     )
     translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
@@ -115,73 +115,6 @@ def bench_one(
                       generation=generation, single=single, bleu=evaluation.scores["bleu"],
                       flops_per_sentence=flops_per_sentence, device=str(translator.device),
                       precision=precision)
-
-
-def bench_ctranslate2(
-    *,
-    checkpoint: Path,
-    folder: Path,
-    sources: list[str],
-    references: list[str],
-    data_seconds: float,
-    beam_size: int,
-    threads: int,
-    max_tokens: int,
-    single_sentences: int = 0,
-) -> dict:
-    """Time one search on CTranslate2, with the same tokenization, length limit and batch
-    budget as ours."""
-    import ctranslate2
-
-    from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
-    from seq2seq.inference.translator import Translator
-    from seq2seq.metrics import corpus_scores
-
-    started = time.perf_counter()
-    tokenizers = tokenizers_from_payload(load_checkpoint(checkpoint)["tokenizers"])
-    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1,
-                                        intra_threads=threads)
-    # Our defaults: output at most a * source pieces + b, <pad> and <s> never generated.
-    defaults = Translator.__init__.__kwdefaults__
-    max_len_a, max_len_b = defaults["max_len_a"], defaults["max_len_b"]
-    options = {"beam_size": beam_size, "min_decoding_length": 0,
-               "length_penalty": defaults["length_penalty"],
-               "suppress_sequences": [["<pad>"], ["<s>"]]}
-
-    def translate(batch: list[str]) -> list[str]:
-        pieces = [tokenizers.src.pieces(ids) for ids in tokenizers.src.encode(batch)]
-        # Batches of similar lengths within the token budget, as ours, each with the length
-        # limit of its longest source (CTranslate2 takes one limit a call).
-        order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
-        outputs: list[list[str]] = [[] for _ in pieces]
-        start = 0
-        while start < len(order):
-            width = len(pieces[order[start]]) + 1  # + EOS
-            rows = max(1, max_tokens // width)
-            chunk = order[start : start + rows]
-            results = translator.translate_batch(
-                [pieces[i] for i in chunk],
-                max_decoding_length=int(max_len_a * width + max_len_b), **options)
-            for i, result in zip(chunk, results, strict=True):
-                outputs[i] = result.hypotheses[0]
-            start += rows
-        return tokenizers.tgt.decode_pieces(outputs)
-
-    translate(sources[:WARMUP_SENTENCES])
-    startup = time.perf_counter() - started + data_seconds
-    started = time.perf_counter()
-    hypotheses = translate(sources)
-    generation = time.perf_counter() - started
-    single = None
-    if single_sentences:
-        started = time.perf_counter()
-        for sentence in sources[:single_sentences]:
-            translate([sentence])
-        single = min(single_sentences, len(sources)) / (time.perf_counter() - started)
-    return result_row(beam_size=beam_size, sentences=len(sources), startup=startup,
-                      generation=generation, single=single,
-                      bleu=corpus_scores(hypotheses, references)["bleu"],
-                      flops_per_sentence=None, device="cpu", precision="ctranslate2")
 
 
 def format_table(results: Sequence[dict]) -> str:
@@ -219,9 +152,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single-sentences", type=int, default=0,
                         help="also translate the first N sentences one per call (the server's "
                              "case) and report their sentences/s")
-    parser.add_argument("--ctranslate2", default=None, type=Path,
-                        help="time CTranslate2 on this folder (seq2seq-export "
-                             "format=ctranslate2 of --checkpoint) instead of our searches")
     parser.add_argument("--json", default=None, help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
 
@@ -246,17 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         data_seconds = time.perf_counter() - data_started
         results = [
-            bench_ctranslate2(
-                checkpoint=Path(args.checkpoint),
-                folder=args.ctranslate2,
-                sources=sources,
-                references=references,
-                data_seconds=data_seconds,
-                beam_size=beam_size,
-                threads=torch.get_num_threads(),
-                max_tokens=args.max_tokens,
-                single_sentences=args.single_sentences,
-            ) if args.ctranslate2 else bench_one(
+            bench_one(
                 checkpoint=Path(args.checkpoint),
                 sources=sources,
                 references=references,

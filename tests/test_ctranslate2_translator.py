@@ -241,6 +241,25 @@ def test_evaluate_py_scores_the_folder_as_the_checkpoint(exported, run_python, t
     assert hypotheses["folder"] == hypotheses["checkpoint"]
 
 
+def test_bench_decoding_times_the_folder_through_the_same_translator(exported, run_python,
+                                                                      tmp_path):
+    """make bench's CTranslate2 rows: benchmarks.bench_decoding on the folder decodes as
+    translate.py does, so its BLEU is the checkpoint's."""
+    checkpoint, folder = exported
+    rows = {}
+    for name, path in (("checkpoint", checkpoint), ("folder", folder)):
+        result = run_python(["-m", "benchmarks.bench_decoding", "--checkpoint", str(path),
+                             "--split", "valid", "--beam-sizes", "1", "3", "--device", "cpu",
+                             "--num-threads", "1", "--json", str(tmp_path / f"{name}.json")],
+                            cwd=checkpoint.parent, env={**ENV, "PYTHONPATH": str(ROOT)},
+                            timeout=120)
+        assert result.returncode == 0, result.stderr
+        rows[name] = json.loads((tmp_path / f"{name}.json").read_text())["results"]
+    assert [row["search"] for row in rows["folder"]] == ["greedy", "beam3"]
+    assert rows["folder"][0]["bleu"] == rows["checkpoint"][0]["bleu"]
+    assert all(row["sentences_per_second"] > 0 for row in rows["folder"])
+
+
 def serve_config(*overrides: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
