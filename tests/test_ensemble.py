@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_VOCAB, random_transformer_model
 
 from seq2seq.checkpoint import load_checkpoint, save_checkpoint, tokenizers_to_payload
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
@@ -87,6 +88,31 @@ def test_two_model_ensemble_is_batched_and_beam_one_is_greedy(tiny_model):
     greedy = greedy_search(ensemble, src, src_lengths, **LIMITS)
     beam_one = beam_search(ensemble, src, src_lengths, beam_size=1, **LIMITS)
     assert_same_hypotheses(beam_one, greedy)
+
+
+def test_a_transformer_and_an_rnn_decode_as_one_ensemble(tiny_model):
+    """Members of both families: the ensemble's step is their averaged log-probs, and its beam
+    search is batched = alone."""
+    rnn = tiny_model(seed=1).eval()
+    transformer = random_transformer_model(vocab=TINY_VOCAB, seed=2).eval()
+    ensemble = Ensemble([transformer, rnn]).eval()
+    src, lengths = random_batch(3, [6, 4, 7])
+    prev = torch.tensor([5, 7, 9])
+    with torch.inference_mode():
+        encoded = ensemble.encode(src, lengths)
+        log_probs, _, _ = ensemble.decode_step(prev, ensemble.init_state(encoded), encoded)
+        members = []
+        for model in (transformer, rnn):
+            member_encoded = model.encode(src, lengths)
+            logits, _, _ = model.decode_step(prev, model.init_state(member_encoded),
+                                             member_encoded)
+            members.append(torch.log_softmax(logits, -1))
+    torch.testing.assert_close(log_probs, (members[0] + members[1]) / 2)
+    batched = beam_search(ensemble, src, lengths, beam_size=3, nbest=2, **LIMITS)
+    for row, length in enumerate(lengths.tolist()):
+        alone = beam_search(ensemble, src[row : row + 1, :length], lengths[row : row + 1],
+                            beam_size=3, nbest=2, **LIMITS)
+        assert_same_hypotheses([batched[row]], alone)
 
 
 @pytest.fixture(scope="module")
