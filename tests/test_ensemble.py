@@ -55,21 +55,27 @@ def test_ensemble_of_one_equals_the_model(tiny_model):
         assert_same_hypotheses(got, expected)
 
 
-def test_two_models_average_log_probs_and_attention(tiny_model):
-    first, second = tiny_model(seed=1).eval(), tiny_model(seed=2).eval()
-    ensemble = Ensemble([first, second])
-    src, lengths = random_batch(1, [6, 4])
-    prev = torch.tensor([5, 7])
+def first_steps(models, src, lengths, prev):
+    """The ensemble's first decoder step and each member's: (log-probs, attention) pairs, and
+    the ensemble's state."""
+    ensemble = Ensemble(models).eval()
     with torch.inference_mode():
         encoded = ensemble.encode(src, lengths)
         log_probs, weights, state = ensemble.decode_step(prev, ensemble.init_state(encoded), encoded)
         members = []
-        for model in (first, second):
+        for model in models:
             member_encoded = model.encode(src, lengths)
             logits, member_weights, _ = model.decode_step(
                 prev, model.init_state(member_encoded), member_encoded
             )
             members.append((torch.log_softmax(logits, -1), member_weights))
+    return (log_probs, weights), members, state
+
+
+def test_two_models_average_log_probs_and_attention(tiny_model):
+    src, lengths = random_batch(1, [6, 4])
+    (log_probs, weights), members, state = first_steps(
+        [tiny_model(seed=1).eval(), tiny_model(seed=2).eval()], src, lengths, torch.tensor([5, 7]))
     torch.testing.assert_close(log_probs, (members[0][0] + members[1][0]) / 2)
     torch.testing.assert_close(weights, (members[0][1] + members[1][1]) / 2)
     assert {name.split(".")[0] for name in state} == {"0", "1"} and "1.hidden" in state
@@ -95,19 +101,11 @@ def test_a_transformer_and_an_rnn_decode_as_one_ensemble(tiny_model):
     search is batched = alone."""
     rnn = tiny_model(seed=1).eval()
     transformer = random_transformer_model(vocab=TINY_VOCAB, seed=2).eval()
-    ensemble = Ensemble([transformer, rnn]).eval()
     src, lengths = random_batch(3, [6, 4, 7])
-    prev = torch.tensor([5, 7, 9])
-    with torch.inference_mode():
-        encoded = ensemble.encode(src, lengths)
-        log_probs, _, _ = ensemble.decode_step(prev, ensemble.init_state(encoded), encoded)
-        members = []
-        for model in (transformer, rnn):
-            member_encoded = model.encode(src, lengths)
-            logits, _, _ = model.decode_step(prev, model.init_state(member_encoded),
-                                             member_encoded)
-            members.append(torch.log_softmax(logits, -1))
-    torch.testing.assert_close(log_probs, (members[0] + members[1]) / 2)
+    (log_probs, _), members, _ = first_steps([transformer, rnn], src, lengths,
+                                             torch.tensor([5, 7, 9]))
+    torch.testing.assert_close(log_probs, (members[0][0] + members[1][0]) / 2)
+    ensemble = Ensemble([transformer, rnn]).eval()
     batched = beam_search(ensemble, src, lengths, beam_size=3, nbest=2, **LIMITS)
     for row, length in enumerate(lengths.tolist()):
         alone = beam_search(ensemble, src[row : row + 1, :length], lengths[row : row + 1],
