@@ -23,6 +23,7 @@ The folder appears whole or not at all: it is written beside its destination and
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -48,8 +49,12 @@ from seq2seq.inference.export_format import (
 )
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.models.interfaces import EncodedSource
+from seq2seq.ops import speed_up
 
 DEFAULT_OPSET = 20
+# The kernels an int8 export traces (seq2seq.ops): the same function, in products that
+# ONNX Runtime's dynamic quantization turns into int8.
+INT8_KERNELS = ("gru_step_products",)
 # Sizes of the example batch the graphs are traced with, and of the batch they are checked
 # with: different from each other and from any size a model is likely to have, so that no
 # open size is mistaken for a fixed one.
@@ -435,6 +440,10 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
     check_export_options(output, quantize=quantize, overwrite=overwrite)
     started = time.perf_counter()
     model = model.eval()
+    if quantize == "int8":
+        # A decoder step's GRU traced as its products, which the quantizer reaches
+        # (seq2seq.ops.gru_step_products); a copy, so the caller's model stays as it was.
+        model = speed_up(copy.deepcopy(model), INT8_KERNELS)
     with staged_folder(Path(output), overwrite=overwrite) as staging:
         manifest = build_manifest(staging, model, tokenizers, config, format_name=FORMAT_NAME,
                                   format_version=FORMAT_VERSION, quantize=quantize,

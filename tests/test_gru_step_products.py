@@ -1,0 +1,62 @@
+"""seq2seq.ops.gru_step_products: one GRU step as its products, what int8 exports trace.
+
+The swapped decoder's step equals the plain one (two layers, Luong and Bahdanau); an LSTM and
+training fall back to the RNN itself.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from test_ops import batch, tiny_model
+
+from seq2seq.data.vocab import BOS_ID
+from seq2seq.ops import speed_up
+from seq2seq.ops.gru_step_products import GRUStepProducts
+
+
+def first_steps(model, steps: int = 3):
+    """``steps`` greedy decoder steps of ``model`` from BOS: logits, weights, state each."""
+    src, src_lengths, _ = batch()
+    outputs = []
+    with torch.no_grad():
+        encoded = model.encode(src, src_lengths)
+        state = model.init_state(encoded)
+        prev = torch.full((src.size(0),), BOS_ID)
+        for _ in range(steps):
+            logits, weights, state = model.decode_step(prev, state, encoded)
+            outputs.append((logits, weights, dict(state)))
+            prev = logits.argmax(-1)
+    return outputs
+
+
+@pytest.mark.parametrize("decoder", ["luong", "bahdanau"])
+def test_a_gru_step_as_products_is_the_gru_step(decoder):
+    """Two layers (test_ops' models): the second layer's input is the first's new state."""
+    plain = tiny_model(decoder, "additive").double().eval()
+    swapped = speed_up(copy.deepcopy(plain), ["gru_step_products"])
+    assert isinstance(swapped.decoder, GRUStepProducts)
+    for got, want in zip(first_steps(swapped), first_steps(plain), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_an_lstm_and_training_run_the_rnn_itself(monkeypatch):
+    lstm = speed_up(tiny_model("luong", "additive", rnn_type="lstm").eval(),
+                    ["gru_step_products"])
+    gru = speed_up(tiny_model("luong", "additive").eval(), ["gru_step_products"])
+    calls = []
+    for model in (lstm, gru):
+        monkeypatch.setattr(model.decoder.rnn, "forward", lambda *args, rnn=model.decoder.rnn,
+                            **kwargs: calls.append(rnn.mode) or type(rnn).forward(rnn, *args,
+                                                                                  **kwargs))
+    first_steps(lstm, steps=1)
+    assert calls == ["LSTM"]
+    calls.clear()
+    first_steps(gru, steps=1)
+    assert calls == []  # one position of a GRU in eval mode: the products
+    gru.train()
+    gru.decoder.dropout.p = 0.0
+    first_steps(gru, steps=1)
+    assert calls == ["GRU"]
