@@ -5,7 +5,7 @@
         [--threads 1] [--clock cpu|wall] [--only plain|swapped]
 
 Builds the preset's model (vocabularies as :mod:`benchmarks.bench_models`), copies it and swaps
-``--kernels`` (:data:`seq2seq.ops.DEFAULT_KERNELS` by default) into the copy, then runs the two
+``--kernels`` (all of :data:`seq2seq.ops.KERNELS` by default) into the copy, then runs the two
 on the same synthetic batches of the preset's ``batch.max_tokens``, alternating which goes
 first: a training step each (target tokens/s), or a greedy or beam-5 search of each batch's
 sources, 30 steps (sentences/s). Medians over ``--steps`` batches after 3 untimed ones, and the
@@ -35,7 +35,7 @@ from seq2seq.device import AUTOCAST_DTYPES
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
-from seq2seq.ops import DEFAULT_KERNELS, KERNELS, speed_up
+from seq2seq.ops import KERNELS, speed_up
 from seq2seq.training.loss import SequenceLoss
 
 WARMUP = 3
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
     parser.add_argument("--mode", default="train", choices=["train", "greedy", "beam"])
-    parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS), choices=list(KERNELS))
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="CPU autocast dtype (as trainer.precision)")

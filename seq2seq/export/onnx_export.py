@@ -23,7 +23,6 @@ The folder appears whole or not at all: it is written beside its destination and
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import time
@@ -39,6 +38,7 @@ from torch import Tensor, nn
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.export.gru_products import gru_steps_as_products
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import (
     ENCODED_NAMES,
@@ -49,12 +49,8 @@ from seq2seq.inference.export_format import (
 )
 from seq2seq.inference.onnx_model import OnnxModel
 from seq2seq.models.interfaces import EncodedSource
-from seq2seq.ops import speed_up
 
 DEFAULT_OPSET = 20
-# The kernels an int8 export traces (seq2seq.ops): the same function, in products that
-# ONNX Runtime's dynamic quantization turns into int8.
-INT8_KERNELS = ("gru_step_products",)
 # Sizes of the example batch the graphs are traced with, and of the batch they are checked
 # with: different from each other and from any size a model is likely to have, so that no
 # open size is mistaken for a fixed one.
@@ -442,8 +438,8 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
     model = model.eval()
     if quantize == "int8":
         # A decoder step's GRU traced as its products, which the quantizer reaches
-        # (seq2seq.ops.gru_step_products); a copy, so the caller's model stays as it was.
-        model = speed_up(copy.deepcopy(model), INT8_KERNELS)
+        # (seq2seq.export.gru_products); a copy, so the caller's model stays as it was.
+        model = gru_steps_as_products(model)
     with staged_folder(Path(output), overwrite=overwrite) as staging:
         manifest = build_manifest(staging, model, tokenizers, config, format_name=FORMAT_NAME,
                                   format_version=FORMAT_VERSION, quantize=quantize,

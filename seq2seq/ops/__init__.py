@@ -19,17 +19,13 @@ from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.models.scorers import AdditiveScorer
 from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
 from seq2seq.ops.contiguous_state import ContiguousState
-from seq2seq.ops.gru_step_products import GRUStepProducts
 
 # Each kernel by name: (the class it speeds up, its mixin, the methods the mixin computes anew).
 # A subclass that overrides one of those methods keeps its own: the kernel would not compute it.
 KERNELS: dict[str, tuple[type[nn.Module], type, tuple[str, ...]]] = {
     "additive_energies": (AdditiveScorer, ChunkedAdditiveScorer, ("score",)),
     "contiguous_state": (AttentionDecoder, ContiguousState, ()),  # wraps _rnn: any subclass
-    "gru_step_products": (AttentionDecoder, GRUStepProducts, ("_rnn",)),
 }
-# What training and PyTorch decoding swap in; gru_step_products is export's (int8 graphs).
-DEFAULT_KERNELS = ("additive_energies", "contiguous_state")
 
 _swapped: dict[tuple[type, type], type] = {}
 
@@ -43,11 +39,11 @@ def _swapped_class(cls: type, mixin: type) -> type:
     return _swapped[cls, mixin]
 
 
-def speed_up(model: nn.Module, kernels: Iterable[str] = DEFAULT_KERNELS) -> nn.Module:
+def speed_up(model: nn.Module, kernels: Iterable[str] = tuple(KERNELS)) -> nn.Module:
     """Swap the kernels into ``model`` in place (idempotent); returns ``model``.
 
     The outputs and gradients stay those of the plain model, to rounding. ``kernels`` names
-    some of :data:`KERNELS` (benchmarks measure each alone); :data:`DEFAULT_KERNELS` by default.
+    some of :data:`KERNELS` (benchmarks measure each alone); all by default.
     """
     kernels = list(kernels)
     unknown = sorted(set(kernels) - set(KERNELS))

@@ -1,4 +1,4 @@
-"""One GRU step as its matrix products: the kernel that lets ``quantize=int8`` reach the GRU.
+"""One GRU step as its matrix products, so that ``quantize=int8`` reaches the GRU.
 
 A GRU exports as one ONNX ``GRU`` node, and ONNX Runtime's dynamic quantization, which
 quantizes ``MatMul`` and ``Gemm`` nodes, leaves it in fp32: in an int8 export the decoder
@@ -12,16 +12,20 @@ equations):
     h' = (1 - z) * n + z * h
 
 Written so, the export has two ``Gemm`` nodes a layer that the quantizer turns into int8.
-Only export swaps it in (``seq2seq-export ... quantize=int8``); training and PyTorch decoding
-keep ``torch.nn.GRU``'s fused kernel.
+These are the GRU's own equations, not a speed kernel of :mod:`seq2seq.ops`: only an int8
+export traces them (:func:`gru_steps_as_products`), on a copy of the model; training and
+PyTorch decoding keep ``torch.nn.GRU``.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.models.interfaces import State
 
 
@@ -52,3 +56,23 @@ class GRUStepProducts:
             x = (1 - z) * n + z * h  # the next layer's input
             layers.append(x)
         return x.unsqueeze(1), {"hidden": torch.stack(layers, dim=1)}  # (B, 1, H), (B, L, H)
+
+
+_PRODUCTS_CLASSES: dict[type, type] = {}  # decoder class -> its class with the mixin in front
+
+
+def gru_steps_as_products(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose attention decoders run a step's GRU as :class:`GRUStepProducts`
+    (a decoder class with its own ``_rnn`` keeps it); the same parameters' values, names and
+    outputs."""
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        cls = type(module)
+        if (isinstance(module, AttentionDecoder) and not isinstance(module, GRUStepProducts)
+                and cls._rnn is AttentionDecoder._rnn):
+            if cls not in _PRODUCTS_CLASSES:  # one class per decoder class
+                names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+                _PRODUCTS_CLASSES[cls] = type(cls.__name__, (GRUStepProducts, cls),
+                                                            names)
+            module.__class__ = _PRODUCTS_CLASSES[cls]
+    return model

@@ -1,4 +1,4 @@
-"""seq2seq.ops.gru_step_products: one GRU step as its products, what int8 exports trace.
+"""seq2seq.export.gru_products: one GRU step as its products, what int8 exports trace.
 
 The swapped decoder's step equals the plain one (two layers, Luong and Bahdanau); an LSTM and
 training fall back to the RNN itself.
@@ -6,15 +6,12 @@ training fall back to the RNN itself.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from test_ops import batch, tiny_model
 
 from seq2seq.data.vocab import BOS_ID
-from seq2seq.ops import speed_up
-from seq2seq.ops.gru_step_products import GRUStepProducts
+from seq2seq.export.gru_products import GRUStepProducts, gru_steps_as_products
 
 
 def first_steps(model, steps: int = 3):
@@ -36,16 +33,17 @@ def first_steps(model, steps: int = 3):
 def test_a_gru_step_as_products_is_the_gru_step(decoder):
     """Two layers (test_ops' models): the second layer's input is the first's new state."""
     plain = tiny_model(decoder, "additive").double().eval()
-    swapped = speed_up(copy.deepcopy(plain), ["gru_step_products"])
-    assert isinstance(swapped.decoder, GRUStepProducts)
+    swapped = gru_steps_as_products(plain)
+    assert isinstance(swapped.decoder, GRUStepProducts) and type(plain.decoder) is not type(
+        swapped.decoder)  # a copy: the model given stays as it was
+    assert type(swapped.decoder).__name__ == type(plain.decoder).__name__
     for got, want in zip(first_steps(swapped), first_steps(plain), strict=True):
         torch.testing.assert_close(got, want)
 
 
 def test_an_lstm_and_training_run_the_rnn_itself(monkeypatch):
-    lstm = speed_up(tiny_model("luong", "additive", rnn_type="lstm").eval(),
-                    ["gru_step_products"])
-    gru = speed_up(tiny_model("luong", "additive").eval(), ["gru_step_products"])
+    lstm = gru_steps_as_products(tiny_model("luong", "additive", rnn_type="lstm").eval())
+    gru = gru_steps_as_products(tiny_model("luong", "additive").eval())
     calls = []
     for model in (lstm, gru):
         monkeypatch.setattr(model.decoder.rnn, "forward", lambda *args, rnn=model.decoder.rnn,
