@@ -3,9 +3,9 @@
 A CPU flag is not a measurement: a Xeon with AVX512-BF16 but no AMX multiplies in bf16 at
 about 0.6x fp32, an EPYC with the same flag at about 1.6x (docs/speed.md). So the first use on
 a CPU times matrix products of the model's own sizes, forward and backward, in fp32 and under
-bf16 autocast (a fraction of a second), and the ratio is kept per CPU model, torch thread count
-and torch version in the user's cache folder (:func:`default_cache_path`), for every later run,
-training and decoding alike.
+bf16 autocast (a fraction of a second), and the ratio is kept per CPU model and flags, torch
+thread count and torch version in the user's cache folder (:func:`default_cache_path`), for
+every later run, training and decoding alike.
 
 :func:`choose_cpu_precision` decides; the timing function and the cache file are arguments, so
 that tests inject timings and never time anything. ``seq2seq.device`` calls it for ``auto``.
@@ -14,6 +14,7 @@ that tests inject timings and never time anything. ``seq2seq.device`` calls it f
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -63,19 +64,23 @@ Measure = Callable[[Sequence[tuple[int, int]], int], ProbeTimes]
 
 @dataclass(frozen=True)
 class CpuIdentity:
-    """What a measurement holds for: the CPU model, the threads torch uses, torch's version."""
+    """What a measurement holds for: the CPU model, the threads torch uses, torch's version,
+    and a digest of the CPU's instruction-set flags (two CPUs can share a model name: virtual
+    machines report "AMD EPYC" for EPYCs with and without bf16 instructions)."""
 
     cpu: str
     threads: int
     torch_version: str
+    features: str = ""
 
     @classmethod
     def current(cls) -> CpuIdentity:
-        return cls(cpu_model_name(), torch.get_num_threads(), torch.__version__)
+        return cls(cpu_model_name(), torch.get_num_threads(), torch.__version__, cpu_features())
 
     @property
     def key(self) -> str:
-        return f"{self.cpu} | {self.threads} threads | torch {self.torch_version}"
+        flags = f" | flags {self.features}" if self.features else ""
+        return f"{self.cpu}{flags} | {self.threads} threads | torch {self.torch_version}"
 
 
 @dataclass(frozen=True)
@@ -111,18 +116,33 @@ def default_cache_path() -> Path:
     return Path(folder).expanduser() / CACHE_FILE
 
 
-def cpu_model_name() -> str:
-    """The CPU's model name as the kernel gives it (``/proc/cpuinfo``), else what Python's
-    ``platform`` knows (the architecture at least)."""
+def _cpuinfo(*fields: str) -> str | None:
+    """The first value of one of ``fields`` in ``/proc/cpuinfo`` (None where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
             for line in info:
                 name, _, value = line.partition(":")
-                if name.strip().lower() in ("model name", "hardware") and value.strip():
+                if name.strip().lower() in fields and value.strip():
                     return " ".join(value.split())
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return None
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name as the kernel gives it (``/proc/cpuinfo``), else what Python's
+    ``platform`` knows (the architecture at least)."""
+    return (_cpuinfo("model name", "hardware") or platform.processor() or platform.machine()
+            or "unknown CPU")
+
+
+def cpu_features() -> str:
+    """A short digest of the CPU's flags (``/proc/cpuinfo``'s ``flags`` on x86, ``Features`` on
+    Arm); "" where the kernel does not list them."""
+    flags = _cpuinfo("flags", "features")
+    if flags is None:
+        return ""
+    return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
 
 
 def product_shapes(model: object, *, limit: int = MAX_SHAPES) -> tuple[tuple[int, int], ...] | None:

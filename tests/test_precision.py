@@ -80,8 +80,9 @@ def test_the_measurement_is_cached_and_reused(tmp_path):
 
 @pytest.mark.parametrize("other", [CpuIdentity("Test CPU 9000", 1, "2.13.0"),
                                    CpuIdentity("Test CPU 9000", 2, "2.14.0"),
-                                   CpuIdentity("Other CPU 42", 2, "2.13.0")])
-def test_another_cpu_thread_count_or_torch_version_measures_again(tmp_path, other):
+                                   CpuIdentity("Other CPU 42", 2, "2.13.0"),
+                                   CpuIdentity("Test CPU 9000", 2, "2.13.0", "0123456789ab")])
+def test_another_cpu_its_flags_thread_count_or_torch_version_measure_again(tmp_path, other):
     path = tmp_path / "precision.json"
     choose(FakeProbe(1.6), path)
     probe = FakeProbe(0.6)
@@ -91,6 +92,20 @@ def test_another_cpu_thread_count_or_torch_version_measures_again(tmp_path, othe
     assert {key: entry["precision"] for key, entry in measurements.items()} == {
         HERE.key: "bf16", other.key: "fp32"}  # both kept
     assert choose(probe, path).precision == "bf16" and len(probe.calls) == 1
+
+
+def test_cpus_of_one_model_name_but_other_flags_are_told_apart(monkeypatch):
+    """Virtual machines report "AMD EPYC" for EPYCs with and without bf16 instructions."""
+    flags = {"flags": "fpu sse avx2 fma", "model name": "AMD EPYC"}
+    monkeypatch.setattr(seq2seq.precision, "_cpuinfo",
+                        lambda *fields: next((flags[f] for f in fields if f in flags), None))
+    avx2 = CpuIdentity.current()
+    flags["flags"] = "fma avx2 sse fpu"  # the same flags in another order
+    assert CpuIdentity.current() == avx2 and avx2.cpu == "AMD EPYC" and avx2.features
+    flags["flags"] = "fpu sse avx2 fma avx512f avx512_bf16"
+    assert CpuIdentity.current().key != avx2.key
+    del flags["flags"]  # a kernel that lists none
+    assert CpuIdentity.current().features == ""
 
 
 @pytest.mark.parametrize("content", [

@@ -36,8 +36,7 @@ class GRUStepProducts:
 
     def _rnn(self, inputs: Tensor, state: State) -> tuple[Tensor, State]:
         rnn = self.rnn
-        if (self.is_lstm or self.training or inputs.size(1) != 1 or rnn.bidirectional
-                or rnn.mode != "GRU"):
+        if rnn.mode != "GRU" or self.training or inputs.size(1) != 1 or rnn.bidirectional:
             return super()._rnn(inputs, state)
         x = inputs[:, 0]  # (B, I)
         hidden = state["hidden"]  # (B, L, H)
@@ -72,7 +71,6 @@ def gru_steps_as_products(model: nn.Module) -> nn.Module:
                 and cls._rnn is AttentionDecoder._rnn):
             if cls not in _PRODUCTS_CLASSES:  # one class per decoder class
                 names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-                _PRODUCTS_CLASSES[cls] = type(cls.__name__, (GRUStepProducts, cls),
-                                                            names)
+                _PRODUCTS_CLASSES[cls] = type(cls.__name__, (GRUStepProducts, cls), names)
             module.__class__ = _PRODUCTS_CLASSES[cls]
     return model
