@@ -138,6 +138,39 @@ def test_the_folder_translates_as_the_checkpoint(exported, options):
             torch.testing.assert_close(t.attention.sum(dim=1), torch.ones(len(t.attention)))
 
 
+@pytest.mark.parametrize("options", [
+    {"beam_size": 1},
+    {"beam_size": 4, "nbest": 3, "length_penalty": 1.0},
+    {"search": "sample", "top_k": 1},
+], ids=["greedy", "beam4-nbest3", "sample-top1"])
+def test_a_batch_of_output_limits_translates_as_each_sentence_alone(exported, options):
+    """Sentences of different output limits share one CTranslate2 call under the longest; those
+    whose search reached a step before their own limit's last run again under it: batched
+    equals alone (each alone is decoded under its own limit), attention included."""
+    folder_translator = load_translator(exported[1], max_len_a=1.0, max_len_b=1.0, **options)
+    calls = []
+    translate_batch = folder_translator.engine.translate_batch
+
+    def counted(sources, *args, **kwargs):
+        calls.append((len(sources), kwargs["max_decoding_length"]))
+        return translate_batch(sources, *args, **kwargs)
+
+    folder_translator.engine = type("Counted", (), {"translate_batch": staticmethod(counted)})()
+    got = folder_translator.translate(LINES)
+    batched_calls = list(calls)
+    alone = [folder_translator.translate([line])[0] for line in LINES]
+    assert_same_translations(got, alone, score_tolerance=1e-5)
+    for have, want in zip(got, alone, strict=True):
+        for a, b in zip(have, want, strict=True):
+            if a.attention is not None:
+                torch.testing.assert_close(a.attention, b.attention)
+    non_empty = sum(1 for line in LINES if line)
+    assert batched_calls[0][0] == non_empty  # one batch under the longest limit
+    assert 1 < len(batched_calls) < len(calls) - len(batched_calls)  # some ran again
+    # Some hypotheses reached their limits, so the reruns and the EOS step were exercised.
+    assert any(len(t.target_pieces) == len(t.source_pieces) + 2 for n in got for t in n)
+
+
 def test_a_prefix_is_kept_and_scored(exported):
     """Every translation starts with its prefix, whose pieces' log-probabilities count in its
     score: greedy search gives the checkpoint's translations and scores. (Beam search may end

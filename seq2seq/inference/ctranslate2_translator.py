@@ -14,10 +14,13 @@ CTranslate2 runs the search; everything around it is ours:
   the folder's ``add_source_eos``); an empty source gets an empty translation without a search.
 - Output length limit: ``floor(max_len_a * n + max_len_b)`` pieces, EOS not counted (``n``: the
   source's pieces and its EOS), raised to a forced prefix's length. CTranslate2 takes one
-  ``max_decoding_length`` a call, so sentences with the same limit are decoded together.
-  CTranslate2 ends a hypothesis at its limit without an EOS step where our searches force one;
-  such a hypothesis is finished here by one more step over it (:meth:`_finish_at_limit`),
-  which gives its EOS log-probability and its EOS row of attention.
+  ``max_decoding_length`` a call, so a batch of sources sorted by length runs under the
+  longest limit among them, and a sentence whose search had not ended a step before its own
+  limit runs again under it (:meth:`_decode`; the steps before a limit's last step do not
+  depend on the limit). CTranslate2 ends a hypothesis at its limit without an EOS step where
+  our searches force one; such a hypothesis is finished here by one more step over it
+  (:meth:`_finish_at_limit`), which gives its EOS log-probability and its EOS row of
+  attention.
 - Never generated: ``<pad>`` and ``<s>`` (``suppress_sequences``). CTranslate2 removes them
   before its softmax where our searches do after, so its log-probabilities are renormalized over
   the other pieces: a trained model gives those two pieces almost no probability, a random one
@@ -36,8 +39,9 @@ CTranslate2 runs the search; everything around it is ours:
   refused.
 - Attention: what CTranslate2 returns, its alignment head (for a folder written by
   ``seq2seq-export``, the last decoder layer's first head, where a checkpoint shows the mean of
-  every layer and head), with the source EOS column it leaves out restored (a row sums to 1).
-  No per-layer and per-head matrices (``attention_heads``).
+  every layer and head), with the source EOS column it leaves out restored (a row sums to 1);
+  the first step's row from a one-step greedy call where beam search gets it wrong
+  (:meth:`_first_attention_rows`). No per-layer and per-head matrices (``attention_heads``).
 
 Refused in one line, each naming the option: phrases (``constraints``, ``terms``: CTranslate2
 cannot force them), a ``shortlist``, ``epsilon``, a precision other than fp32 (the folder runs
@@ -328,9 +332,10 @@ class CTranslate2Translator:
         limits = [self._limit(source, prefix) for source, prefix in zip(sources, forced,
                                                                        strict=True)]
         with self._sampling_engine() as engine:
-            for batch, limit in self._batches(sources, limits):
+            for batch in self._batches(sources):
                 found = self._search([sources[i] for i in batch], [forced[i] for i in batch],
-                                     limit, return_attention=return_attention, engine=engine)
+                                     [limits[i] for i in batch],
+                                     return_attention=return_attention, engine=engine)
                 for index, hypotheses in zip(batch, found, strict=True):
                     results[index] = hypotheses
                 if progress is not None:
@@ -349,22 +354,16 @@ class CTranslate2Translator:
         limit = max(0, math.floor(self.max_len_a * (source.size + 1) + self.max_len_b))
         return max(limit, len(prefix))
 
-    def _batches(self, sources: list[np.ndarray], limits: list[int]
-                 ) -> list[tuple[list[int], int]]:
-        """The non-empty sources in batches of one output limit each (CTranslate2 takes one a
-        call), cut to the token budget (their padded source, EOS included), with that limit."""
-        groups: dict[int, list[int]] = {}
-        for index, source in enumerate(sources):
-            if source.size > 0:
-                groups.setdefault(limits[index], []).append(index)
-        batches = []
-        for limit, indices in sorted(groups.items(), reverse=True):
-            order = np.array(sorted(indices, key=lambda i: sources[i].size), dtype=np.int64)
-            costs = np.array([sources[i].size + 1 for i in order], dtype=np.int64)
-            for batch in reversed(cut_sorted(order, costs, max_tokens=self.max_tokens,
-                                             max_sentences=order.size)):
-                batches.append((batch.tolist(), limit))
-        return batches
+    def _batches(self, sources: list[np.ndarray]) -> list[list[int]]:
+        """The non-empty sources sorted by length, in batches cut to the token budget (their
+        padded source, EOS included), longest first: whatever their output limits (batches of
+        one limit each, one per source length, made many small calls; docs/speed.md)."""
+        indices = sorted((i for i, source in enumerate(sources) if source.size > 0),
+                         key=lambda i: sources[i].size)
+        order = np.array(indices, dtype=np.int64)
+        costs = np.array([sources[i].size + 1 for i in indices], dtype=np.int64)
+        return [batch.tolist() for batch in reversed(cut_sorted(
+            order, costs, max_tokens=self.max_tokens, max_sentences=max(order.size, 1)))]
 
     def _run(self, call: str, *args, engine=None, **options):
         """``engine.call(...)`` (default: the translator's own engine), its errors in one
@@ -375,39 +374,18 @@ class CTranslate2Translator:
             raise DataError(f"the CTranslate2 folder {self.folder} could not decode a batch: "
                             f"{error_reason(error)}") from None
 
-    def _search(self, sources: list[np.ndarray], prefixes: list[list[int]], limit: int, *,
-                return_attention: bool, engine) -> list[list[Hypothesis]]:
-        """One batch of non-empty sources with one output limit: ``engine``'s search, then our
-        scores, ranking and attention."""
+    def _search(self, sources: list[np.ndarray], prefixes: list[list[int]], limits: list[int],
+                *, return_attention: bool, engine) -> list[list[Hypothesis]]:
+        """One batch of non-empty sources, each with its output limit: ``engine``'s search,
+        then our scores, ranking and attention."""
         source_pieces = [self.tokenizers.src.pieces(source.tolist()) for source in sources]
         copies = self.nbest if self.search == "sample" else 1  # each sample its own row
         rows = [row for row in range(len(sources)) for _ in range(copies)]
-        if limit == 0:  # nothing to decode before the EOS step
-            found = [[_Found([], 0.0, False, [] if return_attention else None)] for _ in rows]
-        else:
-            beam = self.search == "beam" and self.beam_size > 1
-            options: dict[str, Any] = {
-                "beam_size": self.beam_size if beam else 1,
-                "num_hypotheses": self.beam_size if beam else 1,
-                "length_penalty": BEAM_LENGTH_PENALTY if beam else 0.0,
-                "max_decoding_length": limit, "min_decoding_length": 0,
-                "max_input_length": 0, "suppress_sequences": NEVER_GENERATED,
-                "return_scores": True, "return_end_token": True,
-                "return_attention": return_attention,
-            }
-            if self.search == "sample":
-                top_k = self.sampling.top_k if self.sampling.top_k < len(self._target_id) else 0
-                options.update(sampling_topk=top_k, sampling_topp=self.sampling.top_p,
-                               sampling_temperature=self.sampling.temperature)
-            target_prefix = ([self.tokenizers.tgt.pieces(prefixes[row]) for row in rows]
-                             if any(prefixes) else None)
-            results = self._run("translate_batch", [source_pieces[row] for row in rows],
-                                target_prefix, engine=engine, **options)
-            found = [[self._found(pieces, score, attention, beam) for pieces, score, attention
-                      in zip(result.hypotheses, result.scores,
-                             result.attention or [None] * len(result.hypotheses), strict=True)]
-                     for result in results]
-        found = self._finish_at_limit(found, [source_pieces[row] for row in rows], limit,
+        row_pieces = [source_pieces[row] for row in rows]
+        row_limits = [limits[row] for row in rows]
+        found = self._decode(row_pieces, [prefixes[row] for row in rows], row_limits,
+                             return_attention=return_attention, engine=engine)
+        found = self._finish_at_limit(found, row_pieces, row_limits,
                                       return_attention=return_attention)
         prefix_log_probs = self._prefix_log_probs(source_pieces, prefixes)
         per_sentence: list[list[Hypothesis]] = [[] for _ in sources]
@@ -423,6 +401,77 @@ class CTranslate2Translator:
         return [sorted(hypotheses, key=lambda h: -h.score)[: self.nbest]
                 for hypotheses in per_sentence]
 
+    def _decode(self, source_pieces: list[list[str]], prefixes: list[list[int]],
+                limits: list[int], *, return_attention: bool, engine) -> list[list[_Found]]:
+        """Each row's hypotheses as its own limit gives them: one call under the longest
+        limit, then one for each shorter limit whose rows had not ended in time.
+
+        A search under a longer limit takes the same steps as under a row's own limit until
+        that limit's last step, where CTranslate2 ends every beam. So a row stands when all its
+        hypotheses ended (EOS) before that step: the search had stopped there, as it would
+        have under its own limit (at least one of the hypotheses kept is one of the last step's).
+        """
+        found = self._translate(source_pieces, prefixes, max(limits),
+                                return_attention=return_attention, engine=engine)
+        again: dict[int, list[int]] = {}
+        for row, (hypotheses, limit) in enumerate(zip(found, limits, strict=True)):
+            in_time = all(h.ended and len(h.tokens) + 1 < limit for h in hypotheses)
+            if limit < max(limits) and not in_time:
+                again.setdefault(limit, []).append(row)
+        for limit, rows in again.items():
+            redone = self._translate([source_pieces[row] for row in rows],
+                                     [prefixes[row] for row in rows], limit,
+                                     return_attention=return_attention, engine=engine)
+            for row, hypotheses in zip(rows, redone, strict=True):
+                found[row] = hypotheses
+        return found
+
+    def _translate(self, source_pieces: list[list[str]], prefixes: list[list[int]], limit: int,
+                   *, return_attention: bool, engine) -> list[list[_Found]]:
+        """One ``translate_batch`` call over rows that share an output limit."""
+        if limit == 0:  # nothing to decode before the EOS step
+            return [[_Found([], 0.0, False, [] if return_attention else None)]
+                    for _ in source_pieces]
+        beam = self.search == "beam" and self.beam_size > 1
+        options: dict[str, Any] = {
+            "beam_size": self.beam_size if beam else 1,
+            "num_hypotheses": self.beam_size if beam else 1,
+            "length_penalty": BEAM_LENGTH_PENALTY if beam else 0.0,
+            "max_decoding_length": limit, "min_decoding_length": 0,
+            "max_input_length": 0, "suppress_sequences": NEVER_GENERATED,
+            "return_scores": True, "return_end_token": True,
+            "return_attention": return_attention,
+        }
+        if self.search == "sample":
+            top_k = self.sampling.top_k if self.sampling.top_k < len(self._target_id) else 0
+            options.update(sampling_topk=top_k, sampling_topp=self.sampling.top_p,
+                           sampling_temperature=self.sampling.temperature)
+        target_prefix = ([self.tokenizers.tgt.pieces(prefix) for prefix in prefixes]
+                         if any(prefixes) else None)
+        results = self._run("translate_batch", source_pieces, target_prefix, engine=engine,
+                            **options)
+        found = [[self._found(pieces, score, attention, beam) for pieces, score, attention
+                  in zip(result.hypotheses, result.scores,
+                         result.attention or [None] * len(result.hypotheses), strict=True)]
+                 for result in results]
+        if beam and return_attention and len(source_pieces) > 1:
+            found = self._first_attention_rows(found, source_pieces, engine=engine)
+        return found
+
+    def _first_attention_rows(self, found: list[list[_Found]], source_pieces: list[list[str]],
+                              *, engine) -> list[list[_Found]]:
+        """The first attention row of each hypothesis, from a one-step greedy call: in a batch
+        of several sentences, CTranslate2's beam search (4.8) returns the first step's row of
+        another sentence (it expands the beams after that step, and gathers that row as if it
+        had). The first step is the same for every hypothesis of a sentence, and greedy search
+        returns its row right."""
+        first = self._run("translate_batch", source_pieces, engine=engine, beam_size=1,
+                          max_decoding_length=1, min_decoding_length=0, max_input_length=0,
+                          return_attention=True)
+        return [[h._replace(attention=[list(result.attention[0][0]), *h.attention[1:]])
+                 if h.attention else h for h in hypotheses]
+                for hypotheses, result in zip(found, first, strict=True)]
+
     def _found(self, pieces: list[str], score: float, attention, beam: bool) -> _Found:
         ended = bool(pieces) and pieces[-1] == EOS_PIECE
         tokens = [self._target_id.get(piece, UNK_ID) for piece in
@@ -433,32 +482,34 @@ class CTranslate2Translator:
                       None if attention is None else [list(row) for row in attention])
 
     def _finish_at_limit(self, found: list[list[_Found]], source_pieces: list[list[str]],
-                         limit: int, *, return_attention: bool) -> list[list[_Found]]:
-        """Every hypothesis that reached the limit without EOS, finished as our searches do:
-        one more step over it (its pieces forced) gives the EOS log-probability and the EOS
-        step's attention row. All of them have ``limit`` pieces: one call."""
-        cut = [(row, rank) for row, hypotheses in enumerate(found)
-               for rank, hypothesis in enumerate(hypotheses) if not hypothesis.ended]
-        if not cut:
-            return found
-        results = self._run(
-            "translate_batch", [source_pieces[row] for row, _ in cut],
-            [self.tokenizers.tgt.pieces(found[row][rank].tokens) for row, rank in cut],
-            beam_size=1, max_decoding_length=limit + 1, min_decoding_length=0,
-            max_input_length=0, suppress_sequences=NEVER_GENERATED, length_penalty=0.0,
-            return_logits_vocab=True, return_attention=return_attention)
+                         limits: list[int], *, return_attention: bool) -> list[list[_Found]]:
+        """Every hypothesis that reached its row's limit without EOS, finished as our searches
+        do: one more step over it (its pieces forced) gives the EOS log-probability and the EOS
+        step's attention row. One call for each limit such hypotheses reached."""
+        cut_at: dict[int, list[tuple[int, int]]] = {}
+        for row, hypotheses in enumerate(found):
+            for rank, hypothesis in enumerate(hypotheses):
+                if not hypothesis.ended:
+                    cut_at.setdefault(limits[row], []).append((row, rank))
         finished = [list(hypotheses) for hypotheses in found]
-        for (row, rank), result in zip(cut, results, strict=True):
-            logits = np.asarray(result.logits[0][-1], dtype=np.float64)  # the step after them
-            top = logits.max()
-            eos_log_prob = logits[EOS_ID] - top - math.log(np.exp(logits - top).sum())
-            hypothesis = finished[row][rank]
-            attention = hypothesis.attention
-            if return_attention:
-                attention = [*attention, list(result.attention[0][-1])]
-            finished[row][rank] = hypothesis._replace(
-                log_prob=hypothesis.log_prob + float(eos_log_prob), ended=True,
-                attention=attention)
+        for limit, cut in cut_at.items():
+            results = self._run(
+                "translate_batch", [source_pieces[row] for row, _ in cut],
+                [self.tokenizers.tgt.pieces(found[row][rank].tokens) for row, rank in cut],
+                beam_size=1, max_decoding_length=limit + 1, min_decoding_length=0,
+                max_input_length=0, suppress_sequences=NEVER_GENERATED, length_penalty=0.0,
+                return_logits_vocab=True, return_attention=return_attention)
+            for (row, rank), result in zip(cut, results, strict=True):
+                logits = np.asarray(result.logits[0][-1], dtype=np.float64)  # the step after
+                top = logits.max()
+                eos_log_prob = logits[EOS_ID] - top - math.log(np.exp(logits - top).sum())
+                hypothesis = finished[row][rank]
+                attention = hypothesis.attention
+                if return_attention:
+                    attention = [*attention, list(result.attention[0][-1])]
+                finished[row][rank] = hypothesis._replace(
+                    log_prob=hypothesis.log_prob + float(eos_log_prob), ended=True,
+                    attention=attention)
         return finished
 
     def _prefix_log_probs(self, source_pieces: list[list[str]],
