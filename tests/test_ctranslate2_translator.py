@@ -138,37 +138,65 @@ def test_the_folder_translates_as_the_checkpoint(exported, options):
             torch.testing.assert_close(t.attention.sum(dim=1), torch.ones(len(t.attention)))
 
 
+def counted_calls(translator: CTranslate2Translator) -> list[dict]:
+    """Records each ``translate_batch`` call of ``translator`` (its row count and options)."""
+    calls = []
+    translate_batch = translator.engine.translate_batch
+
+    def counted(sources, *args, **options):
+        calls.append({"rows": len(sources), **options})
+        return translate_batch(sources, *args, **options)
+
+    translator.engine = type("Counted", (), {"translate_batch": staticmethod(counted)})()
+    return calls
+
+
+def searches(calls: list[dict]) -> list[dict]:
+    """The calls that searched (not a cut hypothesis's EOS step, not the first attention row)."""
+    return [c for c in calls if not c.get("return_logits_vocab")
+            and not (c["max_decoding_length"] == 1 and c.get("return_end_token")
+                     and c.get("beam_size") == 1 and "suppress_sequences" not in c)]
+
+
 @pytest.mark.parametrize("options", [
     {"beam_size": 1},
     {"beam_size": 4, "nbest": 3, "length_penalty": 1.0},
-    {"search": "sample", "top_k": 1},
+    {"search": "sample", "top_k": 1},  # one piece to draw from: greedy search
 ], ids=["greedy", "beam4-nbest3", "sample-top1"])
 def test_a_batch_of_output_limits_translates_as_each_sentence_alone(exported, options):
     """Sentences of different output limits share one CTranslate2 call under the longest; those
     whose search reached a step before their own limit's last run again under it: batched
     equals alone (each alone is decoded under its own limit), attention included."""
     folder_translator = load_translator(exported[1], max_len_a=1.0, max_len_b=1.0, **options)
-    calls = []
-    translate_batch = folder_translator.engine.translate_batch
-
-    def counted(sources, *args, **kwargs):
-        calls.append((len(sources), kwargs["max_decoding_length"]))
-        return translate_batch(sources, *args, **kwargs)
-
-    folder_translator.engine = type("Counted", (), {"translate_batch": staticmethod(counted)})()
+    calls = counted_calls(folder_translator)
     got = folder_translator.translate(LINES)
-    batched_calls = list(calls)
+    batched = searches(calls)
     alone = [folder_translator.translate([line])[0] for line in LINES]
     assert_same_translations(got, alone, score_tolerance=1e-5)
     for have, want in zip(got, alone, strict=True):
         for a, b in zip(have, want, strict=True):
             if a.attention is not None:
                 torch.testing.assert_close(a.attention, b.attention)
-    non_empty = sum(1 for line in LINES if line)
-    assert batched_calls[0][0] == non_empty  # one batch under the longest limit
-    assert 1 < len(batched_calls) < len(calls) - len(batched_calls)  # some ran again
+    assert batched[0]["rows"] == sum(1 for line in LINES if line)  # one batch, longest limit
+    assert 1 < len(batched) < len(searches(calls)) - len(batched)  # some ran again
     # Some hypotheses reached their limits, so the reruns and the EOS step were exercised.
     assert any(len(t.target_pieces) == len(t.source_pieces) + 2 for n in got for t in n)
+
+
+def test_samples_with_a_shorter_limit_are_always_drawn_again(exported):
+    """Keeping the draws under the longest limit that ended before a row's own limit would
+    favour short samples: every row with a shorter limit is drawn again under its own."""
+    folder_translator = load_translator(exported[1], search="sample", nbest=2,
+                                        max_len_a=1.0, max_len_b=1.0)
+    calls = counted_calls(folder_translator)
+    translations = folder_translator.translate(LINES)
+    pieces = [len(folder_translator.tokenizers.src.encode([line])[0]) for line in LINES if line]
+    limits = [count + 2 for count in pieces]  # floor(1.0 * (pieces + EOS) + 1.0)
+    first, *again = searches(calls)
+    assert first["rows"] == 2 * len(pieces) and first["max_decoding_length"] == max(limits)
+    assert sorted(c["max_decoding_length"] for c in again) == sorted(set(limits) - {max(limits)})
+    assert sum(c["rows"] for c in again) == 2 * sum(limit < max(limits) for limit in limits)
+    assert all(len(n_best) == 2 for n_best, line in zip(translations, LINES, strict=True) if line)
 
 
 def test_a_prefix_is_kept_and_scored(exported):

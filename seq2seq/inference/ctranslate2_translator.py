@@ -16,8 +16,9 @@ CTranslate2 runs the search; everything around it is ours:
   source's pieces and its EOS), raised to a forced prefix's length. CTranslate2 takes one
   ``max_decoding_length`` a call, so a batch of sources sorted by length runs under the
   longest limit among them, and a sentence whose search had not ended a step before its own
-  limit runs again under it (:meth:`_decode`; the steps before a limit's last step do not
-  depend on the limit). CTranslate2 ends a hypothesis at its limit without an EOS step where
+  limit runs again under it (:meth:`_decode`; the steps of a search, not of a random draw,
+  before a limit's last step do not depend on the limit; a sample with a shorter limit is
+  always drawn again). CTranslate2 ends a hypothesis at its limit without an EOS step where
   our searches force one; such a hypothesis is finished here by one more step over it
   (:meth:`_finish_at_limit`), which gives its EOS log-probability and its EOS row of
   attention.
@@ -356,8 +357,7 @@ class CTranslate2Translator:
 
     def _batches(self, sources: list[np.ndarray]) -> list[list[int]]:
         """The non-empty sources sorted by length, in batches cut to the token budget (their
-        padded source, EOS included), longest first: whatever their output limits (batches of
-        one limit each, one per source length, made many small calls; docs/speed.md)."""
+        padded source, EOS included), longest first, whatever their output limits."""
         indices = sorted((i for i, source in enumerate(sources) if source.size > 0),
                          key=lambda i: sources[i].size)
         order = np.array(indices, dtype=np.int64)
@@ -408,15 +408,20 @@ class CTranslate2Translator:
 
         A search under a longer limit takes the same steps as under a row's own limit until
         that limit's last step, where CTranslate2 ends every beam. So a row stands when all its
-        hypotheses ended (EOS) before that step: the search had stopped there, as it would
-        have under its own limit (at least one of the hypotheses kept is one of the last step's).
+        hypotheses ended (EOS) before that step: the search had stopped there, as it would have
+        under its own limit (num_hypotheses = beam_size: at least one hypothesis kept ended at
+        the step where the search stopped). Not for random samples: keeping only the draws that
+        ended in time would favour short ones, so every shorter limit's rows are drawn again.
         """
-        found = self._translate(source_pieces, prefixes, max(limits),
+        longest = max(limits)
+        found = self._translate(source_pieces, prefixes, longest,
                                 return_attention=return_attention, engine=engine)
+        drawn = self.search == "sample"
         again: dict[int, list[int]] = {}
         for row, (hypotheses, limit) in enumerate(zip(found, limits, strict=True)):
-            in_time = all(h.ended and len(h.tokens) + 1 < limit for h in hypotheses)
-            if limit < max(limits) and not in_time:
+            in_time = not drawn and all(h.ended and len(h.tokens) + 1 < limit
+                                        for h in hypotheses)
+            if limit < longest and not in_time:
                 again.setdefault(limit, []).append(row)
         for limit, rows in again.items():
             redone = self._translate([source_pieces[row] for row in rows],
@@ -461,13 +466,14 @@ class CTranslate2Translator:
     def _first_attention_rows(self, found: list[list[_Found]], source_pieces: list[list[str]],
                               *, engine) -> list[list[_Found]]:
         """The first attention row of each hypothesis, from a one-step greedy call: in a batch
-        of several sentences, CTranslate2's beam search (4.8) returns the first step's row of
-        another sentence (it expands the beams after that step, and gathers that row as if it
-        had). The first step is the same for every hypothesis of a sentence, and greedy search
-        returns its row right."""
+        of several sentences, CTranslate2's beam search (4.8, CPU) gives sentence i the first
+        row of sentence i // beam_size (it expands the beams after that step and gathers its
+        rows as if it had). The first step reads only BOS and the source, so it is the same
+        for every hypothesis of a sentence, a prefix or not, and greedy search returns it
+        right."""
         first = self._run("translate_batch", source_pieces, engine=engine, beam_size=1,
                           max_decoding_length=1, min_decoding_length=0, max_input_length=0,
-                          return_attention=True)
+                          return_end_token=True, return_attention=True)
         return [[h._replace(attention=[list(result.attention[0][0]), *h.attention[1:]])
                  if h.attention else h for h in hypotheses]
                 for hypotheses, result in zip(found, first, strict=True)]
@@ -498,6 +504,7 @@ class CTranslate2Translator:
                 [self.tokenizers.tgt.pieces(found[row][rank].tokens) for row, rank in cut],
                 beam_size=1, max_decoding_length=limit + 1, min_decoding_length=0,
                 max_input_length=0, suppress_sequences=NEVER_GENERATED, length_penalty=0.0,
+                return_end_token=True,  # else an EOS step's attention row is dropped
                 return_logits_vocab=True, return_attention=return_attention)
             for (row, rank), result in zip(cut, results, strict=True):
                 logits = np.asarray(result.logits[0][-1], dtype=np.float64)  # the step after
