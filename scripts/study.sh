@@ -12,6 +12,7 @@
 # sbatch, -c the same), STUDY_SCORERS (gaussian,scaled_dot,additive,multihead,location,dot,general),
 # STUDY_SPARSEMAX (scaled_dot), STUDY_RECORDS (docs/attention_study/runs), PYTHON, DRY_RUN=1
 # (print the commands instead of running them). Relative paths are from the repository root.
+# STUDY_PRECISION (bf16, the precision seeds 1-5 trained in; fp32 runs form groups of their own).
 #SBATCH --job-name=attention_study
 #SBATCH --cpus-per-task=2
 #SBATCH --time=12:00:00

@@ -11,6 +11,7 @@
 # (1,2,3,4,5), STUDY_JOBS (2; with sbatch, -c the same), STUDY_RECORDS (docs/attention_study/runs),
 # PYTHON, DRY_RUN=1 (print the commands instead of running them). Relative paths are from the
 # repository root.
+# STUDY_PRECISION (bf16, the precision seeds 1-5 trained in; fp32 runs form groups of their own).
 #SBATCH --job-name=attention_study_transformer
 #SBATCH --cpus-per-task=2
 #SBATCH --time=08:00:00
@@ -24,7 +25,9 @@ source scripts/study_common.sh
 
 STUDY_TRANSFORMER_STEPS=${STUDY_TRANSFORMER_STEPS:-4000}
 
+# The preset as seeds 1-5 trained it, before its retune for the hour (docs/results.md).
 run "${study_sweep[@]}" experiment=multi30k_transformer \
+    optimizer.lr=1.0e-3 batch.max_tokens=2400 model.encoder.ffn_dim=1024 model.decoder.ffn_dim=1024 \
     trainer.max_steps="$STUDY_TRANSFORMER_STEPS" trainer.early_stopping_patience=null \
     'hydra.sweep.subdir=transformer-seed${trainer.seed}' "$@"
 scripts/study_report.sh

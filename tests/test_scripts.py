@@ -32,7 +32,7 @@ KNOBS = ["BEST_DIR", "BEST_SEEDS", "BEST_EXPERIMENTS", "BEST_TRANSFORMER_DIR", "
 STUDY_SWEEP = ["train.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                "hydra.sweep.dir=runs/attention_study", "trainer.num_threads=1",
                "trainer.resume=auto", "trainer.max_time=null", "trainer.valid_every=250",
-               "trainer.seed=1,2,3,4,5"]
+               "trainer.precision=bf16", "trainer.seed=1,2,3,4,5"]
 STUDY_TRAIN = STUDY_SWEEP + [
     "experiment=multi30k_luong_fast", "trainer.max_steps=4000", "trainer.early_stopping_patience=4",
     "hydra.sweep.subdir=${hydra:runtime.choices.model/attention}-${model.attention.normalizer}"
@@ -166,7 +166,9 @@ def test_study_knobs_reach_every_command():
 
 def test_study_transformer_trains_to_the_end_of_its_schedule_then_reports():
     assert dry_run("study_transformer.sh", "x=1") == [
-        ["python", *STUDY_SWEEP, "experiment=multi30k_transformer", "trainer.max_steps=4000",
+        ["python", *STUDY_SWEEP, "experiment=multi30k_transformer", "optimizer.lr=1.0e-3",
+         "batch.max_tokens=2400", "model.encoder.ffn_dim=1024", "model.decoder.ffn_dim=1024",
+         "trainer.max_steps=4000",
          "trainer.early_stopping_patience=null", "hydra.sweep.subdir=transformer-seed${trainer.seed}",
          "x=1"],
         *(["python", *command] for command in STUDY_REPORT),
