@@ -433,7 +433,8 @@ class CTranslate2Translator:
 
     def _translate(self, source_pieces: list[list[str]], prefixes: list[list[int]], limit: int,
                    *, return_attention: bool, engine) -> list[list[_Found]]:
-        """One ``translate_batch`` call over rows that share an output limit."""
+        """The search over rows that share an output limit: one ``translate_batch`` call (and
+        one more for the first attention rows of a beam search over several rows)."""
         if limit == 0:  # nothing to decode before the EOS step
             return [[_Found([], 0.0, False, [] if return_attention else None)]
                     for _ in source_pieces]
