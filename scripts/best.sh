@@ -83,7 +83,7 @@ for pid in ${members[@]+"${members[@]}"}; do wait "$pid" || failed=1; done
 trap - INT TERM
 if dry_run; then echo wait; fi
 if ((failed)); then
-    echo "a member failed: see the end of $log_a and $log_b" >&2
+    echo "a member failed: see the end of $log_a and $name_b.log" >&2
     exit 1
 fi
 
