@@ -95,8 +95,8 @@ def decide_precision(precision: str, device: torch.device, *,
 
     ``auto`` is bf16 on CUDA GPUs from Ampere on, and fp32 on older GPUs and MPS; on a CPU,
     bf16 where :func:`seq2seq.precision.choose_cpu_precision` measures it at least 10 % faster
-    than fp32 (products of ``shapes``, the model's, measured once and cached; also where torch
-    has no bf16 matrix kernels for the CPU, which the reason then says).
+    than fp32 (products of ``shapes``, the model's, measured once and cached; measured too
+    where torch has no bf16 matrix kernels for the CPU, which the reason then says).
     ``decoding`` words the reason for a decoder, which shares the training products' probe.
 
     Raises:
