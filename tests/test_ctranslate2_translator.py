@@ -152,10 +152,9 @@ def counted_calls(translator: CTranslate2Translator) -> list[dict]:
 
 
 def searches(calls: list[dict]) -> list[dict]:
-    """The calls that searched (not a cut hypothesis's EOS step, not the first attention row)."""
-    return [c for c in calls if not c.get("return_logits_vocab")
-            and not (c["max_decoding_length"] == 1 and c.get("return_end_token")
-                     and c.get("beam_size") == 1 and "suppress_sequences" not in c)]
+    """The calls that searched: only they ask for scores (a cut hypothesis's EOS step and the
+    first attention rows do not)."""
+    return [c for c in calls if c.get("return_scores")]
 
 
 @pytest.mark.parametrize("options", [
