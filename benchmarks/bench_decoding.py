@@ -80,25 +80,25 @@ def bench_one(
     single_sentences: int = 0,
 ) -> dict:
     """Time one search setting on a freshly loaded model (and count its FLOP, untimed)."""
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations
     from seq2seq.inference.runtimes import load_translator
     from seq2seq.inference.translator import Translator
 
+    options = DecodeOptions(beam_size=beam_size)
     started = time.perf_counter()
-    translator = load_translator(
-        checkpoint, device, beam_size=beam_size, max_tokens=max_tokens, precision=precision,
-    )
-    translator.translate(sources[:WARMUP_SENTENCES], return_attention=False)
+    translator = load_translator(checkpoint, device, max_tokens=max_tokens, precision=precision)
+    translator.translate(sources[:WARMUP_SENTENCES], options, return_attention=False)
     startup = time.perf_counter() - started + data_seconds
 
-    evaluation = evaluate_translations(translator, sources, references)
+    evaluation = evaluate_translations(translator, sources, references, options)
     generation = evaluation.generation_seconds
     single = None
     if single_sentences:
         # The server's case: one sentence per call, no batch to share the steps with.
         started = time.perf_counter()
         for sentence in sources[:single_sentences]:
-            translator.translate([sentence], return_attention=False)
+            translator.translate([sentence], options, return_attention=False)
         single = min(single_sentences, len(sources)) / (time.perf_counter() - started)
     flops_per_sentence = None
     if count_flops:
@@ -106,10 +106,9 @@ def bench_one(
 
         # The counter cannot run under autocast (it decomposes the GRU into products of mixed
         # dtypes), so every row is counted on the fp32 search.
-        counted = Translator.from_checkpoint(
-            checkpoint, device, beam_size=beam_size, max_tokens=max_tokens)
+        counted = Translator.from_checkpoint(checkpoint, device, max_tokens=max_tokens)
         with FlopCounterMode(display=False) as counter:
-            counted.translate(sources, return_attention=False)
+            counted.translate(sources, options, return_attention=False)
         flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)
     return result_row(beam_size=beam_size, sentences=len(sources), startup=startup,
                       generation=generation, single=single, bleu=evaluation.scores["bleu"],

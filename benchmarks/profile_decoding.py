@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.product_table import add_product_options, print_products
 from seq2seq.checkpoint import load_checkpoint
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.evaluation import read_parallel, split_files
 from seq2seq.inference.translator import Translator
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -37,15 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = build_parser().parse_args()
     bound_onednn_caches(kernels=None)  # as seq2seq-translate does
-    translator = Translator.from_checkpoint(args.checkpoint, beam_size=args.beam_size,
-                                            precision=args.precision)
+    translator = Translator.from_checkpoint(args.checkpoint, precision=args.precision)
+    options = DecodeOptions(beam_size=args.beam_size)
     config = load_checkpoint(args.checkpoint)["config"]
     sources, _ = read_parallel(*split_files(config, "test"))
     sources = sources[: args.sentences]
-    translator.translate(sources[:8], return_attention=False)  # warm-up
+    translator.translate(sources[:8], options, return_attention=False)  # warm-up
     shapes = args.products or args.json is not None
     with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as profiler:
-        translator.translate(sources, return_attention=False)
+        translator.translate(sources, options, return_attention=False)
     print(f"beam {args.beam_size}, {len(sources)} sentences, {torch.get_num_threads()} threads, "
           f"precision {args.precision}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))

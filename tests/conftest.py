@@ -618,9 +618,15 @@ def one_thread():
 def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) -> list[str]:
     """translate.py's output lines for ``lines``, made with the Translator API: tests compare
     the command's output with it rather than with strings a trained model happens to give."""
+    from dataclasses import fields
+
     from seq2seq.cli.translate import format_translations
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint, nbest=nbest, **options)
-    return [line for n_best in translator.translate(lines, return_attention=False)
+    decoding = {field.name for field in fields(DecodeOptions)}
+    request = DecodeOptions(nbest=nbest, **{k: v for k, v in options.items() if k in decoding})
+    translator = Translator.from_checkpoint(
+        checkpoint, **{k: v for k, v in options.items() if k not in decoding})
+    return [line for n_best in translator.translate(lines, request, return_attention=False)
             for line in format_translations(n_best, nbest=nbest)]

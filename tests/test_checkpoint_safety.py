@@ -20,6 +20,7 @@ from seq2seq.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,8 +205,9 @@ def test_checkpoint_naming_a_trusted_class_loads_and_translates(
     assert type(model.decoder.attention.scorer).__name__ == "MyAdditiveScorer"
     assert config["model"]["attention"]["_target_"] == PLUGIN_CLASS
     inputs = ["red cat", "one two big house", "moon"]
-    plugin = Translator.from_checkpoint(plugin_checkpoint, beam_size=2).translate(inputs)
-    plain = Translator.from_checkpoint(trained_checkpoint, beam_size=2).translate(inputs)
+    beam2 = DecodeOptions(beam_size=2)
+    plugin = Translator.from_checkpoint(plugin_checkpoint).translate(inputs, beam2)
+    plain = Translator.from_checkpoint(trained_checkpoint).translate(inputs, beam2)
     assert [n[0].text for n in plugin] == [n[0].text for n in plain]
 
 

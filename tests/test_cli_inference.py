@@ -20,6 +20,7 @@ import torch
 from conftest import api_lines
 
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,8 +188,6 @@ MODULE_TORCH_REPORTER = (
     ("translate.py", ["top_k=many"], 1, "top_k: expected an integer, got 'many'"),
     ("evaluate.py", ["constraints=nowhere.txt"], 1, "constraints file not found: nowhere.txt"),
     ("serve.py", ["terms=nowhere.tsv"], 1, "terms file not found: nowhere.tsv"),
-    ("translate.py", ["search=sample", "terms=corpus/test.src"], 1,
-     "constraints and terms need search=beam (sampling cannot promise a phrase)"),
 ])
 def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
     workdir, trained_checkpoint, script, args, status, message
@@ -307,8 +306,8 @@ def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, tra
     model, tokenizers, _ = model_from_checkpoint(load_checkpoint(first))
     model.load_state_dict(expected)
     inputs = copy_sentences(10, seed=11)
-    translated = Translator.from_checkpoint(output, beam_size=2).translate(inputs)
-    want = Translator(model, tokenizers, device="cpu", beam_size=2).translate(inputs)
+    translated = Translator.from_checkpoint(output).translate(inputs)
+    want = Translator(model, tokenizers, device="cpu").translate(inputs)
     assert [n[0].text for n in translated] == [n[0].text for n in want]
 
 
@@ -371,9 +370,10 @@ def test_translate_constraints_prefix_and_terms_keep_to_their_lines(run_tool, wo
     write_lines(workdir / "p.txt", STEERED_PREFIXES)
     (workdir / "t.tsv").write_text(TERMS, encoding="utf-8")
     phrases = [["moon", "dog"], [], ["fish", "small tree"], [], ["dog", "bird"]]
-    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt", beam_size=2)
+    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt")
     expected = [n_best[0].text for n_best in translator.translate(
-        STEERED, prefixes=STEERED_PREFIXES, constraints=phrases, return_attention=False)]
+        STEERED, DecodeOptions(beam_size=2), prefixes=STEERED_PREFIXES, constraints=phrases,
+        return_attention=False)]
     for source, text, prefix, wanted in zip(STEERED, expected, STEERED_PREFIXES, phrases,
                                             strict=True):
         # An empty line is never decoded: its translation is empty, whatever its prefix.
@@ -388,6 +388,12 @@ def test_translate_constraints_prefix_and_terms_keep_to_their_lines(run_tool, wo
                         stdin=(workdir / "in.txt").read_text("utf-8"))
     assert streamed.returncode == 0, streamed.stderr
     assert from_file.stdout.splitlines() == streamed.stdout.splitlines() == expected
+    # Phrases cannot be asked of sampling: DecodeOptions' one check, before any file is read.
+    sampled = run_tool([str(ROOT / "translate.py"), *steering, "search=sample"], cwd=workdir,
+                       stdin="red cat\n")
+    assert sampled.returncode == 1
+    assert sampled.stderr.strip().splitlines()[-1] == (
+        "error: constraints and terms need search=beam (sampling cannot promise a phrase)")
 
 
 def test_translate_samples_as_the_translator_does(run_tool, workdir):
@@ -448,8 +454,9 @@ def test_evaluate_scores_the_steered_split_and_its_term_use(run_tool, workdir):
     terms = Glossary.load(workdir / "t.tsv").constraints_for(sources)
     phrases = [list(dict.fromkeys(([c] if c else []) + t))
                for c, t in zip(constraints, terms, strict=True)]
-    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt", beam_size=2)
-    expected = [n[0].text for n in translator.translate(sources, constraints=phrases,
+    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt")
+    expected = [n[0].text for n in translator.translate(sources, DecodeOptions(beam_size=2),
+                                                        constraints=phrases,
                                                         return_attention=False)]
     assert Path(f"{stem}.hyp").read_text("utf-8").splitlines() == expected
     required = sum(len(p) for p in phrases)

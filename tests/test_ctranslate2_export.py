@@ -102,6 +102,7 @@ def test_a_model_ctranslate2_would_run_differently_is_refused(tmp_path):
 
 
 def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.translator import Translator
 
     checkpoint = transformer_checkpoint(tmp_path)
@@ -113,9 +114,9 @@ def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
     assert f"decode it with translate.py checkpoint={output}" in result.stderr
     # The Translator on the checkpoint and CTranslate2 on the folder: the same translations.
     lines = ["red cat", "one two big house", "blue bird sun"]
-    translator = Translator.from_checkpoint(checkpoint, beam_size=1, max_len_a=0.0,
-                                            max_len_b=12.0, device="cpu")
-    want = [best[0].target_pieces for best in translator.translate(lines)]
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    greedy = DecodeOptions(beam_size=1, max_len_a=0.0, max_len_b=12.0)
+    want = [best[0].target_pieces for best in translator.translate(lines, greedy)]
     tokenizer = copy_tokenizers().src
     ct2 = ctranslate2.Translator(str(output), device="cpu", intra_threads=1)
     got = ct2.translate_batch([tokenizer.pieces(ids) for ids in tokenizer.encode(lines)],
@@ -127,4 +128,5 @@ def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
                              "max_len_a=0", "max_len_b=12"], input="".join(
                                  f"{line}\n" for line in lines), cwd=tmp_path, timeout=120)
     assert translated.returncode == 0, translated.stderr
-    assert translated.stdout.splitlines() == [best[0].text for best in translator.translate(lines)]
+    assert translated.stdout.splitlines() == [
+        best[0].text for best in translator.translate(lines, greedy)]

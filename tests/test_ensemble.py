@@ -15,6 +15,7 @@ from conftest import TINY_VOCAB, random_transformer_model
 from seq2seq.checkpoint import load_checkpoint, save_checkpoint, tokenizers_to_payload
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
 from seq2seq.data.vocab import EOS_ID, PAD_ID
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
@@ -128,14 +129,15 @@ def test_translator_of_a_list_of_checkpoints_decodes_their_ensemble(weak_members
     """``Translator.from_checkpoint([a, b])`` translates as the Ensemble of a's and b's models
     does, and unlike either member alone."""
     sources = copy_sentences(12, seed=11)
-    ensemble = Translator.from_checkpoint(weak_members, beam_size=3)
+    ensemble = Translator.from_checkpoint(weak_members)
     assert isinstance(ensemble.model, Ensemble)
-    members = [Translator.from_checkpoint(path, beam_size=3) for path in weak_members]
+    members = [Translator.from_checkpoint(path) for path in weak_members]
     by_hand = Translator(Ensemble([m.model for m in members]), members[0].tokenizers,
-                         device="cpu", beam_size=3)
+                         device="cpu")
 
     def texts(translator: Translator) -> list[str]:
-        return [n[0].text for n in translator.translate(sources, return_attention=False)]
+        return [n[0].text for n in translator.translate(sources, DecodeOptions(beam_size=3),
+                                                        return_attention=False)]
 
     got = texts(ensemble)
     assert got == texts(by_hand)
@@ -193,9 +195,10 @@ def test_evaluate_and_translate_take_a_list_of_checkpoints(tmp_path, weak_member
     summary = json.loads(summary_path.read_text())
     assert summary["checkpoints"] == [str(p) for p in weak_members]
     hypotheses = Path(summary["hypotheses"]).read_text(encoding="utf-8").splitlines()
-    ensemble = Translator.from_checkpoint(weak_members, beam_size=2)
+    ensemble = Translator.from_checkpoint(weak_members)
     sources = (tmp_path / "corpus" / "test.src").read_text(encoding="utf-8").splitlines()
-    expected = [n_best[0].text for n_best in ensemble.translate(sources, return_attention=False)]
+    expected = [n_best[0].text for n_best in ensemble.translate(
+        sources, DecodeOptions(beam_size=2), return_attention=False)]
     assert hypotheses == expected
     assert f"BLEU = {summary['bleu']:.2f}" in result.stdout
 
@@ -212,7 +215,8 @@ def test_server_loads_an_ensemble(weak_members):
     cfg = OmegaConf.create({"checkpoint": None, "models": {"both": paths, "one": paths[0]}})
     assert model_paths(cfg) == {"both": paths, "one": paths[0]}
 
-    served = load_model(paths, beam_size=2)
+    served = load_model(paths, options=DecodeOptions(beam_size=2))
+    assert served.options.beam_size == 2
     assert isinstance(served.translator.model, Ensemble)
     assert served.scorer == "AdditiveScorer+DotScorer"
     assert served.parameters == sum(

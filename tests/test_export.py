@@ -38,6 +38,7 @@ from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.data.corpus import DataError  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.export.onnx_export import export_model  # noqa: E402
+from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
 from seq2seq.inference.ensemble import Ensemble  # noqa: E402
 from seq2seq.inference.export_format import ENCODER_FILE, MANIFEST_NAME  # noqa: E402
 from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
@@ -132,7 +133,7 @@ def test_ensembles_with_exported_members_are_the_ensembles_of_the_models(exporte
     src, src_lengths = padded_random_sources(5, vocab=VOCAB, max_len=8, seed=2)
     options = {"beam_size": 3, "nbest": 2, "return_attention": True, **SEARCH}
     # Two exported members, through the Translator as the tools load them.
-    translator = Translator.from_checkpoint([folder, folder], beam_size=3, nbest=2, device="cpu")
+    translator = Translator.from_checkpoint([folder, folder], device="cpu")
     assert isinstance(translator.model, Ensemble)
     want = beam_search(Ensemble([first, first]).eval(), src, src_lengths, **options)
     assert_same_hypotheses(beam_search(translator.model, src, src_lengths, **options), want,
@@ -365,7 +366,7 @@ def test_server_answers_from_the_folder_as_from_the_checkpoint(trained_checkpoin
 
     bodies = {}
     for name, path in (("checkpoint", trained_checkpoint), ("exported", exported_copy_model)):
-        served = load_model(path, device="cpu", beam_size=3)
+        served = load_model(path, device="cpu", options=DecodeOptions(beam_size=3))
         assert served.scorer == "AdditiveScorer" and served.parameters > 1000
         with TestClient(create_app({"copy": served})) as client:
             response = client.post("/v1/translate",
@@ -492,8 +493,9 @@ def test_pruned_target_manifest_maps_logits_to_the_pieces(exported_pruned_gru, t
     assert manifest["vocabulary"]["target_ids"] == kept
     assert manifest["vocabulary"]["target_size"] == len(kept)
     # Our tools translate the pieces of the kept ids (not the logits' own indices)...
-    translator = Translator.from_checkpoint(exported_pruned_gru, beam_size=1, device="cpu")
-    translations = [n_best[0] for n_best in translator.translate(CLIENT_LINES)]
+    translator = Translator.from_checkpoint(exported_pruned_gru, device="cpu")
+    greedy = DecodeOptions(beam_size=1)
+    translations = [n_best[0] for n_best in translator.translate(CLIENT_LINES, greedy)]
     tokens = [token for translation in translations
               for token in translator.tokenizers.tgt.encode([translation.text])[0]]
     assert tokens and all(token < len(kept) for token in tokens)
@@ -502,8 +504,8 @@ def test_pruned_target_manifest_maps_logits_to_the_pieces(exported_pruned_gru, t
     shutil.copytree(exported_pruned_gru, old)
     del manifest["vocabulary"]["target_ids"]
     (old / MANIFEST_NAME).write_text(json.dumps(manifest))
-    old_translator = Translator.from_checkpoint(old, beam_size=1, device="cpu")
-    assert [n_best[0].text for n_best in old_translator.translate(CLIENT_LINES)] == \
+    old_translator = Translator.from_checkpoint(old, device="cpu")
+    assert [n_best[0].text for n_best in old_translator.translate(CLIENT_LINES, greedy)] == \
         [translation.text for translation in translations]
 
 
@@ -564,12 +566,13 @@ def test_an_exported_model_keeps_to_constraints_and_prefixes(trained_checkpoint,
     as the checkpoint's own Translator writes them."""
     prefixes = ["green", "", "sun", "", "", "red"]
     constraints = [["moon"], [], ["fish", "small tree"], [], ["dog"], []]
-    exported = Translator.from_checkpoint(exported_copy_model, device="cpu", beam_size=2)
-    steered = exported.translate(LINES, prefixes=prefixes, constraints=constraints)
+    exported = Translator.from_checkpoint(exported_copy_model, device="cpu")
+    beam2 = DecodeOptions(beam_size=2)
+    steered = exported.translate(LINES, beam2, prefixes=prefixes, constraints=constraints)
     for line, n_best, prefix, phrases in zip(LINES, steered, prefixes, constraints, strict=True):
         text = n_best[0].text
         assert not line and text == "" or text.startswith(prefix) and all(
             phrase in text for phrase in phrases)
-    checkpoint = Translator.from_checkpoint(trained_checkpoint, device="cpu", beam_size=2)
-    assert [n[0].text for n in steered] == [
-        n[0].text for n in checkpoint.translate(LINES, prefixes=prefixes, constraints=constraints)]
+    checkpoint = Translator.from_checkpoint(trained_checkpoint, device="cpu")
+    assert [n[0].text for n in steered] == [n[0].text for n in checkpoint.translate(
+        LINES, beam2, prefixes=prefixes, constraints=constraints)]

@@ -19,6 +19,7 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.device import resolve_precision
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.translator import Translator
 from seq2seq.training.run import train
 
@@ -131,20 +132,21 @@ def test_cuda_search_gives_the_cpus_translations(trained_checkpoint, tmp_path, b
     from conftest import COPY_WORDS, sentences, transformer_checkpoint
 
     lines = sentences(40, seed=11) + ["", " ".join(COPY_WORDS)]
+    options = DecodeOptions(beam_size=beam_size)
     for path in (trained_checkpoint, transformer_checkpoint(tmp_path)):
         results = {}
         for device in ("cpu", "cuda"):
-            translator = Translator.from_checkpoint(path, device=device, beam_size=beam_size)
-            results[device] = [n_best[0] for n_best in translator.translate(lines)]
+            translator = Translator.from_checkpoint(path, device=device)
+            results[device] = [n_best[0] for n_best in translator.translate(lines, options)]
         for cpu, gpu in zip(results["cpu"], results["cuda"], strict=True):
             if path == trained_checkpoint:
                 assert gpu.text == cpu.text
             else:
                 assert gpu.target_pieces == cpu.target_pieces or gpu.score == pytest.approx(
                     cpu.score, abs=1e-3)
-    bf16 = Translator.from_checkpoint(trained_checkpoint, device="cuda", beam_size=beam_size,
-                                      precision="bf16")
-    fp32 = Translator.from_checkpoint(trained_checkpoint, device="cuda", beam_size=beam_size)
-    same = sum(a[0].text == b[0].text for a, b in zip(bf16.translate(lines),
-                                                       fp32.translate(lines), strict=True))
+    bf16 = Translator.from_checkpoint(trained_checkpoint, device="cuda", precision="bf16")
+    fp32 = Translator.from_checkpoint(trained_checkpoint, device="cuda")
+    same = sum(a[0].text == b[0].text for a, b in zip(bf16.translate(lines, options),
+                                                       fp32.translate(lines, options),
+                                                       strict=True))
     assert same >= 0.9 * len(lines)

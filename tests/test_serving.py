@@ -28,26 +28,29 @@ pytest.importorskip("fastapi", reason="serving needs `pip install .[serve]` (Fas
 pytest.importorskip("httpx", reason="FastAPI's test client needs httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher  # noqa: E402
-from seq2seq.serving.models import load_model  # noqa: E402
+from seq2seq.serving.models import ServedModel, load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog"]
 HANG = 30  # seconds: a bounded wait fails only when something hangs
 WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car"]  # pieces of the copy model
+BEAM3 = DecodeOptions(beam_size=3)  # the test server's defaults
 
 
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint) -> Translator:
-    return Translator.from_checkpoint(trained_checkpoint, device="cpu", beam_size=3)
+    return Translator.from_checkpoint(trained_checkpoint, device="cpu")
 
 
 @pytest.fixture
 def client(translator):
-    app = create_app({"copy": translator}, max_lines=8, max_chars=200, max_beam_size=6)
+    app = create_app({"copy": ServedModel.wrap(translator, BEAM3)}, max_lines=8, max_chars=200,
+                     max_beam_size=6)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -56,9 +59,9 @@ def translate(client, text, **options):
     return client.post("/v1/translate", json={"text": text, **options})
 
 
-def best_text(translator: Translator, line: str) -> str:
-    """What the Translator itself gives for ``line`` (its own beam size)."""
-    return translator.translate([line])[0][0].text
+def best_text(translator: Translator, line: str, options: DecodeOptions | None = None) -> str:
+    """What the translator itself gives for ``line`` with ``options``."""
+    return translator.translate([line], options)[0][0].text
 
 
 def wait_until(condition, what: str) -> None:
@@ -97,7 +100,7 @@ def test_attention_pieces_and_weights(client, translator):
     body = translate(client, ["green dog", ""], attention=True).json()
     first, empty = body["translations"]
     best = first["hypotheses"][0]
-    (expected,) = translator.translate(["green dog"], return_attention=True)[0]
+    (expected,) = translator.translate(["green dog"], BEAM3, return_attention=True)[0]
     assert first["source_pieces"] == expected.source_pieces == ["▁green", "▁dog"]
     assert best["target_pieces"] == expected.target_pieces
     assert best["text"] == expected.text
@@ -168,11 +171,13 @@ def test_errors_are_json_and_harmless(client, translator, payload, status):
     ({"text": ["red", "cat"], "prefix": ["", "Ž"]},
      "prefix.1: prefix 'Ž' has a piece the model's target vocabulary lacks: it cannot be produced"),
     ({"text": ["red"], "search": "sample", "constraints": [["cat"]]},
-     "constraints need search=beam (sampling cannot promise a phrase)"),
+     "constraints: constraints and terms need search=beam (sampling cannot promise a phrase)"),
+    ({"text": ["red"], "beam_size": 2, "nbest": 3},
+     "nbest must be between 1 and beam_size (2), got 3"),
     ({"text": ["red"], "search": "sample", "top_p": 1.5},
      "top_p: Input should be less than or equal to 1"),
     ({"text": ["red"], "constraints": [[f"{a} {b}" for a in WORDS for b in WORDS]]},
-     "constraints.0: 64 phrases; at most 62 per text"),
+     "constraints.0: 64 phrases; at most 62 per sentence"),
 ])
 def test_steering_errors_say_what_is_wrong_in_one_line(client, payload, message):
     response = client.post("/v1/translate", json=payload)
@@ -184,7 +189,7 @@ def test_constraints_prefixes_and_sampling(client, translator):
     texts = ["red cat big house", "blue bird", "one two", ""]
     prefixes, constraints = ["green", "", "sun moon", "moon"], [["moon"], [], ["fish"], ["cat"]]
     body = translate(client, texts, prefix=prefixes, constraints=constraints).json()
-    expected = translator.translate(texts, prefixes=prefixes, constraints=constraints)
+    expected = translator.translate(texts, BEAM3, prefixes=prefixes, constraints=constraints)
     assert body["search"] == "beam"
     assert [t["text"] for t in body["translations"]] == [n[0].text for n in expected]
     for entry, prefix, phrases, text in zip(body["translations"], prefixes, constraints, texts,
@@ -193,14 +198,13 @@ def test_constraints_prefixes_and_sampling(client, translator):
             phrase in entry["text"] for phrase in phrases)
     # Plain requests are not changed by steered ones decoded beside them.
     assert [t["text"] for t in translate(client, texts).json()["translations"]] == [
-        n[0].text for n in translator.translate(texts)]
+        n[0].text for n in translator.translate(texts, BEAM3)]
 
     options = {"temperature": 2.0, "top_k": 5, "seed": 11}
     sampled = translate(client, texts[:3], search="sample", nbest=3, prefix=prefixes[:3],
                         **options).json()
-    sampler = Translator(translator.model, translator.tokenizers, device="cpu", search="sample",
-                         nbest=3, beam_size=translator.beam_size, **options)
-    want = sampler.translate(texts[:3], prefixes=prefixes[:3])
+    sample = DecodeOptions(search="sample", nbest=3, beam_size=3, **options)
+    want = translator.translate(texts[:3], sample, prefixes=prefixes[:3])
     assert (sampled["search"], sampled["nbest"]) == ("sample", 3)
     assert [[h["text"] for h in t["hypotheses"]] for t in sampled["translations"]] == [
         [h.text for h in n] for n in want]
@@ -213,28 +217,23 @@ def test_seeded_jobs_are_decoded_alone_and_steering_travels_with_its_sentences()
     """In one round: two seeded jobs get a call each, the plain jobs share one, and a group
     whose jobs mix prefixes and none gets an empty prefix for the latter's sentences."""
 
-    class Recorder:
-        beam_size, nbest, search, seed = 2, 1, "beam", None
-        sampling = ("sampling", 1.0)  # any hashable value stands for the Translator's
-
-        def __init__(self) -> None:
-            self.calls: list[tuple] = []
-
-        def translate(self, sentences, *, return_attention=False, **options):
-            self.calls.append((self.search, self.seed, list(sentences), options))
+    class Recorder(FakeTranslator):
+        def translate(self, sentences, options, *, return_attention=False,
+                      attention_heads=False, **steering):
+            self.calls.append((options.search, options.seed, list(sentences), steering))
             return [[type("T", (), {"text": s})()] for s in sentences]
+
+    seeded = DecodeOptions(search="sample", beam_size=2, seed=1)
+    beam = DecodeOptions(beam_size=2)
 
     async def scenario():
         recorder = Recorder()
         batcher = DynamicBatcher(recorder, window_ms=200, name="recorder")
         jobs = [
-            batcher.submit(["a"], beam_size=2, nbest=1, attention=False, search="sample",
-                           seed=1),
-            batcher.submit(["b"], beam_size=2, nbest=1, attention=False, search="sample",
-                           seed=1),
-            batcher.submit(["c", "d"], beam_size=2, nbest=1, attention=False,
-                           prefixes=["x", ""]),
-            batcher.submit(["e"], beam_size=2, nbest=1, attention=False),
+            batcher.submit(["a"], seeded),
+            batcher.submit(["b"], seeded),
+            batcher.submit(["c", "d"], beam, prefixes=["x", ""]),
+            batcher.submit(["e"], beam),
         ]
         results = await asyncio.wait_for(asyncio.gather(*jobs), HANG)
         await batcher.close()
@@ -258,13 +257,13 @@ def test_a_server_with_terms_applies_them_to_every_request(translator):
         body = translate(client, texts, constraints=[["tree"], [], []]).json()
         phrases = [["tree", "moon"], ["fish"], []]
         assert [t["text"] for t in body["translations"]] == [
-            n[0].text for n in translator.translate(texts, constraints=phrases)]
+            n[0].text for n in translator.translate(texts, constraints=phrases)]  # default beam 5
         assert all(p in t["text"] for t, ps in zip(body["translations"], phrases, strict=True)
                    for p in ps)
         refused = translate(client, texts, search="sample")
         assert refused.status_code == 422
-        assert refused.json()["error"] == ("text.0: the server's terms ask for 'moon', which "
-                                           "sampling cannot promise: use search=beam")
+        assert refused.json()["error"] == ("terms: constraints and terms need search=beam "
+                                           "(sampling cannot promise a phrase)")
         assert translate(client, ["one two"], search="sample").status_code == 200
 
 
@@ -325,38 +324,35 @@ def test_models_health_openapi_and_page(client):
 
 
 def test_load_model_reads_the_checkpoint(trained_checkpoint):
-    served = load_model(trained_checkpoint, device="cpu", beam_size=2)
+    served = load_model(trained_checkpoint, device="cpu", options=DecodeOptions(beam_size=2))
     assert served.scorer == "AdditiveScorer" and served.parameters > 1000
-    assert served.translator.beam_size == 2
+    assert served.options.beam_size == served.defaults()["beam_size"] == 2
 
 
 class GatedTranslator(Translator):
     """A Translator whose decodes wait until the test opens ``gate``; ``decoding`` tells the
-    test that the batcher's worker has entered one. (The batcher's per-option copies share
-    both events.)"""
+    test that the batcher's worker has entered one."""
 
     def __init__(self, *args, **options) -> None:
         super().__init__(*args, **options)
         self.decoding = threading.Event()
         self.gate = threading.Event()
 
-    def translate(self, sentences, **options):
+    def translate(self, sentences, *args, **options):
         self.decoding.set()
         assert self.gate.wait(HANG), "the test never opened the gate"
-        return super().translate(sentences, **options)
+        return super().translate(sentences, *args, **options)
 
 
 def test_concurrent_requests_share_batches_and_get_their_own_answers(translator, copy_sentences):
     inputs = [[s] for s in copy_sentences(40, seed=7)] + [copy_sentences(3, seed=8)]
     options = [{"beam_size": 1 + i % 3, "attention": i % 2 == 0} for i in range(len(inputs))]
-    alone = {beam_size: Translator(translator.model, translator.tokenizers, device="cpu",
-                                   beam_size=beam_size) for beam_size in (1, 2, 3)}
     expected = [
-        [n[0].text for n in alone[option["beam_size"]].translate(text, return_attention=False)]
+        [n[0].text for n in translator.translate(
+            text, DecodeOptions(beam_size=option["beam_size"]), return_attention=False)]
         for text, option in zip(inputs, options, strict=True)
     ]  # the same as each request alone: a translation does not depend on its batch
-    gated = GatedTranslator(translator.model, translator.tokenizers, device="cpu",
-                            beam_size=translator.beam_size)
+    gated = GatedTranslator(translator.model, translator.tokenizers, device="cpu")
     app = create_app({"copy": gated})
     # One client thread per request: every request is waiting in the batcher at once.
     with TestClient(app) as client, ThreadPoolExecutor(len(inputs)) as pool:
@@ -374,18 +370,19 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(translator,
         assert [t["text"] for t in response.json()["translations"]] == want
 
 
+GREEDY = DecodeOptions(beam_size=1)
+
+
 class FakeTranslator:
     """Upper-cases; fails on "boom"; on "slow", tells the test through ``decoding_slow`` and
     waits until it sets ``release``."""
-
-    beam_size = nbest = 1
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.decoding_slow = threading.Event()
         self.release = threading.Event()
 
-    def translate(self, sentences, *, return_attention=False):
+    def translate(self, sentences, options, *, return_attention=False, attention_heads=False):
         self.calls.append(list(sentences))
         if "boom" in sentences:
             raise RuntimeError("boom")
@@ -397,7 +394,7 @@ class FakeTranslator:
 
 def test_batcher_survives_failures_and_cancelled_requests():
     def submit(batcher, sentences):
-        return batcher.submit(sentences, beam_size=1, nbest=1, attention=False)
+        return batcher.submit(sentences, GREEDY)
 
     async def scenario():
         fake = FakeTranslator()
@@ -423,7 +420,7 @@ def test_batcher_survives_failures_and_cancelled_requests():
         await batcher.close()
         assert not batcher._thread.is_alive()
         with pytest.raises(BatcherClosed):
-            await batcher.submit(["late"], beam_size=1, nbest=1, attention=False)
+            await batcher.submit(["late"], GREEDY)
 
     asyncio.run(scenario())
 
@@ -441,7 +438,7 @@ def test_batcher_lives_on_when_counting_pieces_fails():
         fake.tokenizers = type("Tokenizers", (), {"src": BrokenSource()})()
         batcher = DynamicBatcher(fake, window_ms=1, name="fake")
         results = await asyncio.wait_for(asyncio.gather(
-            *(batcher.submit([f"s{i}"], beam_size=1, nbest=1, attention=False)
+            *(batcher.submit([f"s{i}"], GREEDY)
               for i in range(3))), timeout=HANG)
         assert [r[0][0].text for r in results] == ["S0", "S1", "S2"]
         assert batcher._thread.is_alive()
@@ -524,8 +521,8 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
         assert process.poll() is None  # still running: it waits for the request in flight
         status, body = in_flight.finish()
         assert status == 200, body
-        expected = Translator.from_checkpoint(trained_checkpoint, beam_size=5)  # serve's default
-        assert body["translations"][0]["text"] == best_text(expected, "red cat")
+        expected = Translator.from_checkpoint(trained_checkpoint)
+        assert body["translations"][0]["text"] == best_text(expected, "red cat")  # beam 5
         process.wait(timeout=HANG)
         ended = process.result()
         assert ended.returncode == 0, ended.stderr
@@ -542,7 +539,8 @@ def test_a_transformer_answers_with_every_layer_and_head(translator, tmp_path):
     Transformer's attention."""
     from conftest import transformer_checkpoint
 
-    served = load_model(transformer_checkpoint(tmp_path), device="cpu", beam_size=3)
+    served = load_model(transformer_checkpoint(tmp_path), device="cpu",
+                        options=DecodeOptions(beam_size=3))
     assert served.scorer == "TransformerDecoder"
     app = create_app({"transformer": served, "copy": translator})
     with TestClient(app) as client:

@@ -94,10 +94,11 @@ def test_page_translates_and_draws_interactive_attention(server, browser, traine
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.translator import Translator
 
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=3)
-    (expected,) = translator.translate(SENTENCES[:1])[0]
+    translator = Translator.from_checkpoint(trained_checkpoint)
+    (expected,) = translator.translate(SENTENCES[:1], DecodeOptions(beam_size=3))[0]
     rows = len(expected.target_pieces) + 1  # and </s>
 
     wait = WebDriverWait(browser, 30)
@@ -160,10 +161,12 @@ def check_head_picker(panel, checkpoint, Select) -> None:
     "mean" of both gives back the averaged matrix."""
     from selenium.webdriver.common.by import By
 
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint, beam_size=3)
-    (expected,) = translator.translate(SENTENCES[:1], attention_heads=True)[0]
+    translator = Translator.from_checkpoint(checkpoint)
+    (expected,) = translator.translate(SENTENCES[:1], DecodeOptions(beam_size=3),
+                                       attention_heads=True)[0]
     heads = expected.attention_heads  # (L, H, T + 1, S + 1)
     assert panel.find_element(By.CSS_SELECTOR, ".translation").text == expected.text
 

@@ -16,6 +16,7 @@ from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.cli.build_shortlist import main as build_shortlist
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference import translator as translator_module
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.shortlist import (
     Shortlist,
     ShortlistError,
@@ -171,19 +172,20 @@ def assert_identical(got, expected) -> None:
 def test_a_shortlist_of_everything_changes_nothing(copy_model, copy_sentences, options):
     model, tokenizers = copy_model
     inputs = copy_sentences(12, seed=31) + ["", "red red red red red red red"]
-    plain = Translator(model, tokenizers, device="cpu", **options)
-    restricted = Translator(model, tokenizers, device="cpu", shortlist=everything(tokenizers),
-                            **options)
-    assert_identical(restricted.translate(inputs), plain.translate(inputs))
+    plain = Translator(model, tokenizers, device="cpu")
+    restricted = Translator(model, tokenizers, device="cpu", shortlist=everything(tokenizers))
+    assert_identical(restricted.translate(inputs, DecodeOptions(**options)),
+                     plain.translate(inputs, DecodeOptions(**options)))
 
 
 def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_model, copy_sentences):
     _, tokenizers = copy_model
     inputs = copy_sentences(8, seed=32)
     pair = [trained_checkpoint, trained_checkpoint]
-    plain = Translator.from_checkpoint(pair, beam_size=3)
-    restricted = Translator.from_checkpoint(pair, beam_size=3, shortlist=everything(tokenizers))
-    assert_identical(restricted.translate(inputs), plain.translate(inputs))
+    plain = Translator.from_checkpoint(pair)
+    restricted = Translator.from_checkpoint(pair, shortlist=everything(tokenizers))
+    beam3 = DecodeOptions(beam_size=3)
+    assert_identical(restricted.translate(inputs, beam3), plain.translate(inputs, beam3))
     # Each member's log-probabilities are renormalised over the shortlist, then averaged.
     ensemble, ids = restricted.model, torch.tensor([0, 1, 2, 3, 6, 9])
     src, src_lengths = torch.tensor([[5, 7, 8, 2]]), torch.tensor([4])
@@ -221,13 +223,14 @@ def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
 
     monkeypatch.setattr(translator_module, "beam_search", spying_search)
     inputs = copy_sentences(30, seed=123)
-    plain = [n[0].text for n in Translator(model, tokenizers, device="cpu", beam_size=4)
-             .translate(inputs)]
+    beam4 = DecodeOptions(beam_size=4)
+    plain = [n[0].text for n in Translator(model, tokenizers, device="cpu")
+             .translate(inputs, beam4)]
     assert widths and set(widths) == {vocab}
     widths.clear()
-    restricted = Translator(model, tokenizers, device="cpu", beam_size=4, shortlist=shortlist,
+    restricted = Translator(model, tokenizers, device="cpu", shortlist=shortlist,
                             max_tokens=40)  # small batches: small shortlists
-    got = [n[0].text for n in restricted.translate(inputs)]
+    got = [n[0].text for n in restricted.translate(inputs, beam4)]
     assert widths and max(widths) < vocab
     copies = [i for i, (p, x) in enumerate(zip(plain, inputs, strict=True)) if p == x]
     assert len(copies) >= 25
@@ -325,7 +328,7 @@ def test_prefix_and_constraint_pieces_join_the_shortlist(trained_checkpoint, cop
     specials_only = Shortlist(offsets=np.zeros(tokenizers.src.vocab_size + 1, np.int64),
                               candidates=[], frequent=[], tgt_vocab_size=vocab,
                               fingerprint=vocabulary_fingerprint(tokenizers))
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2,
-                                            shortlist=specials_only)
-    (best,), = translator.translate(["red cat"], prefixes=["blue"], constraints=[["moon"]])
+    translator = Translator.from_checkpoint(trained_checkpoint, shortlist=specials_only)
+    (best,), = translator.translate(["red cat"], DecodeOptions(beam_size=2), prefixes=["blue"],
+                                    constraints=[["moon"]])
     assert best.text == "blue moon"

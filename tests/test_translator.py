@@ -15,13 +15,16 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.batching import collate
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.search import Hypothesis, greedy_search
 from seq2seq.inference.translator import Translation, Translator
+
+BEAM4 = DecodeOptions(beam_size=4)
 
 
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint) -> Translator:
-    return Translator.from_checkpoint(trained_checkpoint, beam_size=4)
+    return Translator.from_checkpoint(trained_checkpoint)
 
 
 def assert_same_translations(got, want) -> None:
@@ -34,7 +37,7 @@ def test_copy_model_translates(translator, copy_sentences):
     """The one test of what the model learned: sentences like its training data, which it
     copies all but ~1% of on any CPU kind (so 25 of 30 is a wide margin)."""
     inputs = copy_sentences(30, seed=123)
-    outputs = [n_best[0].text for n_best in translator.translate(inputs)]
+    outputs = [n_best[0].text for n_best in translator.translate(inputs, BEAM4)]
     assert sum(o == i for o, i in zip(outputs, inputs, strict=True)) >= 25
 
 
@@ -42,10 +45,10 @@ def test_order_count_empty_and_long_lines(translator, caplog):
     long_line = " ".join(["red cat"] * 200)  # 400 pieces
     inputs = ["blue dog", "", "one two three sun", long_line, "   ", "big house"]
     with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
-        results = translator.translate(inputs)
+        results = translator.translate(inputs, BEAM4)
     assert len(results) == len(inputs)
     for index in (0, 2, 5):  # in input order: each is what that line gives alone
-        alone = translator.translate([inputs[index]])[0]
+        alone = translator.translate([inputs[index]], BEAM4)[0]
         assert_same_translations(results[index], alone)
     for index in (1, 4):
         assert results[index] == [Translation("", 0.0, [], [], None)]
@@ -57,15 +60,16 @@ def test_order_count_empty_and_long_lines(translator, caplog):
 def test_results_do_not_depend_on_batching(trained_checkpoint, copy_sentences):
     path = trained_checkpoint
     inputs = copy_sentences(12, seed=7) + [""]
-    big = Translator.from_checkpoint(path, beam_size=3, max_tokens=4000).translate(inputs)
-    small = Translator.from_checkpoint(path, beam_size=3, max_tokens=1).translate(inputs)
+    options = DecodeOptions(beam_size=3)
+    big = Translator.from_checkpoint(path, max_tokens=4000).translate(inputs, options)
+    small = Translator.from_checkpoint(path, max_tokens=1).translate(inputs, options)
     for a, b in zip(big, small, strict=True):
         assert a[0].text == b[0].text
         assert a[0].score == pytest.approx(b[0].score, abs=1e-5)
 
 
 def test_translation_fields_and_attention(translator):
-    (best,) = translator.translate(["green bird sun"])[0]
+    (best,) = translator.translate(["green bird sun"], BEAM4)[0]
     assert best.source_pieces == ["▁green", "▁bird", "▁sun"]
     assert best.text == "".join(best.target_pieces).replace("▁", " ").strip()
     rows = len(best.target_pieces) + 1
@@ -73,23 +77,22 @@ def test_translation_fields_and_attention(translator):
     torch.testing.assert_close(best.attention.sum(-1), torch.ones(rows))
     assert best.score < 0
     # The same search without attention: the same translation.
-    (plain,) = translator.translate(["green bird sun"], return_attention=False)[0]
+    (plain,) = translator.translate(["green bird sun"], BEAM4, return_attention=False)[0]
     assert (plain.text, plain.target_pieces, plain.attention) == (best.text, best.target_pieces,
                                                                   None)
     assert plain.score == pytest.approx(best.score, abs=1e-6)
 
 
-def test_nbest_sorted_and_distinct(trained_checkpoint, copy_sentences):
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=4, nbest=3)
+def test_nbest_sorted_and_distinct(translator, copy_sentences):
+    nbest3 = DecodeOptions(beam_size=4, nbest=3)
     inputs = copy_sentences(5, seed=9)
-    for n_best in translator.translate(inputs):
+    for n_best in translator.translate(inputs, nbest3):
         assert len(n_best) == 3
         assert [t.score for t in n_best] == sorted((t.score for t in n_best), reverse=True)
         assert len({tuple(t.target_pieces) for t in n_best}) == 3
     # The first of the n-best is the 1-best.
-    one_best = Translator.from_checkpoint(trained_checkpoint, beam_size=4)
-    for n_best, (best,) in zip(translator.translate(inputs), one_best.translate(inputs),
-                               strict=True):
+    for n_best, (best,) in zip(translator.translate(inputs, nbest3),
+                               translator.translate(inputs, BEAM4), strict=True):
         assert_same_translations(n_best[:1], [best])
 
 
@@ -97,9 +100,10 @@ def test_translate_ids_greedy_path_matches_greedy_search(trained_checkpoint, cop
     checkpoint = load_checkpoint(trained_checkpoint)
     model, tokenizers_, _ = model_from_checkpoint(checkpoint)
     ids = [np.asarray(x, dtype=np.uint16) for x in tokenizers_.src.encode(copy_sentences(6, seed=5))]
-    translator = Translator(model, tokenizers_, device="cpu", beam_size=1, length_penalty=0.0)
+    translator = Translator(model, tokenizers_, device="cpu")
     model.train()  # the trainer lends its model in training mode...
-    results = translator.translate_ids(ids, return_attention=True)
+    results = translator.translate_ids(ids, DecodeOptions(beam_size=1, length_penalty=0.0),
+                                       return_attention=True)
     assert model.training  # ...and gets it back that way
     model.eval()
     batch = collate([(x, x) for x in ids], list(range(len(ids))))
@@ -122,7 +126,11 @@ def test_translate_ids_greedy_path_matches_greedy_search(trained_checkpoint, cop
 
 def test_invalid_options_are_clear_errors(translator):
     with pytest.raises(ValueError, match="nbest must be between 1 and beam_size"):
-        Translator(translator.model, translator.tokenizers, device="cpu", beam_size=2, nbest=3)
+        DecodeOptions(beam_size=2, nbest=3)
+    with pytest.raises(ValueError, match="search must be one of"):
+        DecodeOptions(search="nucleus")
+    with pytest.raises(ValueError, match="top_p"):
+        DecodeOptions(search="sample", top_p=0)
     with pytest.raises(ValueError, match="max_tokens must be positive"):
         Translator(translator.model, translator.tokenizers, device="cpu", max_tokens=0)
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16"):
@@ -172,11 +180,12 @@ def test_bf16_decoding_agrees_with_fp32(trained_checkpoint, copy_sentences, beam
     with fp32 (on sentences like the training data, where the model's margins are wide)."""
     inputs = copy_sentences(30, seed=321)
     inputs[7:7] = ["", "moon"]  # an empty line and a one-word line inside the batch
-    fp32 = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size)
-    bf16 = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size, precision="bf16")
-    reference = fp32.translate(inputs)
+    options = DecodeOptions(beam_size=beam_size)
+    fp32 = Translator.from_checkpoint(trained_checkpoint)
+    bf16 = Translator.from_checkpoint(trained_checkpoint, precision="bf16")
+    reference = fp32.translate(inputs, options)
     expected = [n_best[0].text for n_best in reference]
-    results = bf16.translate(inputs, return_attention=True)
+    results = bf16.translate(inputs, options, return_attention=True)
     assert len(results) == len(inputs)
     got = [n_best[0].text for n_best in results]
     # The search really ran in bf16: its scores are fp32's up to bf16 rounding, not equal.
@@ -199,10 +208,10 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
     the search recorded: what the search saw, per layer and head."""
     from conftest import transformer_checkpoint
 
-    translator = Translator.from_checkpoint(transformer_checkpoint(tmp_path), beam_size=3,
-                                            nbest=2)
+    translator = Translator.from_checkpoint(transformer_checkpoint(tmp_path))
+    options = DecodeOptions(beam_size=3, nbest=2)
     lines = ["red cat big house", "", "blue bird sun moon small tree"]
-    results = translator.translate(lines, attention_heads=True)
+    results = translator.translate(lines, options, attention_heads=True)
     assert results[1][0].attention_heads is None  # an empty sentence
     for n_best in (results[0], results[2]):
         best, second = n_best
@@ -211,8 +220,8 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
         assert heads.shape == (2, 2, *best.attention.shape)
         torch.testing.assert_close(heads.mean(dim=(0, 1)), best.attention.float(),
                                    atol=1e-5, rtol=1e-5)
-    assert translator.translate(lines[:1])[0][0].attention_heads is None  # not asked for
-    rnn = Translator.from_checkpoint(trained_checkpoint, beam_size=2)
+    assert translator.translate(lines[:1], options)[0][0].attention_heads is None  # not asked
+    rnn = Translator.from_checkpoint(trained_checkpoint)
     assert rnn.translate(lines[:1], attention_heads=True)[0][0].attention_heads is None
 
 
@@ -220,22 +229,21 @@ def test_progress_counts_every_sentence_batch_by_batch(trained_checkpoint, copy_
     """What the bars of evaluate.py and compare.py count: each sentence once, empty ones
     included, one call per batch."""
     inputs = copy_sentences(9, seed=5) + ["", "  "]
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=1, max_tokens=30)
+    translator = Translator.from_checkpoint(trained_checkpoint, max_tokens=30)
     counts: list[int] = []
-    translator.translate(inputs, progress=counts.append)
+    translator.translate(inputs, DecodeOptions(beam_size=1), progress=counts.append)
     assert sum(counts) == len(inputs)
     assert len([count for count in counts if count]) > 2  # several batches, each reported
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_prefixes_and_constraints_shape_every_translation(trained_checkpoint, beam_size):
+def test_prefixes_and_constraints_shape_every_translation(translator, beam_size):
     """The copy model asked for a word it would not copy still writes it, after the forced
     start; no constraints and no prefix translate as before; a shortlist changes nothing."""
     lines = ["red cat big house", "blue bird", "one two three"]
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=beam_size,
-                                            nbest=beam_size)
-    plain = translator.translate(lines)
-    shaped = translator.translate(lines, prefixes=["green", "", "sun moon"],
+    options = DecodeOptions(beam_size=beam_size, nbest=beam_size)
+    plain = translator.translate(lines, options)
+    shaped = translator.translate(lines, options, prefixes=["green", "", "sun moon"],
                                   constraints=[["moon"], [], ["fish", "small tree"]])
     for prefix, phrases, n_best in zip(["green", "", "sun moon"],
                                        [["moon"], [], ["fish", "small tree"]], shaped,
@@ -244,7 +252,7 @@ def test_prefixes_and_constraints_shape_every_translation(trained_checkpoint, be
             assert translation.text.startswith(prefix)
             assert all(phrase in translation.text for phrase in phrases)
     assert [t.text for t in shaped[1]] == [t.text for t in plain[1]]
-    none = translator.translate(lines, prefixes=[""] * 3, constraints=[[]] * 3)
+    none = translator.translate(lines, options, prefixes=[""] * 3, constraints=[[]] * 3)
     assert [[t.text for t in n] for n in none] == [[t.text for t in n] for n in plain]
 
 
@@ -252,7 +260,7 @@ def test_constrained_sentences_are_batched_with_as_many_banks(trained_checkpoint
     """A grid beam search decodes every sentence of a batch with the batch's most banks, so
     sentences go only with those of as many, each costing its padded length times its banks;
     how they are batched does not change what they say."""
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=24)
+    translator = Translator.from_checkpoint(trained_checkpoint, max_tokens=24)
     sources = [np.arange(1, n + 1) for n in (3, 3, 5, 2, 0, 3)]
     banks = [1, 3, 3, 1, 2, 3]
     batches = translator._batches(sources, banks)
@@ -265,34 +273,41 @@ def test_constrained_sentences_are_batched_with_as_many_banks(trained_checkpoint
         (banks[batch[0]] for batch in batches), reverse=True)
     lines = ["red cat big house", "blue bird", "one two three", "sun", "green bird sun"]
     phrases = [["moon"], [], ["fish", "small tree"], ["tree"], []]
-    together = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=4000)
-    one_by_one = Translator.from_checkpoint(trained_checkpoint, beam_size=2, max_tokens=1)
-    assert [n[0].text for n in together.translate(lines, constraints=phrases)] == \
-        [n[0].text for n in one_by_one.translate(lines, constraints=phrases)]
+    together = Translator.from_checkpoint(trained_checkpoint, max_tokens=4000)
+    one_by_one = Translator.from_checkpoint(trained_checkpoint, max_tokens=1)
+    beam2 = DecodeOptions(beam_size=2)
+    assert [n[0].text for n in together.translate(lines, beam2, constraints=phrases)] == \
+        [n[0].text for n in one_by_one.translate(lines, beam2, constraints=phrases)]
 
 
-def test_sampling_through_the_translator_is_seeded_and_refuses_constraints(trained_checkpoint):
+def test_sampling_through_the_translator_is_seeded_and_refuses_constraints(translator):
     lines = ["red cat big house", "blue bird sun"]
-    sampler = Translator.from_checkpoint(trained_checkpoint, search="sample", nbest=4,
-                                         beam_size=1, temperature=5.0, seed=3)
-    first, again = sampler.translate(lines), sampler.translate(lines)
+    sample = DecodeOptions(search="sample", nbest=4, beam_size=1, temperature=5.0, seed=3)
+    first, again = translator.translate(lines, sample), translator.translate(lines, sample)
     assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
     assert all(len(n_best) == 4 for n_best in first)  # nbest beyond beam_size: fine to sample
-    greedy = Translator.from_checkpoint(trained_checkpoint, beam_size=1).translate(lines)
-    top1 = Translator.from_checkpoint(trained_checkpoint, search="sample", top_k=1, seed=0)
-    assert [n[0].text for n in top1.translate(lines)] == [n[0].text for n in greedy]
-    with pytest.raises(ValueError, match="constraints need search=beam"):
-        sampler.translate(lines, constraints=[["moon"], []])
-    with pytest.raises(ValueError, match="search must be one of"):
-        Translator.from_checkpoint(trained_checkpoint, search="nucleus")
-    with pytest.raises(ValueError, match="top_p"):
-        Translator.from_checkpoint(trained_checkpoint, search="sample", top_p=0)
+    greedy = translator.translate(lines, DecodeOptions(beam_size=1))
+    top1 = translator.translate(lines, DecodeOptions(search="sample", top_k=1, seed=0))
+    assert [n[0].text for n in top1] == [n[0].text for n in greedy]
+    with pytest.raises(ValueError, match="constraints and terms need search=beam"):
+        translator.translate(lines, sample, constraints=[["moon"], []])
 
 
-def test_a_phrase_the_vocabulary_cannot_write_is_one_line(trained_checkpoint):
-    translator = Translator.from_checkpoint(trained_checkpoint, beam_size=2)
+def test_the_translator_holds_no_request(translator):
+    """Options travel with each call: one call's options leave the next call's alone."""
+    lines = ["red cat big house", "blue bird sun"]
+    default = translator.translate(lines)
+    translator.translate(lines, DecodeOptions(beam_size=1, nbest=1, max_len_b=1))
+    assert [[t.text for t in n] for n in translator.translate(lines)] == \
+        [[t.text for t in n] for n in default]
+    short = translator.translate(lines, DecodeOptions(max_len_a=0, max_len_b=1))
+    assert all(len(n_best[0].target_pieces) <= 1 for n_best in short)
+
+
+def test_a_phrase_the_vocabulary_cannot_write_is_one_line(translator):
+    options = DecodeOptions(beam_size=2)
     with pytest.raises(ValueError, match="sentence 1: constraint 'Ž' has a piece") as raised:
-        translator.translate(["red cat"], constraints=[["Ž"]])
+        translator.translate(["red cat"], options, constraints=[["Ž"]])
     assert "\n" not in str(raised.value)
     with pytest.raises(ValueError, match="is empty"):
-        translator.translate(["red cat"], constraints=[[""]])
+        translator.translate(["red cat"], options, constraints=[[""]])

@@ -112,16 +112,13 @@ def load_shortlist(cfg: DictConfig):
 
 
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
-    """The ``Translator`` arguments that evaluate.py, translate.py and serve.py read from config.
+    """The translator settings that evaluate.py, translate.py and serve.py read from config
+    (how to decode is :func:`seq2seq.cli.search_options.decode_options`).
 
     Raises:
         ShortlistError: (a ValueError) when ``shortlist=PATH`` cannot be read.
     """
     return {
-        "beam_size": cfg.beam_size,
-        "length_penalty": cfg.length_penalty,
-        "max_len_a": cfg.max_len_a,
-        "max_len_b": cfg.max_len_b,
         "max_tokens": cfg.batch.max_tokens,
         "max_source_length": cfg.max_source_length,
         "precision": cfg.precision,

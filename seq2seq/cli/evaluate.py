@@ -46,6 +46,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +64,10 @@ from seq2seq.cli.common import (
     translator_options,
 )
 from seq2seq.cli.search_options import (
-    SAMPLING_KEYS,
     SentenceGuidance,
+    check_request,
     check_search_options,
-    refuse_phrases,
-    search_options,
+    decode_options,
 )
 from seq2seq.inference.export_format import is_exported
 
@@ -130,14 +130,13 @@ def evaluate_checkpoint(
     from seq2seq.inference.runtimes import translator_from_payloads
 
     members = path if isinstance(path, list) else [path]
+    options = decode_options(cfg)
     payloads = [load_model_payload(member) for member in members]
     checkpoint = payloads[0]
     # A Translator, or a CTranslate2 folder's own translator (the same interface).
     translator = translator_from_payloads(
-        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg),
-        **search_options(cfg),
-    )
-    refuse_phrases(cfg, translator)
+        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg))
+    check_request(cfg, translator, options)
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
@@ -152,12 +151,12 @@ def evaluate_checkpoint(
 
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(members[0])
     name = members[0].stem if len(members) == 1 else _ensemble_stem(members)
-    search = "sample" if translator.search == "sample" else f"beam{cfg.beam_size}"
+    search = "sample" if options.search == "sample" else f"beam{options.beam_size}"
     # Steered translations never overwrite the plain ones they are compared with.
     stem = f"{name}.{test_name}.{search}{'.constrained' if guidance.active else ''}"
     hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
-    evaluation = evaluate_translations(translator, sources, references, hypotheses_path=hyp_path,
-                                       **steering)
+    evaluation = evaluate_translations(translator, sources, references, options,
+                                       hypotheses_path=hyp_path, **steering)
     scores = evaluation.scores
     summary = {
         "checkpoint": " + ".join(str(m) for m in members),
@@ -171,15 +170,11 @@ def evaluate_checkpoint(
         "bleu_signature": scores["bleu_signature"],
         "chrf": scores["chrf"],
         "chrf_signature": scores["chrf_signature"],
-        "beam_size": cfg.beam_size,
-        "length_penalty": cfg.length_penalty,
-        "max_len_a": cfg.max_len_a,
-        "max_len_b": cfg.max_len_b,
+        **{key: value for key, value in asdict(options).items() if key != "nbest"},
         "max_tokens": cfg.batch.max_tokens,
         "device": str(translator.device),
         "quantize": translator.quantize,
         "shortlist": str(cfg.shortlist) if cfg.get("shortlist") else None,
-        **{key: cfg[key] for key in SAMPLING_KEYS},
         **{key: str(cfg[key]) if cfg[key] else None for key in ("constraints", "prefix", "terms")},
         "terms_ignore_case": cfg.terms_ignore_case,
         "required_phrases": evaluation.required_phrases,

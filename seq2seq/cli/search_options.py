@@ -26,14 +26,14 @@ SEARCH_OPTION_TYPES: dict[str, Any] = {
     "seed": int | None, "constraints": str | None, "prefix": str | None, "terms": str | None,
     "terms_ignore_case": bool,
 }
-SAMPLING_KEYS = ("search", "temperature", "top_k", "top_p", "epsilon", "seed")
 # Lines a check reads (and encodes) at a time.
 CHECK_CHUNK_LINES = 1000
 
 
 def check_search_options(cfg: DictConfig) -> None:
-    """Exit with a one-line error on an option of the wrong type, a file option naming no file,
-    or phrases asked of sampling; before torch loads (the value ranges are the Translator's)."""
+    """Exit with a one-line error on an option of the wrong type or a file option naming no
+    file; before torch loads (the value ranges are :class:`DecodeOptions
+    <seq2seq.inference.decode_options.DecodeOptions>`' checks)."""
     for key, annotation in SEARCH_OPTION_TYPES.items():
         if key in cfg:
             try:
@@ -43,22 +43,25 @@ def check_search_options(cfg: DictConfig) -> None:
     for key in ("constraints", "prefix", "terms"):
         if cfg.get(key) and not Path(cfg[key]).is_file():
             fail(f"{key} file not found: {cfg[key]}")
-    if cfg.get("search") == "sample" and (cfg.get("constraints") or cfg.get("terms")):
-        fail("constraints and terms need search=beam (sampling cannot promise a phrase)")
 
 
-def refuse_phrases(cfg: DictConfig, translator) -> None:
-    """A one-line ValueError where the config asks for phrases (``constraints=``, ``terms=``)
-    and the translator's runtime cannot force them (a CTranslate2 folder says why in its
-    ``phrase_refusal``), before any file is read."""
-    refusal = getattr(translator, "phrase_refusal", None)  # absent: phrases are searched for
-    if refusal and (cfg.get("constraints") or cfg.get("terms")):
-        raise ValueError(refusal)
+def decode_options(cfg: DictConfig):
+    """The :class:`~seq2seq.inference.decode_options.DecodeOptions` of the config (its search,
+    beam, n-best, length penalty, limits and sampling options; the defaults for those it lacks).
+
+    Raises:
+        ValueError: on a value out of range, naming the option.
+    """
+    from seq2seq.inference.decode_options import DecodeOptions
+
+    return DecodeOptions.of(cfg)
 
 
-def search_options(cfg: DictConfig) -> dict[str, Any]:
-    """The Translator arguments of the search and sampling options the config has."""
-    return {key: cfg[key] for key in SAMPLING_KEYS if key in cfg}
+def check_request(cfg: DictConfig, translator, options) -> None:
+    """A one-line ValueError where ``options``, with the phrases the config asks for
+    (``constraints=``, ``terms=``), ask what the translator cannot do (phrases with sampling,
+    or a runtime that cannot force them), before any file is read."""
+    translator.check(options, phrases=bool(cfg.get("constraints") or cfg.get("terms")))
 
 
 def phrases_of(line: str) -> list[str]:
@@ -133,7 +136,7 @@ def check_line_file(key: str, path: str | Path, translator, input_lines: int | N
         ValueError: naming the file and the line; DataError on an unreadable file.
     """
     from seq2seq.data.corpus import iter_lines
-    from seq2seq.inference.constraints import MAX_PHRASES
+    from seq2seq.inference.decode_options import check_phrase_count
 
     all_lines, count = iter_lines(Path(path)), 0
     while lines := list(islice(all_lines, CHECK_CHUNK_LINES)):
@@ -145,9 +148,7 @@ def check_line_file(key: str, path: str | Path, translator, input_lines: int | N
             texts, labels = [], []
             for number, line in enumerate(lines, start=first):
                 phrases = phrases_of(line)
-                if len(phrases) > MAX_PHRASES:
-                    raise ValueError(f"{path}: line {number}: {len(phrases)} phrases; at most "
-                                     f"{MAX_PHRASES} per sentence")
+                check_phrase_count(phrases, f"{path}: line {number}")
                 texts += phrases
                 labels += [f"{path}: line {number}: constraint"] * len(phrases)
         check_writable(translator, texts, labels)
@@ -189,7 +190,7 @@ class SentenceGuidance:
     def for_lines(self, lines: Sequence[str]) -> dict[str, list]:
         """``translate``'s ``prefixes`` and ``constraints`` for these next input lines (only
         those asked for)."""
-        from seq2seq.inference.constraints import MAX_PHRASES
+        from seq2seq.inference.decode_options import check_phrase_count
 
         options: dict[str, list] = {}
         first, self.lines_read = self.lines_read + 1, self.lines_read + len(lines)
@@ -202,9 +203,8 @@ class SentenceGuidance:
                 found = [list(dict.fromkeys(own + terms)) for own, terms in
                          zip(found, self.glossary.constraints_for(lines), strict=True)]
             for number, phrases in enumerate(found, start=first):
-                if len(phrases) > MAX_PHRASES:  # the files' own lines were checked already
-                    raise ValueError(f"input line {number}: {len(phrases)} phrases with the "
-                                     f"glossary's terms; at most {MAX_PHRASES} per sentence")
+                # The files' own lines were checked already: this counts the glossary's terms.
+                check_phrase_count(phrases, f"input line {number} with the glossary's terms")
             options["constraints"] = found
         return options
 

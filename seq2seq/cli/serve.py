@@ -36,7 +36,12 @@ from seq2seq.cli.common import (
     set_up_decoding,
     translator_options,
 )
-from seq2seq.cli.search_options import check_search_options, load_terms, refuse_phrases
+from seq2seq.cli.search_options import (
+    check_request,
+    check_search_options,
+    decode_options,
+    load_terms,
+)
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -87,9 +92,8 @@ def build_app(cfg: DictConfig):
     glossary = None
     for name, path in paths.items():
         try:
-            served[name] = load_model(
-                path, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg)
-            )
+            served[name] = load_model(path, device=cfg.device, options=decode_options(cfg),
+                                      **translator_options(cfg))
         except (CheckpointError, ValueError) as error:
             fail(f"model {name}: {error}")
         log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
@@ -97,7 +101,7 @@ def build_app(cfg: DictConfig):
         if cfg.get("shortlist"):
             log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
         try:  # read again for each model: each must be able to write every target term
-            refuse_phrases(cfg, served[name].translator)  # a CTranslate2 folder cannot
+            check_request(cfg, served[name].translator, served[name].options)
             glossary = load_terms(cfg, served[name].translator)
         except ValueError as error:
             fail(f"model {name}: {error}")

@@ -67,9 +67,9 @@ from seq2seq.cli.common import (
 )
 from seq2seq.cli.search_options import (
     SentenceGuidance,
+    check_request,
     check_search_options,
-    refuse_phrases,
-    search_options,
+    decode_options,
 )
 from seq2seq.console import count_bar
 
@@ -148,9 +148,9 @@ class _Writer:
         )
 
 
-def _interactive(translator, writer: _Writer, guidance: SentenceGuidance) -> float:
+def _interactive(translator, options, writer: _Writer, guidance: SentenceGuidance) -> float:
     """Prompt on stderr, translate each line as it comes; returns the seconds spent decoding."""
-    search = "sampling" if translator.search == "sample" else f"beam {translator.beam_size}"
+    search = "sampling" if options.search == "sample" else f"beam {options.beam_size}"
     print(
         f"Type a sentence and Enter to translate it ({search}); Ctrl-D to quit.",
         file=sys.stderr,
@@ -166,7 +166,7 @@ def _interactive(translator, writer: _Writer, guidance: SentenceGuidance) -> flo
         started = time.perf_counter()
         want_attention = writer.plot_dir is not None
         sentence = [line.rstrip("\r\n")]
-        writer.write(translator.translate(sentence, return_attention=want_attention,
+        writer.write(translator.translate(sentence, options, return_attention=want_attention,
                                           **guidance.for_lines(sentence)))
         decode_seconds += time.perf_counter() - started
 
@@ -193,12 +193,10 @@ def run(cfg: DictConfig) -> int:
 
     set_up_decoding(cfg.get("num_threads"))
     try:
+        options = decode_options(cfg)
         # A Translator, or a CTranslate2 folder's own translator (the same interface).
-        translator = load_translator(
-            paths, device=cfg.device, nbest=cfg.nbest, **translator_options(cfg),
-            **search_options(cfg),
-        )
-        refuse_phrases(cfg, translator)
+        translator = load_translator(paths, device=cfg.device, **translator_options(cfg))
+        check_request(cfg, translator, options)
     except (CheckpointError, ValueError) as error:
         fail(error)
     # Line counts compared before decoding where the input's is known (a stream: as it is read).
@@ -240,7 +238,7 @@ def run(cfg: DictConfig) -> int:
             writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
             decode_seconds = 0.0
             if interactive:
-                decode_seconds = _interactive(translator, writer, guidance)
+                decode_seconds = _interactive(translator, options, writer, guidance)
             else:
                 # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
                 total = input_lines if cfg.input is not None and sys.stderr.isatty() else None
@@ -249,7 +247,8 @@ def run(cfg: DictConfig) -> int:
                     enabled=None if total is not None and total > 1000 else False))
                 for chunk in _chunks(lines, cfg.chunk_lines):
                     chunk_started = time.perf_counter()
-                    writer.write(translator.translate(chunk, return_attention=plot_dir is not None,
+                    writer.write(translator.translate(chunk, options,
+                                                      return_attention=plot_dir is not None,
                                                       **guidance.for_lines(chunk)))
                     decode_seconds += time.perf_counter() - chunk_started
                     bar.update(len(chunk))

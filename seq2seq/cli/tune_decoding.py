@@ -78,6 +78,7 @@ def _positive_int(text: str) -> int:
 
 def tune(translator, sources, references, beam_sizes, length_penalties) -> list[dict]:
     """Score every (beam size, length penalty) cell; greedy is translated once per row."""
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations
 
     cells = []
@@ -87,9 +88,8 @@ def tune(translator, sources, references, beam_sizes, length_penalties) -> list[
             if beam_size == 1 and greedy is not None:
                 cells.append({**greedy, "length_penalty": length_penalty, "evaluated": False})
                 continue
-            translator.beam_size = beam_size
-            translator.length_penalty = length_penalty
-            evaluation = evaluate_translations(translator, sources, references)
+            options = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
+            evaluation = evaluate_translations(translator, sources, references, options)
             cell = {
                 "beam_size": beam_size,
                 "length_penalty": length_penalty,
@@ -232,8 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(f"{src_path} holds no sentences", 1)
         translator = Translator.from_payloads(payloads, args.device, names=args.checkpoint,
                                               max_tokens=args.max_tokens,
-                                              precision=args.precision,
-                                              beam_size=max(args.beam_sizes))
+                                              precision=args.precision)
         del checkpoint, payloads
         cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties)
     except (CheckpointError, DataError, ValueError) as error:

@@ -13,12 +13,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from seq2seq.atomic import write_text
 from seq2seq.console import count_bar
 from seq2seq.data.corpus import DataError, iter_parallel_chunks
 from seq2seq.metrics import corpus_scores
+
+if TYPE_CHECKING:
+    from seq2seq.inference.decode_options import DecodeOptions
 
 SPLITS = ("valid", "test")
 
@@ -69,6 +72,7 @@ def evaluate_translations(
     translator,
     sources: Sequence[str],
     references: Sequence[str],
+    options: DecodeOptions | None = None,
     *,
     hypotheses_path: str | Path | None = None,
     attention_stats: bool = False,
@@ -79,10 +83,11 @@ def evaluate_translations(
     """Translate ``sources`` with ``translator``, score against ``references``, write hypotheses.
 
     Args:
-        translator: a :class:`~seq2seq.inference.translator.Translator` (its beam size,
-            length penalty and precision apply).
+        translator: any :class:`~seq2seq.inference.translator.BaseTranslator` (its precision
+            and batching apply).
         sources: raw source sentences, one per entry.
         references: raw reference sentences, as many as ``sources``.
+        options: how to decode (beam size, length penalty, ...; default: beam 5).
         hypotheses_path: if given, the hypotheses are written there (atomically), one a line.
         attention_stats: also keep the best hypotheses' attention weights and return their
             mean entropy and mean maximum weight (the translation keeps the weights, which
@@ -103,13 +108,12 @@ def evaluate_translations(
         )
     started = time.perf_counter()
     # The searches copy their results to the CPU, so no GPU work is still queued after this.
-    # Only what was asked for is passed: other translators (the trainer's, tests') take neither.
-    steering = {name: list(value) for name, value in
-                (("prefixes", prefixes), ("constraints", constraints)) if value is not None}
     with count_bar(len(sources), description="translating", unit=" sentences",
                    enabled=progress) as bar:
-        translations = translator.translate(list(sources), return_attention=attention_stats,
-                                            progress=bar.update, **steering)
+        translations = translator.translate(list(sources), options,
+                                            return_attention=attention_stats,
+                                            progress=bar.update, prefixes=prefixes,
+                                            constraints=constraints)
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
     scores = corpus_scores(hypotheses, references)

@@ -10,7 +10,12 @@
   :class:`~seq2seq.inference.ctranslate2_translator.CTranslate2Translator`, which hands the
   search to CTranslate2 behind the same interface.
 
-The searches and the translators never ask which runtime they hold.
+Both are :class:`~seq2seq.inference.translator.BaseTranslator` s: they take the same
+per-call :class:`~seq2seq.inference.decode_options.DecodeOptions`, and the searches and the
+translators never ask which runtime they hold. The simple path::
+
+    translator = load_translator("best.pt")       # or an exported folder, or a list of them
+    translations = translator.translate(["Ein Hund läuft."])   # beam 5, one translation each
 """
 
 from __future__ import annotations
@@ -23,24 +28,25 @@ import torch
 
 from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
 from seq2seq.inference.loading import is_ctranslate2, load_model_payload
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator import BaseTranslator, Translator
 
 
 def translator_from_payloads(payloads: Sequence[dict[str, Any]],
                              device: str | torch.device = "cpu", *,
                              names: Sequence[str] | None = None,
-                             **options) -> Translator | CTranslate2Translator:
+                             **settings) -> BaseTranslator:
     """The translator of one payload, or of several decoded as an ensemble.
 
     Args:
         payloads: what :func:`~seq2seq.inference.loading.load_model_payload` read.
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
         names: what to call each payload in an error message (default: its number).
-        **options: the keyword arguments of either translator (they take the same ones).
+        **settings: what either translator takes besides its model (``max_tokens``,
+            ``max_source_length``, ``precision``, ``quantize``, ``shortlist``).
 
     Raises:
         CheckpointError: when a payload does not make a model, or CTranslate2 cannot load it.
-        ValueError: on an option the runtime cannot honour, or a CTranslate2 folder in an
+        ValueError: on a setting the runtime cannot honour, or a CTranslate2 folder in an
             ensemble.
     """
     if any(is_ctranslate2(payload) for payload in payloads):
@@ -49,13 +55,13 @@ def translator_from_payloads(payloads: Sequence[dict[str, Any]],
             name = names[index] if names is not None else payloads[index]["exported"]["folder"]
             raise ValueError(f"{name} is a CTranslate2 folder, which decodes alone: an "
                              "ensemble's members are checkpoints or ONNX folders")
-        return CTranslate2Translator.from_payload(payloads[0], device, **options)
-    return Translator.from_payloads(payloads, device, names=names, **options)
+        return CTranslate2Translator.from_payload(payloads[0], device, **settings)
+    return Translator.from_payloads(payloads, device, names=names, **settings)
 
 
 def load_translator(path: str | os.PathLike | Sequence[str | os.PathLike],
                     device: str | torch.device = "cpu",
-                    **options) -> Translator | CTranslate2Translator:
+                    **settings) -> BaseTranslator:
     """:func:`translator_from_payloads` of a checkpoint file or an exported folder, or of a
     list of them (an ensemble).
 
@@ -65,4 +71,4 @@ def load_translator(path: str | os.PathLike | Sequence[str | os.PathLike],
     """
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
     return translator_from_payloads([load_model_payload(p) for p in paths], device,
-                                    names=[str(p) for p in paths], **options)
+                                    names=[str(p) for p in paths], **settings)

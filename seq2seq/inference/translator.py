@@ -2,9 +2,23 @@
 
 Typical use::
 
-    translator = Translator.from_checkpoint("runs/x/checkpoints/best.pt", beam_size=5)
-    best = [n_best[0].text for n_best in translator.translate(["Ein Hund läuft."])]
-    ensemble = Translator.from_checkpoint(["a/best.pt", "b/best.pt"], beam_size=5)
+    from seq2seq.inference.decode_options import DecodeOptions
+    from seq2seq.inference.runtimes import load_translator
+
+    translator = load_translator("runs/x/checkpoints/best.pt")
+    best = [n_best[0].text for n_best in translator.translate(["Ein Hund läuft."])]  # beam 5
+    greedy = translator.translate(["Ein Hund läuft."], DecodeOptions(beam_size=1))
+    ensemble = load_translator(["a/best.pt", "b/best.pt"])
+
+A translator holds a model and what goes with it (tokenizers, device, precision, batching
+budget); how to decode (:class:`~seq2seq.inference.decode_options.DecodeOptions`) is passed with
+each call. :class:`BaseTranslator` is the part every runtime shares: tokenization, the
+request's checks, cutting long sources, batching, empty sentences, and the conversion to
+:class:`Translation` s. A runtime supplies its search over one batch and declares what it cannot
+do (:attr:`BaseTranslator.cannot`): :class:`Translator` drives PyTorch checkpoints, ONNX
+Runtime folders and ensembles through our searches;
+:class:`~seq2seq.inference.ctranslate2_translator.CTranslate2Translator` hands the search to
+CTranslate2.
 
 Decisions worth knowing:
 
@@ -34,9 +48,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import NamedTuple
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -46,14 +61,14 @@ from seq2seq.data.batching import collate, cut_sorted, pad_sources
 from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.constraints import constrained_beam_search
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
-from seq2seq.inference.sampling import Sampling, sample_search
+from seq2seq.inference.sampling import sample_search
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
-    check_beam_options,
     greedy_search,
     pad_prefixes,
 )
@@ -63,8 +78,8 @@ from seq2seq.precision import product_shapes
 
 logger = logging.getLogger(__name__)
 
-SEARCHES = ("beam", "sample")
-
+# What translate() decodes with unless given options: beam 5, one translation a sentence.
+DEFAULT_OPTIONS = DecodeOptions()
 
 
 def check_quantize_mode(mode: str) -> str:
@@ -110,193 +125,72 @@ def eval_mode(model: DecodingModel) -> Iterator[None]:
             model.train()
 
 
-class Translator:
-    """Translates sentences (or piece ids) with greedy or beam search.
+class BaseTranslator(ABC):
+    """What every runtime's translator shares: text and piece ids in, n-best lists out.
 
     Args:
-        model: any :class:`~seq2seq.models.interfaces.DecodingModel`: a
-            :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
-            :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
-            or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
-        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
-        device: where the model lives; source batches are moved there.
-        beam_size: beams per sentence; 1 is greedy search.
-        length_penalty: GNMT alpha (0: rank by summed log-probability).
-        max_len_a: output length limit ``floor(a * source length + b)`` pieces (EOS not
-            counted; the source length counts its EOS).
-        max_len_b: see ``max_len_a``.
-        nbest: translations returned per sentence (at most ``beam_size``).
+        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` the model was trained with.
         max_tokens: budget of padded source ids per batch.
         max_source_length: longer sources are cut to this many pieces (with a warning).
-        precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
-            faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
-            without them: a warning says so), or ``auto`` (bf16 where the model decodes in
-            it and the device runs it faster: :func:`seq2seq.device.decide_precision`, on a
-            CPU a cached measurement; else fp32; ``self.precision`` is the one chosen).
-        quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
-            model is refused with a message naming ``seq2seq-export``).
-        shortlist: search each batch over the target pieces its
-            :class:`~seq2seq.inference.shortlist.Shortlist` keeps (None: the whole vocabulary).
-        search: ``beam`` (greedy search when ``beam_size`` is 1) or ``sample``
-            (:mod:`seq2seq.inference.sampling`: ``nbest`` independent samples per sentence).
-        temperature, top_k, top_p, epsilon: how ``search=sample`` reshapes the distribution
-            (:class:`~seq2seq.inference.sampling.Sampling`).
-        seed: the seed of ``search=sample``'s draws, reset at every ``translate`` call (the same
-            input and settings give the same samples); None: PyTorch's global generator.
 
-    Raises:
-        ValueError: on an unknown ``precision``, a non-positive size, ``nbest > beam_size``,
-            ``quantize=int8`` for a model not exported in int8, a precision the model does not
-            decode in (an exported model: fp32 only), a device other than the CPU for a model
-            that runs on the CPU only, or a shortlist built for other vocabularies (a
-            :class:`~seq2seq.inference.shortlist.ShortlistError`).
+    Attributes:
+        cannot: what the runtime cannot do, each with the one-line reason it is refused:
+            ``phrases`` (constraints, terms), ``epsilon`` (sampling's), ``shortlist``.
+        attention_source: what its attention matrices show where they are not the model's
+            own cross-attention (None: the model's own).
+        model: the decodable model, where the runtime has one of ours (else None).
+        tokenizers, device, precision, quantize, shortlist, parameter_count, max_tokens,
+            max_source_length: what it decodes with, as reports read them.
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizers,
-        *,
-        device: str | torch.device,
-        beam_size: int = 5,
-        length_penalty: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: float = 10,
-        nbest: int = 1,
-        max_tokens: int = 4000,
-        max_source_length: int = 250,
-        precision: str = "fp32",
-        quantize: str = "none",
-        shortlist: Shortlist | None = None,
-        search: str = "beam",
-        temperature: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        epsilon: float = 0.0,
-        seed: int | None = None,
-    ) -> None:
-        check_translator_options(search=search, beam_size=beam_size, nbest=nbest,
-                                 max_tokens=max_tokens, max_source_length=max_source_length)
-        self.search = search
-        self.sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p,
-                                 epsilon=epsilon).check()
-        self.seed = seed
+    cannot: Mapping[str, str] = {}
+    attention_source: str | None = None
+    model: Any = None
+    shortlist: Shortlist | None = None
+
+    def __init__(self, tokenizers, *, max_tokens: int, max_source_length: int) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if max_source_length < 1:
+            raise ValueError(f"max_source_length must be positive, got {max_source_length}")
         self.tokenizers = tokenizers
-        self.device = select_device(device)
-        self.quantize = check_quantize_mode(quantize)
-        if model.cpu_only:
-            require_cpu(self.device)
-        if precision == "auto" and model.precisions == ("fp32",):
-            precision = "fp32"
-        if precision in PRECISIONS and precision not in model.precisions:
-            # An exported graph runs in the types it was exported with.
-            raise ValueError(
-                f"this model decodes in {', '.join(model.precisions)} (an exported one in fp32, "
-                f"or int8 when exported so), not precision={precision}: give precision=fp32"
-            )
-        if self.quantize == "int8" and model.quantize != "int8":
-            raise ValueError(
-                "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
-                "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
-            )
-        self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
-        self.precision = choose_precision(precision, self.device, log=logger,  # or ValueError
-                                          shapes=product_shapes(model), decoding=True)
-        self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
-        self.parameter_count = model.parameter_count
-        self.model = model
-        self.beam_size = beam_size
-        self.length_penalty = length_penalty
-        self.max_len_a = max_len_a
-        self.max_len_b = max_len_b
-        self.nbest = nbest
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
-        if shortlist is not None:
-            shortlist.check_vocabulary(tokenizers)
-        self.shortlist = shortlist
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | os.PathLike | Sequence[str | os.PathLike],
-        device: str | torch.device = "cpu",
-        **options,
-    ) -> Translator:
-        """Load a checkpoint safely (weights only), or an exported folder, and wrap its model.
+    # -- what a runtime supplies ----------------------------------------------------------
+    @abstractmethod
+    def _decoding(self, options: DecodeOptions) -> AbstractContextManager[Any]:
+        """What one call's batches are searched with (a seeded generator, an engine), set
+        up for the call and put back after it."""
 
-        Args:
-            path: a checkpoint file or an exported folder (``seq2seq-export``), or a list of
-                them to decode as an ensemble (:mod:`seq2seq.inference.ensemble`; a list of one
-                is that one model).
-            device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-            **options: any keyword argument of :class:`Translator`, e.g. ``beam_size=1``.
+    @abstractmethod
+    def _search(self, sources: list[np.ndarray], options: DecodeOptions, context: Any, *,
+                return_attention: bool, prefixes: list[list[int]] | None,
+                constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
+        """One batch of non-empty sources searched: per source, up to ``options.nbest``
+        hypotheses, best first (``context``: what :meth:`_decoding` gave)."""
 
-        Raises:
-            CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
-            ValueError: when the checkpoints of an ensemble differ in their vocabularies.
-        """
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        return cls.from_payloads(
-            [load_model_payload(p) for p in paths], device, names=[str(p) for p in paths],
-            **options,
-        )
+    def _attention_heads(self, src_ids: list[np.ndarray],
+                         results: list[list[Hypothesis]]) -> list[Tensor | None]:
+        """Each sentence's best hypothesis' every layer's and head's attention; None where the
+        runtime has none to show."""
+        return [None] * len(results)
 
-    @classmethod
-    def from_payload(
-        cls, checkpoint: dict, device: str | torch.device = "cpu", **options
-    ) -> Translator:
-        """Wrap the model of a checkpoint or exported folder already read with
-        :func:`~seq2seq.inference.loading.load_model_payload` (for callers that also need
-        its config).
-
-        Raises:
-            CheckpointError: when the checkpoint's config or weights do not make a model.
-        """
-        return cls.from_payloads([checkpoint], device, **options)
-
-    @classmethod
-    def from_payloads(
-        cls,
-        checkpoints: Sequence[dict],
-        device: str | torch.device = "cpu",
-        *,
-        names: Sequence[str] | None = None,
-        **options,
-    ) -> Translator:
-        """Wrap one checkpoint's model, or several as an :class:`Ensemble`.
-
-        Args:
-            checkpoints: checkpoints or exported folders read with
-                :func:`~seq2seq.inference.loading.load_model_payload`.
-            device: where the models go.
-            names: what to call each checkpoint in an error message (default: its number).
-            **options: any keyword argument of :class:`Translator`.
-
-        Raises:
-            CheckpointError: when a checkpoint's config or weights do not make a model.
-            ValueError: when there is no checkpoint, or the vocabularies of an ensemble differ.
-        """
-        if not checkpoints:
-            raise ValueError("no checkpoint given")
-        if device == "auto" and any("exported" in payload for payload in checkpoints):
-            device = "cpu"  # ONNX Runtime's CPU provider runs exported models
-        device = select_device(device)
-        names = list(names) if names is not None else [
-            f"checkpoint {number + 1}" for number in range(len(checkpoints))
-        ]
-        members = [model_from_payload(payload, device) for payload in checkpoints]
-        if len(members) == 1:
-            model, tokenizers = members[0]
-            return cls(model, tokenizers, device=device, **options)
-        check_same_vocabularies([tokenizers for _, tokenizers in members], names)
-        ensemble = Ensemble([model for model, _ in members])
-        return cls(ensemble, members[0][1], device=device, **options)
+    # -- the request ----------------------------------------------------------------------
+    def check(self, options: DecodeOptions, *, phrases: bool = False) -> None:
+        """A one-line ValueError where ``options`` (and phrases, if asked for) ask what this
+        runtime cannot do."""
+        if phrases:
+            options.check_phrases()
+            if "phrases" in self.cannot:
+                raise ValueError(self.cannot["phrases"])
+        if options.search == "sample" and options.epsilon > 0 and "epsilon" in self.cannot:
+            raise ValueError(f"epsilon={options.epsilon}: {self.cannot['epsilon']}")
 
     # -- ids ------------------------------------------------------------------------------
     def translate_ids(
-        self, src_ids: Sequence[np.ndarray], *, return_attention: bool = False,
-        progress: Callable[[int], object] | None = None,
+        self, src_ids: Sequence[np.ndarray], options: DecodeOptions | None = None, *,
+        return_attention: bool = False, progress: Callable[[int], object] | None = None,
         prefixes: Sequence[Sequence[int]] | None = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
@@ -304,6 +198,7 @@ class Translator:
 
         Args:
             src_ids: one 1-D integer array (or list) of piece ids per sentence.
+            options: how to decode (default: beam 5, one translation a sentence).
             return_attention: also return each hypothesis' attention weights.
             progress: called with the number of sentences each batch translated (a progress
                 bar's ``update``).
@@ -314,68 +209,42 @@ class Translator:
         Returns:
             Per sentence, in input order, up to ``nbest`` hypotheses, best first. An empty
             source gives ``[Hypothesis(tokens=[], score=0.0, attention=None)]``.
+
+        Raises:
+            ValueError: on counts of prefixes or constraints other than the sentences', or
+                what :meth:`check` refuses.
         """
+        options = options or DEFAULT_OPTIONS
+        self.check(options, phrases=constraints is not None and any(constraints))
         sources = [
             self._cut(np.asarray(ids, dtype=np.int64).reshape(-1), i)
             for i, ids in enumerate(src_ids)
         ]
+        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
+            if given is not None and len(given) != len(sources):
+                raise ValueError(f"{len(sources)} sentences but {len(given)} {name}")
         results: list[list[Hypothesis] | None] = [None] * len(sources)
         for index, source in enumerate(sources):
             if source.size == 0:
                 results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
         if progress is not None:
             progress(sum(source.size == 0 for source in sources))
-        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
-            if given is not None and len(given) != len(sources):
-                raise ValueError(f"{len(sources)} sentences but {len(given)} {name}")
-        if constraints is not None and self.search != "beam" and any(constraints):
-            raise ValueError("constraints need search=beam (sampling cannot promise a phrase)")
-        generator = None
-        if self.search == "sample" and self.seed is not None:
-            generator = torch.Generator(self.device).manual_seed(self.seed)
-        with eval_mode(self.model):
-            banks = None if constraints is None else [
-                1 + sum(len(phrase) for phrase in phrases) for phrases in constraints]
+        banks = None if constraints is None else [
+            1 + sum(len(phrase) for phrase in phrases) for phrases in constraints]
+        with self._decoding(options) as context:
             for batch in self._batches(sources, banks):
                 batch_results = self._search(
-                    [sources[i] for i in batch], return_attention=return_attention,
+                    [sources[i] for i in batch], options, context,
+                    return_attention=return_attention,
                     prefixes=None if prefixes is None else [list(prefixes[i]) for i in batch],
                     constraints=(None if constraints is None
                                  else [[list(p) for p in constraints[i]] for i in batch]),
-                    generator=generator,
                 )
                 for index, hypotheses in zip(batch, batch_results, strict=True):
                     results[index] = hypotheses
                 if progress is not None:
                     progress(len(batch))
         return results  # type: ignore[return-value]  # every slot is filled above
-
-    def _attention_heads(self, src_ids: list[np.ndarray],
-                         results: list[list[Hypothesis]]) -> list[Tensor | None]:
-        """Each sentence's best hypothesis' (L, H, T + 1, S + 1) attention, from one
-        teacher-forced pass (what the search saw: cached = uncached); None where the model has
-        no heads to show (:meth:`~seq2seq.models.interfaces.DecodingModel.attention_heads`:
-        a Transformer has them, an ensemble or an exported model not) or the source is empty."""
-        pairs = [(np.asarray(ids, dtype=np.int64).reshape(-1)[: self.max_source_length],
-                  n_best[0]) for ids, n_best in zip(src_ids, results, strict=True)]
-        heads: list[Tensor | None] = [None] * len(pairs)
-        rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
-        if not rows:
-            return heads
-        batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
-                         for row in rows])  # src ends in EOS, tgt_in starts with BOS
-        with eval_mode(self.model), torch.no_grad(), torch.autocast(
-                self.device.type, dtype=self.autocast_dtype,
-                enabled=self.autocast_dtype is not None):
-            weights = self.model.attention_heads(batch.src.to(self.device), batch.src_lengths,
-                                                 batch.tgt_in.to(self.device))
-        if weights is None:
-            return heads
-        weights = weights.float().cpu()  # (N, L, H, T, S)
-        for i, row in enumerate(rows):
-            steps, positions = len(pairs[row][1].tokens) + 1, int(batch.src_lengths[i])
-            heads[row] = weights[i, :, :, :steps, :positions].clone()
-        return heads
 
     def _cut(self, ids: np.ndarray, index: int) -> np.ndarray:
         if ids.size > self.max_source_length:
@@ -410,19 +279,249 @@ class Translator:
             batches += [batch.tolist() for batch in reversed(cut)]
         return batches
 
-    def _search(
-        self, sources: list[np.ndarray], *, return_attention: bool,
-        prefixes: list[list[int]] | None = None,
-        constraints: list[list[list[int]]] | None = None,
-        generator: torch.Generator | None = None,
-    ) -> list[list[Hypothesis]]:
+    # -- text -----------------------------------------------------------------------------
+    def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
+        """Target piece ids of each text (:func:`encode_targets`)."""
+        return encode_targets(self.tokenizers.tgt, texts, what)
+
+    def translate(
+        self, sentences: Sequence[str], options: DecodeOptions | None = None, *,
+        return_attention: bool = True, attention_heads: bool = False,
+        progress: Callable[[int], object] | None = None,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
+    ) -> list[list[Translation]]:
+        """Translate sentences of raw text.
+
+        Args:
+            sentences: one sentence per entry (no line breaks inside).
+            options: how to decode (default: beam 5, one translation a sentence).
+            return_attention: keep the attention weights (a little slower; off for scoring).
+            attention_heads: also give the best translations' every layer's and head's
+                attention where the model has them (a Transformer): one more teacher-forced
+                pass.
+            progress: as in :meth:`translate_ids`.
+            prefixes: per sentence, the text every translation starts with ("" for none).
+            constraints: per sentence, phrases every translation contains (beam search).
+
+        Returns:
+            Per sentence, in input order, up to ``nbest`` translations, best first. An empty
+            or blank sentence gives one empty translation (score 0.0, no attention), whatever
+            its prefix and constraints.
+
+        Raises:
+            ValueError: on a prefix or phrase with a piece the target vocabulary lacks, or
+                what :meth:`check` refuses (constraints with ``search=sample``, or where the
+                runtime cannot force phrases).
+        """
+        src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
+        results = self.translate_ids(
+            src_ids, options, return_attention=return_attention, progress=progress,
+            prefixes=None if prefixes is None else self.target_ids(prefixes, "prefix"),
+            constraints=None if constraints is None else [
+                self.target_ids(phrases, f"sentence {number + 1}: constraint")
+                for number, phrases in enumerate(constraints)],
+        )
+        heads = (self._attention_heads(src_ids, results) if attention_heads
+                 else [None] * len(results))
+        return to_translations(self.tokenizers, src_ids, results, heads,
+                               max_source_length=self.max_source_length)
+
+
+class Translator(BaseTranslator):
+    """Translates with our searches (greedy, beam, grid beam, sampling) on a model of ours.
+
+    Args:
+        model: any :class:`~seq2seq.models.interfaces.DecodingModel`: a
+            :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
+            :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
+            or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
+        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
+        device: where the model lives; source batches are moved there.
+        max_tokens: budget of padded source ids per batch.
+        max_source_length: longer sources are cut to this many pieces (with a warning).
+        precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
+            faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
+            without them: a warning says so), or ``auto`` (bf16 where the model decodes in
+            it and the device runs it faster: :func:`seq2seq.device.decide_precision`, on a
+            CPU a cached measurement; else fp32; ``self.precision`` is the one chosen).
+        quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
+            model is refused with a message naming ``seq2seq-export``).
+        shortlist: search each batch over the target pieces its
+            :class:`~seq2seq.inference.shortlist.Shortlist` keeps (None: the whole vocabulary).
+
+    Raises:
+        ValueError: on an unknown ``precision``, a non-positive size, ``quantize=int8`` for a
+            model not exported in int8, a precision the model does not decode in (an exported
+            model: fp32 only), a device other than the CPU for a model that runs on the CPU
+            only, or a shortlist built for other vocabularies (a
+            :class:`~seq2seq.inference.shortlist.ShortlistError`).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizers,
+        *,
+        device: str | torch.device,
+        max_tokens: int = 4000,
+        max_source_length: int = 250,
+        precision: str = "fp32",
+        quantize: str = "none",
+        shortlist: Shortlist | None = None,
+    ) -> None:
+        super().__init__(tokenizers, max_tokens=max_tokens, max_source_length=max_source_length)
+        self.device = select_device(device)
+        self.quantize = check_quantize_mode(quantize)
+        if model.cpu_only:
+            require_cpu(self.device)
+        if precision == "auto" and model.precisions == ("fp32",):
+            precision = "fp32"
+        if precision in PRECISIONS and precision not in model.precisions:
+            # An exported graph runs in the types it was exported with.
+            raise ValueError(
+                f"this model decodes in {', '.join(model.precisions)} (an exported one in fp32, "
+                f"or int8 when exported so), not precision={precision}: give precision=fp32"
+            )
+        if self.quantize == "int8" and model.quantize != "int8":
+            raise ValueError(
+                "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
+                "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
+            )
+        self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
+        self.precision = choose_precision(precision, self.device, log=logger,  # or ValueError
+                                          shapes=product_shapes(model), decoding=True)
+        self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
+        self.parameter_count = model.parameter_count
+        self.model = model
+        if shortlist is not None:
+            shortlist.check_vocabulary(tokenizers)
+        self.shortlist = shortlist
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        device: str | torch.device = "cpu",
+        **settings,
+    ) -> Translator:
+        """Load a checkpoint safely (weights only), or an exported folder, and wrap its model.
+
+        Args:
+            path: a checkpoint file or an exported folder (``seq2seq-export``), or a list of
+                them to decode as an ensemble (:mod:`seq2seq.inference.ensemble`; a list of one
+                is that one model).
+            device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
+            **settings: any keyword argument of :class:`Translator`, e.g. ``precision="bf16"``.
+
+        Raises:
+            CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
+            ValueError: when the checkpoints of an ensemble differ in their vocabularies.
+        """
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return cls.from_payloads(
+            [load_model_payload(p) for p in paths], device, names=[str(p) for p in paths],
+            **settings,
+        )
+
+    @classmethod
+    def from_payload(
+        cls, checkpoint: dict, device: str | torch.device = "cpu", **settings
+    ) -> Translator:
+        """Wrap the model of a checkpoint or exported folder already read with
+        :func:`~seq2seq.inference.loading.load_model_payload` (for callers that also need
+        its config).
+
+        Raises:
+            CheckpointError: when the checkpoint's config or weights do not make a model.
+        """
+        return cls.from_payloads([checkpoint], device, **settings)
+
+    @classmethod
+    def from_payloads(
+        cls,
+        checkpoints: Sequence[dict],
+        device: str | torch.device = "cpu",
+        *,
+        names: Sequence[str] | None = None,
+        **settings,
+    ) -> Translator:
+        """Wrap one checkpoint's model, or several as an :class:`Ensemble`.
+
+        Args:
+            checkpoints: checkpoints or exported folders read with
+                :func:`~seq2seq.inference.loading.load_model_payload`.
+            device: where the models go.
+            names: what to call each checkpoint in an error message (default: its number).
+            **settings: any keyword argument of :class:`Translator`.
+
+        Raises:
+            CheckpointError: when a checkpoint's config or weights do not make a model.
+            ValueError: when there is no checkpoint, or the vocabularies of an ensemble differ.
+        """
+        if not checkpoints:
+            raise ValueError("no checkpoint given")
+        if device == "auto" and any("exported" in payload for payload in checkpoints):
+            device = "cpu"  # ONNX Runtime's CPU provider runs exported models
+        device = select_device(device)
+        names = list(names) if names is not None else [
+            f"checkpoint {number + 1}" for number in range(len(checkpoints))
+        ]
+        members = [model_from_payload(payload, device) for payload in checkpoints]
+        if len(members) == 1:
+            model, tokenizers = members[0]
+            return cls(model, tokenizers, device=device, **settings)
+        check_same_vocabularies([tokenizers for _, tokenizers in members], names)
+        ensemble = Ensemble([model for model, _ in members])
+        return cls(ensemble, members[0][1], device=device, **settings)
+
+    @contextmanager
+    def _decoding(self, options: DecodeOptions) -> Iterator[torch.Generator | None]:
+        """The model in eval mode; a seeded sample's generator, seeded anew for the call."""
+        generator = None
+        if options.seeded:
+            generator = torch.Generator(self.device).manual_seed(options.seed)
+        with eval_mode(self.model):
+            yield generator
+
+    def _attention_heads(self, src_ids: list[np.ndarray],
+                         results: list[list[Hypothesis]]) -> list[Tensor | None]:
+        """Each sentence's best hypothesis' (L, H, T + 1, S + 1) attention, from one
+        teacher-forced pass (what the search saw: cached = uncached); None where the model has
+        no heads to show (:meth:`~seq2seq.models.interfaces.DecodingModel.attention_heads`:
+        a Transformer has them, an ensemble or an exported model not) or the source is empty."""
+        pairs = [(np.asarray(ids, dtype=np.int64).reshape(-1)[: self.max_source_length],
+                  n_best[0]) for ids, n_best in zip(src_ids, results, strict=True)]
+        heads: list[Tensor | None] = [None] * len(pairs)
+        rows = [row for row, (source, _) in enumerate(pairs) if source.size > 0]
+        if not rows:
+            return heads
+        batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
+                         for row in rows])  # src ends in EOS, tgt_in starts with BOS
+        with eval_mode(self.model), torch.no_grad(), torch.autocast(
+                self.device.type, dtype=self.autocast_dtype,
+                enabled=self.autocast_dtype is not None):
+            weights = self.model.attention_heads(batch.src.to(self.device), batch.src_lengths,
+                                                 batch.tgt_in.to(self.device))
+        if weights is None:
+            return heads
+        weights = weights.float().cpu()  # (N, L, H, T, S)
+        for i, row in enumerate(rows):
+            steps, positions = len(pairs[row][1].tokens) + 1, int(batch.src_lengths[i])
+            heads[row] = weights[i, :, :, :steps, :positions].clone()
+        return heads
+
+    def _search(self, sources: list[np.ndarray], options: DecodeOptions,
+                generator: torch.Generator | None, *, return_attention: bool,
+                prefixes: list[list[int]] | None,
+                constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
         """Run the search on one batch of non-empty sources."""
         src, src_lengths = pad_sources(sources)  # (B, S), (B,) with EOS
         src_tensor = src.to(self.device)  # the encoder moves the lengths to src's device
-        options = {
-            "max_len_a": self.max_len_a,
-            "max_len_b": self.max_len_b,
-            "length_penalty": self.length_penalty,
+        settings = {
+            "max_len_a": options.max_len_a,
+            "max_len_b": options.max_len_b,
+            "length_penalty": options.length_penalty,
             "return_attention": return_attention,
         }
         model: DecodingModel = self.model
@@ -440,67 +539,23 @@ class Translator:
             constraints = constraints and [[[position[t] for t in p] for p in phrases]
                                            for phrases in constraints]
         if prefixes is not None:
-            options["prefixes"] = pad_prefixes(prefixes, self.device)
+            settings["prefixes"] = pad_prefixes(prefixes, self.device)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype is not None):
-            if self.search == "sample":
-                results = sample_search(model, src_tensor, src_lengths, sampling=self.sampling,
-                                        nbest=self.nbest, generator=generator, **options)
+            if options.search == "sample":
+                results = sample_search(model, src_tensor, src_lengths, sampling=options.sampling,
+                                        nbest=options.nbest, generator=generator, **settings)
             elif constraints is not None and any(constraints):
                 results = constrained_beam_search(
                     model, src_tensor, src_lengths, constraints=constraints,
-                    beam_size=self.beam_size, nbest=self.nbest, **options)
-            elif self.beam_size == 1:
-                results = greedy_search(model, src_tensor, src_lengths, **options)
+                    beam_size=options.beam_size, nbest=options.nbest, **settings)
+            elif options.beam_size == 1:
+                results = greedy_search(model, src_tensor, src_lengths, **settings)
             else:
-                results = beam_search(model, src_tensor, src_lengths, beam_size=self.beam_size,
-                                      nbest=self.nbest, **options)
+                results = beam_search(model, src_tensor, src_lengths,
+                                      beam_size=options.beam_size, nbest=options.nbest,
+                                      **settings)
         return results if ids is None else real_ids(results, ids)
-
-    # -- text -----------------------------------------------------------------------------
-    def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
-        """Target piece ids of each text (:func:`encode_targets`)."""
-        return encode_targets(self.tokenizers.tgt, texts, what)
-
-    def translate(
-        self, sentences: Sequence[str], *, return_attention: bool = True,
-        attention_heads: bool = False, progress: Callable[[int], object] | None = None,
-        prefixes: Sequence[str] | None = None,
-        constraints: Sequence[Sequence[str]] | None = None,
-    ) -> list[list[Translation]]:
-        """Translate sentences of raw text.
-
-        Args:
-            sentences: one sentence per entry (no line breaks inside).
-            return_attention: keep the attention weights (a little slower; off for scoring).
-            attention_heads: also give the best translations' every layer's and head's
-                attention where the model has them (a Transformer): one more teacher-forced
-                pass.
-            progress: as in :meth:`translate_ids`.
-            prefixes: per sentence, the text every translation starts with ("" for none).
-            constraints: per sentence, phrases every translation contains (beam search).
-
-        Returns:
-            Per sentence, in input order, up to ``nbest`` translations, best first. An empty
-            or blank sentence gives one empty translation (score 0.0, no attention), whatever
-            its prefix and constraints.
-
-        Raises:
-            ValueError: on a prefix or phrase with a piece the target vocabulary lacks, or
-                constraints with ``search=sample``.
-        """
-        src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
-        results = self.translate_ids(
-            src_ids, return_attention=return_attention, progress=progress,
-            prefixes=None if prefixes is None else self.target_ids(prefixes, "prefix"),
-            constraints=None if constraints is None else [
-                self.target_ids(phrases, f"sentence {number + 1}: constraint")
-                for number, phrases in enumerate(constraints)],
-        )
-        heads = (self._attention_heads(src_ids, results) if attention_heads
-                 else [None] * len(results))
-        return to_translations(self.tokenizers, src_ids, results, heads,
-                               max_source_length=self.max_source_length)
 
 
 def encode_targets(tokenizer, texts: Sequence[str], what: str) -> list[list[int]]:
@@ -534,18 +589,3 @@ def to_translations(tokenizers, src_ids: Sequence[np.ndarray],
                         attention_heads=best_heads if rank == 0 else None)
             for rank, hypothesis in enumerate(n_best)])
     return translations
-
-
-def check_translator_options(*, search: str, beam_size: int, nbest: int, max_tokens: int,
-                             max_source_length: int) -> None:
-    """The options every translator checks alike, each refused in one line."""
-    if search not in SEARCHES:
-        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
-    # Sampling draws nbest samples whatever the beam: only beam search bounds nbest by it.
-    check_beam_options(beam_size, nbest if search == "beam" else 1)
-    if nbest < 1:
-        raise ValueError(f"nbest must be at least 1, got {nbest}")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    if max_source_length < 1:
-        raise ValueError(f"max_source_length must be positive, got {max_source_length}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -34,6 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from seq2seq.inference.decode_options import DecodeOptions, check_phrase_count
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.schemas import (
@@ -88,7 +90,7 @@ def _hypothesis(translation, attention: bool) -> dict:
         item["attention"] = (
             None if weights is None else weights.float().cpu().numpy().round(4).tolist()
         )
-        heads = getattr(translation, "attention_heads", None)
+        heads = translation.attention_heads
         if heads is not None:
             item["attention_heads"] = heads.float().cpu().numpy().round(4).tolist()
     return item
@@ -108,23 +110,35 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-def sampling_of(request: TranslateRequest, translator):
-    """The request's sampling settings over the Translator's own (a one-line ApiError(422)
-    when out of range)."""
-    given = {name: getattr(request, name) for name in ("temperature", "top_k", "top_p", "epsilon")
-             if getattr(request, name) is not None}
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "epsilon", "seed")
+
+
+def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int) -> DecodeOptions:
+    """The request's options over the model's defaults, checked against its translator (a
+    one-line ApiError(422) else). The sampling fields count with ``search=sample`` only."""
+    defaults = model.options
+    beam_size = request.beam_size or defaults.beam_size
+    if beam_size > max_beam_size:
+        raise ApiError(422, f"beam_size: at most {max_beam_size}, got {beam_size}")
+    nbest = request.nbest or min(defaults.nbest, beam_size)
+    if nbest > max_beam_size:  # samples cost as much as beams
+        raise ApiError(422, f"nbest: at most {max_beam_size}, got {nbest}")
+    search = request.search or defaults.search
+    given = {name: getattr(request, name) for name in SAMPLING_FIELDS
+             if search == "sample" and getattr(request, name) is not None}
     try:
-        return translator.sampling._replace(**given).check()
+        options = replace(defaults, search=search, beam_size=beam_size, nbest=nbest, **given)
+        model.translator.check(options)
     except ValueError as error:
         raise ApiError(422, str(error)) from None
+    return options
 
 
-def steering_of(request: TranslateRequest, translator, sentences: list[str], search: str,
-                terms) -> tuple[list[str] | None, list[list[str]] | None]:
+def steering_of(request: TranslateRequest, translator, options: DecodeOptions,
+                sentences: list[str], terms) -> tuple[list[str] | None, list[list[str]] | None]:
     """The request's prefixes and constraints (the glossary's terms added), checked: one per
-    text, writable by the model, no phrase asked of sampling; a one-line ApiError(422) else."""
-    from seq2seq.inference.constraints import MAX_PHRASES
-
+    text, writable by the model, phrases only where the search and the runtime can force them,
+    at most as many as a sentence may ask; a one-line ApiError(422) else."""
     for name in ("prefix", "constraints"):
         given = getattr(request, name)
         if given is not None and len(given) != len(sentences):
@@ -134,35 +148,26 @@ def steering_of(request: TranslateRequest, translator, sentences: list[str], sea
     constraints = None if request.constraints is None else [  # each phrase once
         list(dict.fromkeys(one_line(phrase) for phrase in phrases))
         for phrases in request.constraints]
-    if search == "sample" and constraints is not None and any(constraints):
-        raise ApiError(422, "constraints need search=beam (sampling cannot promise a phrase)")
-    # A runtime that cannot force phrases (a CTranslate2 folder) says why.
-    refusal = getattr(translator, "phrase_refusal", None)
-    if refusal and constraints is not None and any(constraints):
-        raise ApiError(422, f"constraints: {refusal}")
+    found = terms.constraints_for(sentences) if terms is not None else []
     try:
+        for name, phrases in (("constraints", constraints), ("terms", found)):
+            if phrases and any(phrases):
+                try:
+                    translator.check(options, phrases=True)
+                except ValueError as error:
+                    raise ValueError(f"{name}: {error}") from None
         for index, prefix in enumerate(prefixes or []):
             if prefix:
                 translator.target_ids([prefix], f"prefix.{index}: prefix")
         for index, phrases in enumerate(constraints or []):
             translator.target_ids(phrases, f"constraints.{index}: constraint")
-    except ValueError as error:
-        raise ApiError(422, str(error)) from None
-    if terms is not None:
-        found = terms.constraints_for(sentences)
         if any(found):
-            if search == "sample":
-                index = next(i for i, phrases in enumerate(found) if phrases)
-                raise ApiError(422, f"text.{index}: the server's terms ask for {found[index][0]!r}, "
-                                    "which sampling cannot promise: use search=beam")
-            if refusal:
-                raise ApiError(422, f"terms: {refusal}")
             constraints = [list(dict.fromkeys(own + extra)) for own, extra in
                            zip(constraints or [[] for _ in sentences], found, strict=True)]
-    for index, phrases in enumerate(constraints or []):
-        if len(phrases) > MAX_PHRASES:  # the server's terms included
-            raise ApiError(422, f"constraints.{index}: {len(phrases)} phrases; at most "
-                                f"{MAX_PHRASES} per text")
+        for index, phrases in enumerate(constraints or []):  # the server's terms included
+            check_phrase_count(phrases, f"constraints.{index}")
+    except ValueError as error:
+        raise ApiError(422, str(error)) from None
     return prefixes, constraints
 
 
@@ -179,8 +184,9 @@ def create_app(
     """The ASGI app serving ``models``.
 
     Args:
-        models: name -> :class:`ServedModel` or a bare Translator; the first is the default.
-            The Translators' own options (``beam_size``, ``nbest``, ...) are the defaults.
+        models: name -> :class:`ServedModel` or a bare translator (decoding with the default
+            :class:`~seq2seq.inference.decode_options.DecodeOptions` unless a request says
+            otherwise); the first is the default.
         max_lines: most sentences per request (more: 413).
         max_chars: most characters per request, all sentences together (more: 413).
         max_beam_size: largest ``beam_size`` a request may ask for (more: 422).
@@ -265,39 +271,29 @@ def create_app(
         chars = sum(len(line) for line in request.text)
         if chars > max_chars:
             raise ApiError(413, f"{chars} characters: at most {max_chars} per request")
-        translator = served[name].translator
-        beam_size = request.beam_size or translator.beam_size
-        if beam_size > max_beam_size:
-            raise ApiError(422, f"beam_size: at most {max_beam_size}, got {beam_size}")
-        search = request.search or getattr(translator, "search", "beam")
-        nbest = request.nbest or min(translator.nbest, beam_size)
-        if search == "beam" and nbest > beam_size:
-            raise ApiError(422, f"nbest: at most beam_size ({beam_size}), got {nbest}")
-        if nbest > max_beam_size:  # samples cost as much as beams
-            raise ApiError(422, f"nbest: at most {max_beam_size}, got {nbest}")
-        sampling = sampling_of(request, translator) if search == "sample" else None
+        options = options_of(request, served[name], max_beam_size)
         batchers = getattr(app.state, "batchers", None)
         if app.state.shutting_down or batchers is None:
             raise ApiError(503, "the server is shutting down")
         sentences = [one_line(line) for line in request.text]
-        prefixes, constraints = steering_of(request, translator, sentences, search, terms)
+        prefixes, constraints = steering_of(request, served[name].translator, options, sentences,
+                                            terms)
         if not sentences:
             results = []
         else:
             try:
                 results = await batchers[name].submit(
-                    sentences, beam_size=beam_size, nbest=nbest, attention=request.attention,
+                    sentences, options, attention=request.attention,
                     attention_heads=request.attention and request.attention_heads,
-                    search=search, sampling=sampling, seed=request.seed, prefixes=prefixes,
-                    constraints=constraints,
-                )
+                    prefixes=prefixes, constraints=constraints)
             except BatcherClosed as error:
                 raise ApiError(503, str(error)) from None
             except Exception as error:
                 logger.exception("translation failed")
                 raise ApiError(500, f"translation failed: {type(error).__name__}") from None
         return {
-            "model": name, "search": search, "beam_size": beam_size, "nbest": nbest,
+            "model": name, "search": options.search, "beam_size": options.beam_size,
+            "nbest": options.nbest,
             "translations": [_sentence(n_best, request.attention) for n_best in results],
         }
 

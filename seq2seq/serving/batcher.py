@@ -5,9 +5,9 @@ that model. Requests (``submit``, a coroutine) go into a thread-safe queue and w
 asyncio future; the event loop never decodes. The worker takes the first waiting job, then
 everything else already queued, then keeps collecting for at most ``window_ms`` after that
 first job arrived, or until the jobs hold ``max_tokens`` source pieces. It groups the jobs by
-decoding options (:class:`DecodeOptions`: beam size, nbest, attention, the search and its
-sampling settings, whether the job has constraints), runs one ``translate`` call per group (the
-Translator sorts and cuts the sentences into length batches itself) and hands each job its own
+what they are decoded with (their :class:`~seq2seq.inference.decode_options.DecodeOptions`, the
+attention asked for, whether they have constraints), runs one ``translate`` call per group (the
+translator sorts and cuts the sentences into length batches itself) and hands each job its own
 slice of the results, in order. A job's prefixes and constraints travel with its sentences.
 
 A lone request therefore waits at most ``window_ms`` (default 5 ms) before its decode starts;
@@ -16,24 +16,24 @@ A translation does not depend on the batch it was decoded in, so batching change
 Seeded sampling is the exception, since its draws depend on the sentences drawn together: a job
 with a seed is decoded in a call of its own, so the same request always gets the same answer.
 
-Per-option Translators are shallow copies of the model's Translator (same model, same
-tokenizers, other ``beam_size``/``nbest``/``search``/``sampling``/``seed``), made and used by
-the worker thread alone: no state is shared across threads. ``close`` stops taking jobs, lets the worker finish every queued job,
-and joins it.
+The options travel with each call (the translator holds none), and the worker thread alone runs
+the translator. ``close`` stops taking jobs, lets the worker finish every queued job, and joins
+it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from seq2seq.inference.decode_options import DecodeOptions
 
 logger = logging.getLogger(__name__)
 
@@ -44,26 +44,21 @@ class BatcherClosed(RuntimeError):
     """The batcher is shutting down and takes no new jobs."""
 
 
-class DecodeOptions(NamedTuple):
-    """What a job's sentences are decoded with; jobs with equal options share a ``translate``
-    call. ``sampling`` (a :class:`~seq2seq.inference.sampling.Sampling`) and ``seed`` matter
-    only with ``search="sample"``; ``constrained``: the job has constraints (decoded apart from
-    plain jobs, which beam search keeps)."""
+class _Key(NamedTuple):
+    """What a job's sentences are decoded with; jobs with equal keys share a ``translate`` call.
+    ``constrained``: the job has constraints (decoded apart from plain jobs, which beam search
+    keeps)."""
 
-    beam_size: int
-    nbest: int
+    options: DecodeOptions
     attention: bool
-    attention_heads: bool = False
-    search: str = "beam"
-    sampling: Any = None
-    seed: int | None = None
-    constrained: bool = False
+    attention_heads: bool
+    constrained: bool
 
 
 @dataclass
 class _Job:
     sentences: list[str]
-    key: DecodeOptions
+    key: _Key
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     prefixes: list[str] | None = None  # one per sentence, or None
@@ -86,8 +81,8 @@ class DynamicBatcher:
     """Collects concurrent requests for one model into shared decoding rounds.
 
     Args:
-        translator: a :class:`~seq2seq.inference.translator.Translator` (or anything with
-            ``translate(sentences, return_attention=)``, ``beam_size`` and ``nbest``).
+        translator: a :class:`~seq2seq.inference.translator.BaseTranslator` (or anything with
+            its ``translate`` and ``tokenizers``).
         window_ms: how long a round keeps collecting after its first job arrived.
         max_tokens: a round stops collecting once its jobs hold this many source pieces.
         name: for the worker thread's name and the logs.
@@ -107,7 +102,6 @@ class DynamicBatcher:
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
         self._lock = threading.Lock()  # orders submit's check against close's sentinel
-        self._views: dict[tuple, object] = {}
         self.rounds = 0  # decoding rounds run (for tests and logs)
         self.largest_round = 0  # most jobs decoded in one round
         self._thread = threading.Thread(target=self._run, name=f"batcher-{name}", daemon=True)
@@ -115,17 +109,18 @@ class DynamicBatcher:
 
     # -- event loop side -------------------------------------------------------------------
     async def submit(
-        self, sentences: Sequence[str], *, beam_size: int, nbest: int, attention: bool,
-        attention_heads: bool = False, search: str = "beam", sampling=None,
-        seed: int | None = None, prefixes: Sequence[str] | None = None,
+        self, sentences: Sequence[str], options: DecodeOptions, *, attention: bool = False,
+        attention_heads: bool = False, prefixes: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
     ) -> list:
-        """Translate ``sentences``; returns ``translate``'s result for them, in order
-        (``attention_heads``: with every layer's and head's attention, where the model has them).
+        """Translate ``sentences`` with ``options``; returns ``translate``'s result for them, in
+        order.
 
         Args:
-            search, sampling, seed: the Translator's (``sampling``: a
-                :class:`~seq2seq.inference.sampling.Sampling`, None: the Translator's own).
+            sentences: one sentence per entry.
+            options: how to decode them (checked against the translator by the caller).
+            attention: keep the attention weights; ``attention_heads``: also every layer's
+                and head's, where the model has them.
             prefixes, constraints: ``translate``'s, one entry per sentence (checked by the
                 caller: a bad one would fail the whole round's group).
 
@@ -134,10 +129,8 @@ class DynamicBatcher:
             Exception: whatever the decode raised.
         """
         loop = asyncio.get_running_loop()
-        sampled = search == "sample"
-        key = DecodeOptions(beam_size, nbest, attention, attention_heads, search,
-                            sampling if sampled else None, seed if sampled else None,
-                            constrained=bool(constraints) and any(constraints))
+        key = _Key(options, attention, attention_heads,
+                   constrained=bool(constraints) and any(constraints))
         job = _Job(list(sentences), key, loop.create_future(), loop,
                    prefixes=None if prefixes is None else list(prefixes),
                    constraints=None if constraints is None else [list(c) for c in constraints])
@@ -172,12 +165,10 @@ class DynamicBatcher:
 
     def _tokens(self, job: _Job) -> int:
         """The job's source pieces, for the round's budget (an estimate is enough)."""
-        encode = getattr(getattr(self.translator, "tokenizers", None), "src", None)
-        if encode is not None:
-            try:
-                return sum(len(ids) + 1 for ids in encode.encode(job.sentences))
-            except Exception:  # noqa: BLE001 - the decode reports it; the worker must live on
-                logger.debug("could not count the pieces of a job", exc_info=True)
+        try:
+            return sum(len(ids) + 1 for ids in self.translator.tokenizers.src.encode(job.sentences))
+        except Exception:  # noqa: BLE001 - the decode reports it; the worker must live on
+            logger.debug("could not count the pieces of a job", exc_info=True)
         return sum(len(s.split()) + 1 for s in job.sentences)
 
     def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
@@ -205,30 +196,12 @@ class DynamicBatcher:
         with contextlib.suppress(RuntimeError):
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 
-    def _view(self, options: DecodeOptions):
-        """The Translator with these options (a shallow copy, made and used by this thread)."""
-        base = self.translator
-        sampling = options.sampling or getattr(base, "sampling", None)
-        same_search = options.search == getattr(base, "search", "beam") and (
-            options.search == "beam"  # beam search reads no sampling setting
-            or (sampling, options.seed) == (base.sampling, base.seed))
-        if same_search and (options.beam_size, options.nbest) == (base.beam_size, base.nbest):
-            return base
-        key = (options.beam_size, options.nbest, options.search, sampling, options.seed)
-        view = self._views.get(key)
-        if view is None:
-            view = copy.copy(base)
-            view.beam_size, view.nbest, view.search = options.beam_size, options.nbest, options.search
-            view.sampling, view.seed = sampling, options.seed
-            self._views[key] = view
-        return view
-
     @staticmethod
     def _groups(jobs: list[_Job]) -> list[list[_Job]]:
         """The jobs that share a ``translate`` call: equal options, a seeded job alone."""
         groups: dict[object, list[_Job]] = {}
         for job in jobs:
-            alone = job.key.search == "sample" and job.key.seed is not None
+            alone = job.key.options.seeded
             groups.setdefault(id(job) if alone else job.key, []).append(job)
         return list(groups.values())
 
@@ -248,14 +221,12 @@ class DynamicBatcher:
     def _decode(self, jobs: list[_Job]) -> None:
         live = [job for job in jobs if not job.future.cancelled()]
         for group in self._groups(live):
-            options = group[0].key
+            key = group[0].key
             sentences = [s for job in group for s in job.sentences]
-            extra = {"attention_heads": True} if options.attention_heads else {}
             try:
-                results = self._view(options).translate(
-                    sentences, return_attention=options.attention, **extra,
-                    **self._steering(group)
-                )
+                results = self.translator.translate(
+                    sentences, key.options, return_attention=key.attention,
+                    attention_heads=key.attention_heads, **self._steering(group))
             except Exception as error:  # one bad round must not stop the worker
                 logger.exception("decoding failed on model %s", self.name)
                 for job in group:

@@ -1,10 +1,13 @@
-"""The models a server offers: a Translator per name, plus what ``GET /v1/models`` tells."""
+"""The models a server offers: a translator and its default options per name, plus what
+``GET /v1/models`` tells."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from seq2seq.inference.decode_options import DecodeOptions
 
 # The trainer's summary fields worth showing (TrainerState in a trainer's checkpoint).
 TRAINING_FIELDS = ("step", "epoch", "tokens_seen", "train_seconds", "best_bleu", "best_step")
@@ -15,42 +18,35 @@ class ServedModel:
     """One model of the server.
 
     Attributes:
-        translator: its :class:`~seq2seq.inference.translator.Translator`, with the server's
-            default decoding options.
+        translator: its :class:`~seq2seq.inference.translator.BaseTranslator`.
+        options: what a request is decoded with unless it says otherwise.
         scorer: the attention scorer's class name, or None when unknown.
         parameters: its number of parameters.
         training: the trainer's summary from the checkpoint, or None.
-        attention: what its attention matrices show where they are not the model's own (a
-            CTranslate2 folder's translator says, in ``attention_source``), or None.
     """
 
     translator: Any
+    options: DecodeOptions = field(default_factory=DecodeOptions)
     scorer: str | None = None
     parameters: int = 0
     training: dict[str, Any] | None = None
-    attention: str | None = None
 
     @classmethod
-    def wrap(cls, translator) -> ServedModel:
-        """A model described from its Translator alone (no checkpoint at hand)."""
-        model = getattr(translator, "model", None)
-        parameters = getattr(translator, "parameter_count", None)  # of the model as trained
-        if parameters is None:
-            from seq2seq.models.build import count_parameters
+    def wrap(cls, translator, options: DecodeOptions | None = None) -> ServedModel:
+        """A model described from its translator alone (no checkpoint at hand)."""
+        return cls(translator, options or DecodeOptions(),
+                   scorer=_scorer_of_module(translator.model),
+                   parameters=translator.parameter_count)  # of the model as trained
 
-            parameters = count_parameters(model) if model is not None else 0
-        return cls(translator, scorer=_scorer_of_module(model), parameters=parameters,
-                   attention=getattr(translator, "attention_source", None))
+    @property
+    def attention(self) -> str | None:
+        """What its attention matrices show where they are not the model's own (a CTranslate2
+        folder's alignment head), or None."""
+        return self.translator.attention_source
 
     def defaults(self) -> dict[str, Any]:
-        t = self.translator
-        names = ("beam_size", "nbest", "length_penalty", "max_len_a", "max_len_b",
-                 "max_source_length", "search")
-        defaults = {name: getattr(t, name) for name in names if hasattr(t, name)}
-        sampling = getattr(t, "sampling", None)  # what a search=sample request gets unless set
-        if sampling is not None:
-            defaults.update(sampling._asdict())
-        return defaults
+        """The options a request gets unless it sets them."""
+        return {**asdict(self.options), "max_source_length": self.translator.max_source_length}
 
 
 def _scorer_of_module(model) -> str | None:
@@ -75,7 +71,8 @@ def _scorer_of_config(model_cfg: dict[str, Any]) -> str | None:
 
 
 def load_model(
-    path: str | os.PathLike | list[str | os.PathLike], *, device: str = "cpu", **options
+    path: str | os.PathLike | list[str | os.PathLike], *, device: str = "cpu",
+    options: DecodeOptions | None = None, **settings
 ) -> ServedModel:
     """Load a checkpoint (weights only) or an exported folder into a Translator (a CTranslate2
     folder: its own translator, :mod:`seq2seq.inference.runtimes`) and describe it.
@@ -85,7 +82,8 @@ def load_model(
             ensemble (its scorer is the members' scorers joined by ``+``, its parameters their
             sum; no training summary).
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-        **options: keyword arguments of :class:`~seq2seq.inference.translator.Translator`.
+        options: what a request is decoded with unless it says otherwise (default: beam 5).
+        **settings: the translator's (:func:`~seq2seq.inference.runtimes.translator_from_payloads`).
 
     Raises:
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
@@ -98,8 +96,10 @@ def load_model(
     checkpoints = [load_model_payload(p) for p in paths]
     # A Translator, or a CTranslate2 folder's own translator (the same interface).
     translator = translator_from_payloads(
-        checkpoints, device, names=[str(p) for p in paths], **options
+        checkpoints, device, names=[str(p) for p in paths], **settings
     )
+    options = options or DecodeOptions()
+    translator.check(options)
     scorers = [_scorer_of_config(checkpoint["config"].get("model", {}))
                for checkpoint in checkpoints]
     state = checkpoints[0].get("trainer_state") if len(checkpoints) == 1 else None
@@ -108,13 +108,13 @@ def load_model(
         if isinstance(state, dict) else None
     )
     if len(checkpoints) == 1:
-        scorer = scorers[0] or _scorer_of_module(getattr(translator, "model", None))
+        scorer = scorers[0] or _scorer_of_module(translator.model)
     else:
         scorer = "+".join(s or "?" for s in scorers)
     return ServedModel(
         translator,
+        options,
         scorer=scorer,
         parameters=translator.parameter_count,  # every member's, an exported one's included
         training=training,
-        attention=getattr(translator, "attention_source", None),  # None: the model's own
     )

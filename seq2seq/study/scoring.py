@@ -49,12 +49,15 @@ class ScoringOptions:
     heatmap_sentence: int = 0
     probes: bool = True  # decode again with uniform and with shifted attention weights
 
+    def decode_options(self):
+        """The :class:`~seq2seq.inference.decode_options.DecodeOptions` of these settings."""
+        from seq2seq.inference.decode_options import DecodeOptions
+
+        return DecodeOptions(beam_size=self.beam_size, length_penalty=self.length_penalty,
+                             max_len_a=self.max_len_a, max_len_b=self.max_len_b)
+
     def translator_options(self) -> dict[str, Any]:
         return {
-            "beam_size": self.beam_size,
-            "length_penalty": self.length_penalty,
-            "max_len_a": self.max_len_a,
-            "max_len_b": self.max_len_b,
             "max_tokens": self.max_tokens,
             "max_source_length": self.max_source_length,
             "precision": self.precision,
@@ -141,11 +144,13 @@ def score_run(
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
     evaluation = evaluate_translations(
-        translator, sources, references, hypotheses_path=hyp_path, attention_stats=True
+        translator, sources, references, options.decode_options(), hypotheses_path=hyp_path,
+        attention_stats=True
     )
     heatmap = None
     if 0 <= options.heatmap_sentence < len(sources):
-        best = translator.translate([sources[options.heatmap_sentence]])[0][0]
+        best = translator.translate([sources[options.heatmap_sentence]],
+                                    options.decode_options())[0][0]
         if best.attention is not None:
             heatmap = {
                 "sentence": options.heatmap_sentence,
@@ -204,6 +209,7 @@ def _probe_scores(translator, sources: list[str], references: list[str],
         log.info("decoding %s with %s attention weights", options.split, probe)
         probed = Translator(probed_model(translator.model, probe), translator.tokenizers,
                             device=translator.device, **options.translator_options())
-        scores = evaluate_translations(probed, sources, references).scores
+        scores = evaluate_translations(probed, sources, references,
+                                       options.decode_options()).scores
         results[probe] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
     return results

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.data.batching import TokenBucketSampler, collate
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.evaluation import evaluate_translations
 from seq2seq.inference.translator import Translator
 from seq2seq.training.loss import SequenceLoss
@@ -91,11 +92,14 @@ class Validator:
         return loss_sum.item() / max(tokens, 1)
 
     def translator(self, model, device: torch.device) -> Translator:
-        return Translator(
-            model, self.tokenizers, device=device, beam_size=1,
-            max_len_a=self.settings.max_len_a, max_len_b=self.settings.max_len_b,
-            max_tokens=self.settings.max_tokens, precision=self.precision,
-        )
+        return Translator(model, self.tokenizers, device=device,
+                          max_tokens=self.settings.max_tokens, precision=self.precision)
+
+    @property
+    def options(self) -> DecodeOptions:
+        """Validation decodes greedily, under the configured output length limit."""
+        return DecodeOptions(beam_size=1, max_len_a=self.settings.max_len_a,
+                             max_len_b=self.settings.max_len_b)
 
     def __call__(self, model, *, device: torch.device, step: int, epoch: int) -> dict:
         """Validate ``model`` (its train/eval mode is restored after); report; return scores."""
@@ -123,7 +127,8 @@ class Validator:
         translator = self.translator(model, device)
         # No bar of its own: the training bar (or trainer.progress_bar=false) speaks for it.
         evaluation = evaluate_translations(translator, self.sources, self.references,
-                                           hypotheses_path=hyp_path, progress=False)
+                                           self.options, hypotheses_path=hyp_path,
+                                           progress=False)
         scores = dict(evaluation.scores, loss=loss, ppl=math.exp(min(loss, 100)),
                       seconds=time.perf_counter() - started)
         return scores, evaluation.hypotheses, translator
@@ -165,7 +170,7 @@ class Validator:
     def _plot_attention(self, translator: Translator, source: str, step: int) -> None:
         from seq2seq.inference.attention_plot import plot_attention
 
-        best = translator.translate([source], return_attention=True)[0][0]
+        best = translator.translate([source], self.options, return_attention=True)[0][0]
         if best.attention is None:
             return
         source_pieces = best.source_pieces + ["</s>"]
