@@ -149,13 +149,14 @@ def steering_of(request: TranslateRequest, translator, options: DecodeOptions,
         list(dict.fromkeys(one_line(phrase) for phrase in phrases))
         for phrases in request.constraints]
     found = terms.constraints_for(sentences) if terms is not None else []
+    asking = [name for name, phrases in (("constraints", constraints or []), ("terms", found))
+              if any(phrases)]
+    try:  # phrases with sampling, or a runtime that cannot force them (a CTranslate2 folder)
+        if asking:
+            translator.check(options, phrases=True)
+    except ValueError as error:
+        raise ApiError(422, f"{asking[0]}: {error}") from None
     try:
-        for name, phrases in (("constraints", constraints), ("terms", found)):
-            if phrases and any(phrases):
-                try:
-                    translator.check(options, phrases=True)
-                except ValueError as error:
-                    raise ValueError(f"{name}: {error}") from None
         for index, prefix in enumerate(prefixes or []):
             if prefix:
                 translator.target_ids([prefix], f"prefix.{index}: prefix")
