@@ -44,6 +44,7 @@ class TrainerSettings:
     label_smoothing: float = 0.0
     log_every: int = 100
     valid_every: int | None = 1000
+    valid_each_epoch: bool = True
     save_every: int | None = 500
     keep_best: int = 3
     # Average the models of the last N validations at the end of training (None: do not).
