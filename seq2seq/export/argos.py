@@ -37,7 +37,9 @@ ARGOS_VERSION = "1.0"
 SIDE_NAMES = ("src", "tgt")
 # Display names of the Multi30k languages; another code is shown as it is unless named.
 LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
-LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]+)*")  # "de", "zh-Hans", "pt-BR"
+# Argos's codes: ISO 639 in lower case, and its own "zt" and "pb" (LibreTranslate lowers the
+# codes it is given and maps zh-Hans, zh-Hant and pt-BR to zh, zt and pb).
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")
 PACKAGE_VERSION = re.compile(r"\d+(?:\.\d+)*")
 # Special pieces, which CTranslate2 never returns as text (<unk> is replaced by Argos).
 SPECIAL_IDS = EOS_ID + 1
@@ -63,8 +65,8 @@ def package_metadata(config: dict[str, Any], *, from_code: str | None = None,
             raise ExportError(f"format=argos needs {option}=: the checkpoint's data config "
                               f"names no language ({key}: {named})")
         if not LANGUAGE_CODE.fullmatch(str(code)):
-            raise ExportError(f"{option} must be a language code such as de or zh-Hans, "
-                              f"got {code!r}")
+            raise ExportError(f"{option} must be a language code as Argos writes it (de, en, "
+                              f"zt: two or three lower-case letters), got {code!r}")
         codes[option] = str(code)
     if codes["from_code"] == codes["to_code"]:
         raise ExportError(f"from_code and to_code are both {codes['from_code']!r}")
