@@ -37,6 +37,7 @@ from seq2seq.checkpoint import save_checkpoint  # noqa: E402
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers  # noqa: E402
 from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_PIECE  # noqa: E402
 from seq2seq.export.argos import (  # noqa: E402
+    check_package,
     check_sources_untagged,
     package_checkpoint,
     package_metadata,
@@ -173,6 +174,37 @@ def test_greedy_argos_agrees_with_translate_py_on_the_same_folder(packaged, tmp_
     assert all(want) and len(want) == len(LINES) and "\u2047" not in "".join(want)
     got = run_argos(folder / f"{TOP}.argosmodel", tmp_path, LINES, ARGOS_BEAM_SIZE="1")
     assert got["translate"] == want
+
+
+def rewritten(package: Path, path: Path, change) -> Path:
+    """A copy of ``package`` at ``path`` whose entries are ``change(name, data)``'s (name and
+    data; None drops the entry)."""
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(path, "w") as copy:
+        for name in source.namelist():
+            changed = change(name, source.read(name))
+            if changed is not None:
+                copy.writestr(*changed)
+    return path
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda name, data: (name.removeprefix(f"{TOP}/"), data) if name.endswith("metadata.json")
+     else (name, data), r"^the package holds \['metadata.json', 'translate-de_en-1_0'\], not one "
+                        r"top folder$"),
+    (lambda name, data: (name, data.replace(b'"type": "translate"', b'"type": "sbd"')),
+     r"^the package's metadata.json lacks one of package_version, .*, type$"),
+    (lambda name, data: (name, separate_tokenizers(byte_fallback=False).src.to_bytes())
+     if name.endswith("sentencepiece.model") else (name, data),
+     r"^the package's sentencepiece.model is not the model's source vocabulary$"),
+    (lambda name, data: None if name.endswith("model.bin") else (name, data),
+     r"^CTranslate2 cannot load the package's model: "),
+], ids=["two-top-entries", "not-a-translation", "another-source-model", "no-model-bin"])
+def test_a_package_argos_would_read_wrong_is_refused(packaged, tmp_path, change, message):
+    """check_package, which runs before a package is published, on damaged copies."""
+    _, folder = packaged
+    package = rewritten(folder / f"{TOP}.argosmodel", tmp_path / "damaged.argosmodel", change)
+    with pytest.raises(ExportError, match=message):
+        check_package(package, copy_tokenizers())
 
 
 def test_the_languages_come_from_the_data_config_or_the_options():
