@@ -34,7 +34,7 @@ METADATA_NAME = "metadata.json"
 # Argos never checks argos_version; its own example metadata gives "1.0" (argostranslate/package.py).
 ARGOS_VERSION = "1.0"
 # The names data=files and data=corpora give the sides by default, which name no language.
-SIDE_NAMES = ("src", "tgt")
+UNNAMED_SIDES = ("src", "tgt")
 # Display names of the Multi30k languages; another code is shown as it is unless named.
 LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
 # Argos's codes: ISO 639 in lower case, and its own "zt" and "pb" (LibreTranslate lowers the
@@ -60,7 +60,7 @@ def package_metadata(config: dict[str, Any], *, from_code: str | None = None,
     for option, given, key in (("from_code", from_code, "src_lang"),
                                ("to_code", to_code, "tgt_lang")):
         named = data.get(key)
-        code = given or (named if named not in (None, *SIDE_NAMES) else None)
+        code = given or (named if named not in (None, *UNNAMED_SIDES) else None)
         if not code:
             raise ExportError(f"format=argos needs {option}=: the checkpoint's data config "
                               f"names no language ({key}: {named})")
