@@ -41,8 +41,9 @@ LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"
 # codes it is given and maps zh-Hans, zh-Hant and pt-BR to zh, zt and pb).
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")
 PACKAGE_VERSION = re.compile(r"\d+(?:\.\d+)*")
-# Special pieces, which CTranslate2 never returns as text (<unk> is replaced by Argos).
-SPECIAL_IDS = EOS_ID + 1
+# The first id after the special pieces (pad, unk, bos, eos), which CTranslate2 never returns
+# as text (Argos replaces an <unk>).
+FIRST_ORDINARY_ID = EOS_ID + 1
 
 
 def package_metadata(config: dict[str, Any], *, from_code: str | None = None,
@@ -114,19 +115,18 @@ def argos_text(source_model, pieces: list[str]) -> str:
     return text[1:] if text.startswith(" ") else text
 
 
-def write_package(folder: Path, path: Path, metadata: dict[str, Any],
+def write_package(folder: Path, path: Path, metadata: dict[str, Any], source_model: str,
                   sbd_model: str | Path | None) -> None:
     """Zip ``folder`` (a CTranslate2 folder written by :func:`write_model_folder`, its manifest
-    included) as the Argos package ``path``."""
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    included, and ``source_model`` its source sentencepiece file) as the Argos package
+    ``path``."""
     top = package_name(metadata)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(f"{top}/{METADATA_NAME}", json.dumps(metadata, indent=1) + "\n")
         for file in sorted(folder.iterdir()):
             if file != path:
                 archive.write(file, f"{top}/model/{file.name}")
-        archive.write(folder / manifest["tokenizers"]["files"]["src"],
-                      f"{top}/sentencepiece.model")
+        archive.write(folder / source_model, f"{top}/sentencepiece.model")
         if sbd_model is not None:
             archive.write(sbd_model, f"{top}/minisbd/{Path(sbd_model).name}")
 
@@ -165,7 +165,7 @@ def check_package(path: Path, tokenizers) -> None:
     if vocabularies["source"] != source_pieces:
         raise ExportError("the package's sentencepiece.model is not the model's source "
                           "vocabulary")
-    for piece in vocabularies["target"][SPECIAL_IDS:]:
+    for piece in vocabularies["target"][FIRST_ORDINARY_ID:]:
         if argos_text(source_model, [piece]) != tokenizers.tgt.decode_pieces([[piece]])[0]:
             raise ExportError(
                 f"Argos would write the target piece {piece!r} as "
@@ -174,7 +174,7 @@ def check_package(path: Path, tokenizers) -> None:
     try:
         translator = ctranslate2.Translator(f"{top}/model", device="cpu", intra_threads=1,
                                             files=model_files)
-        translator.translate_batch([source_pieces[SPECIAL_IDS:SPECIAL_IDS + 1]],
+        translator.translate_batch([source_pieces[FIRST_ORDINARY_ID:FIRST_ORDINARY_ID + 1]],
                                    max_decoding_length=2)
     except Exception as error:  # ctranslate2's own errors
         raise ExportError(f"CTranslate2 cannot load the package's model: "
@@ -209,7 +209,8 @@ def package_model(model, tokenizers, config: dict[str, Any], output: str | Path,
         manifest["argos"] = {**metadata, "package": package.name,
                              "sbd_model": None if sbd_model is None else Path(sbd_model).name}
         write_manifest(staging, manifest, started=started)
-        write_package(staging, package, metadata, sbd_model)
+        write_package(staging, package, metadata, manifest["tokenizers"]["files"]["src"],
+                      sbd_model)
         check_package(package, tokenizers)
     return manifest
 
