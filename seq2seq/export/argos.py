@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from seq2seq.checkpoint import recorded_languages
 from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.export.ctranslate2_export import write_model_folder
@@ -34,7 +35,6 @@ METADATA_NAME = "metadata.json"
 # Argos never checks argos_version; its own example metadata gives "1.0" (argostranslate/package.py).
 ARGOS_VERSION = "1.0"
 # The names data=files and data=corpora give the sides by default, which name no language.
-UNNAMED_SIDES = ("src", "tgt")
 # Display names of the Multi30k languages; another code is shown as it is unless named.
 LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
 # Argos's codes: ISO 639 in lower case, and its own "zt" and "pb" (LibreTranslate lowers the
@@ -58,13 +58,13 @@ def package_metadata(config: dict[str, Any], *, from_code: str | None = None,
     """
     data = config.get("data") or {}
     codes = {}
-    for option, given, key in (("from_code", from_code, "src_lang"),
-                               ("to_code", to_code, "tgt_lang")):
-        named = data.get(key)
-        code = given or (named if named not in (None, *UNNAMED_SIDES) else None)
+    for option, given, key, named in zip(("from_code", "to_code"), (from_code, to_code),
+                                         ("src_lang", "tgt_lang"), recorded_languages(config),
+                                         strict=True):
+        code = given or named
         if not code:
             raise ExportError(f"format=argos needs {option}=: the checkpoint's data config "
-                              f"names no language ({key}: {named})")
+                              f"names no language ({key}: {data.get(key)})")
         if not LANGUAGE_CODE.fullmatch(str(code)):
             raise ExportError(f"{option} must be a language code as Argos writes it (de, en, "
                               f"zt: two or three lower-case letters), got {code!r}")

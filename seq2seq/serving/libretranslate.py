@@ -33,7 +33,6 @@ from seq2seq.serving.schemas import TranslateRequest
 AUTO = "auto"  # LibreTranslate's source for "detect it"
 CONFIDENCE = 100.0  # of the one source language served: no detector guesses it
 # The names a files or corpora data config gives its two sides unless told: not languages.
-UNNAMED_SIDES = ("src", "tgt")
 NO_LANGUAGES = ("no model served records its languages: start serve.py with src_lang=CODE "
                 "tgt_lang=CODE")
 
@@ -50,16 +49,14 @@ def recorded_languages(path: str | os.PathLike | Sequence[str | os.PathLike]
         CheckpointError: when the checkpoint or folder cannot be read.
     """
     from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.checkpoint import recorded_languages as config_languages
     from seq2seq.inference.loading import read_manifest
 
     first = Path(path if isinstance(path, str | os.PathLike) else path[0])
     # mmap: the weights stay on disk, only the config is read.
     payload = read_manifest(first) if first.is_dir() else load_checkpoint(first, mmap=True)
-    data = payload["config"].get("data") or {}
-    pair = (data.get("src_lang"), data.get("tgt_lang"))
-    if not all(isinstance(code, str) and code for code in pair) or pair == UNNAMED_SIDES:
-        return None
-    return pair
+    pair = config_languages(payload["config"])
+    return None if None in pair else pair
 
 
 async def _fields(request: Request) -> dict:
