@@ -28,7 +28,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR, fail, first_line
 from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -111,7 +111,6 @@ def _main(cfg: DictConfig) -> float | None:
     from seq2seq.training.run import check_train_config, train
     from seq2seq.training.trainer import TrainingError
 
-    task_started()
     _quiet_other_ranks()
     keep_file_only_records_off_console()  # the model printout, loss lines under a bar
     run_dir = Path(HydraConfig.get().runtime.output_dir)
