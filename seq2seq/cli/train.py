@@ -113,14 +113,16 @@ def _main(cfg: DictConfig) -> float | None:
 
     _quiet_other_ranks()
     keep_file_only_records_off_console()  # the model printout, loss lines under a bar
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)  # held against a fine-tuning parent's model
     try:  # every value checked before the folder is claimed (a typo never costs a run)
-        check_train_config(OmegaConf.to_container(cfg, resolve=True))
+        check_train_config(OmegaConf.to_container(cfg, resolve=True), overrides, run_dir)
     except (ValueError, InstantiationException, OmegaConfBaseException) as error:
         _refuse(error, run_dir)
     _claim_run_folder(cfg, run_dir)
     try:
-        result = train(cfg, run_dir)
+        result = train(cfg, run_dir, overrides)
     except (DataError, CheckpointError, TrainingError, ValueError, InstantiationException,
             OmegaConfBaseException) as error:
         # Bad input of any kind is one line that says what is wrong (the config key, the

@@ -109,20 +109,6 @@ def read_parent(init_from: str, *, mmap: bool = False) -> Parent:
     return Parent(path=path, checkpoint=checkpoint)
 
 
-def command_line_overrides() -> list[str]:
-    """The overrides the running Hydra app was given (none outside one)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def hydra_run_dir() -> Path | None:
-    """The running Hydra app's run folder (None outside one)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
-
-
 def check_outside_run_folder(parent: Parent, run_dir: Path | None) -> None:
     """Refuse a parent inside the run's own folder, which trainer.overwrite would empty.
 
