@@ -105,10 +105,10 @@ def seed_everything(seed: int) -> None:
 
 
 def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | None = None,
-            extend_vocab: bool = False):
+            extend_vocab: bool | str = False, freeze: Sequence[str] = ()):
     """Run the data stage; under torchrun rank 0 builds the cache and the others then read it.
-    A fine-tuning run encodes with its ``parent``'s tokenizers (extended with
-    ``extend_vocab``)."""
+    A fine-tuning run encodes with its ``parent``'s tokenizers (extended as ``extend_vocab``
+    and ``freeze`` say: :func:`~seq2seq.training.finetune.child_tokenizers`)."""
     from seq2seq.data.corpora import train_corpora_from_config
     from seq2seq.data.prepare import prepare_from_config
     from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
@@ -119,8 +119,8 @@ def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | N
             corpora = train_corpora_from_config(config["data"])  # None: Multi30k's one pair
             train_files = ([corpus.files for corpus in corpora] if corpora is not None
                            else [corpus_files_from_config(config["data"])[TRAIN_SPLIT]])
-            tokenizers = finetune.child_tokenizers(parent, train_files, extend=extend_vocab,
-                                                   report=is_main)
+            tokenizers = finetune.child_tokenizers(parent, train_files, extend_vocab=extend_vocab,
+                                                   freeze=freeze, report=is_main)
         return prepare_from_config(config, tokenizers=tokenizers)
 
     if is_main:
@@ -199,7 +199,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
                      "weights; a fresh optimizer and schedule", parent.path,
                      config["parent"]["sha256"][:16])
         prepared = prepare(config, is_main=context.is_main, barrier=context.barrier,
-                           parent=parent, extend_vocab=settings.extend_vocab)
+                           parent=parent, extend_vocab=settings.extend_vocab,
+                           freeze=settings.freeze)
         if context.is_main:
             log.info("data:\n%s", prepared.format_summary())
         tokenizers = prepared.tokenizers
