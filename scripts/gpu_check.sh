@@ -6,8 +6,9 @@
 #               installed from the wheels of $GPU_WHEELS (made by scripts/gpu_wheels.sh) with
 #               pip --no-index, only where an import fails; the GPU, torch and CUDA named
 #   1 tests     the tests that use CUDA (tests/test_gpu_check.py -k cuda)
-#   2 train     experiment=multi30k_transformer trainer.precision=bf16 trainer.max_time=3:
-#               target tokens/s and validation BLEU
+#   2 train     experiment=multi30k_transformer_gpu (bf16, 25,600-token batches) for 3 minutes:
+#               target tokens/s, their share of the GPU's bf16 matrix ceiling (measured in the
+#               same step), and validation BLEU (greedy) against minutes of training
 #   3 beam      evaluate.py split=valid beam_size=5 on its best.pt: sentences/s and BLEU
 #   4 torchrun  torchrun --nproc_per_node=1 for 48 steps in an NCCL process group with
 #               DistributedDataParallel (train.py joins a group only for WORLD_SIZE > 1, so the
@@ -31,8 +32,8 @@
 # $OUT if set, else runs/gpu_check), GPU_CHECK_WORK (run folders, checkpoints; default
 # $GPU_CHECK_DIR/work, or /tmp/seq2seq_gpu_check when $OUT is set, so that only the logs come
 # back), GPU_WHEELS (wheels), GPU_CHECK_BUDGET (seconds for the whole check: 480, dry run 300),
-# GPU_CHECK_VALID_EVERY (steps between the training run's validations: 1000, where the preset
-# has 500 for a CPU's pace), GPU_CHECK_STEPS (the steps to run, e.g. '1 5' to rerun the tests
+# GPU_CHECK_VALID_EVERY (steps between the training run's validations: the preset's 300 unless
+# set), GPU_CHECK_STEPS (the steps to run, e.g. '1 5' to rerun the tests
 # and the resume after a fix: all five; step 3 decodes step 2's checkpoint), PYTHON.
 # Relative paths are from the repository root.
 set -uo pipefail
@@ -62,7 +63,7 @@ else WORK=$OUT_DIR/work
 fi
 GPU_WHEELS=${GPU_WHEELS:-wheels}
 if [[ $MODE == dry ]]; then BUDGET=${GPU_CHECK_BUDGET:-300}; else BUDGET=${GPU_CHECK_BUDGET:-480}; fi
-VALID_EVERY=${GPU_CHECK_VALID_EVERY:-1000}
+VALID_EVERY=${GPU_CHECK_VALID_EVERY:-}
 STEPS=${GPU_CHECK_STEPS:-1 2 3 4 5}
 if [[ ! $STEPS =~ ^[1-5]( [1-5])*$ ]]; then
     echo "$0: GPU_CHECK_STEPS='$STEPS': expected step numbers 1-5 separated by spaces, e.g. '1 5'" >&2
@@ -136,8 +137,8 @@ have_multi30k() {
 if [[ $MODE == dry ]]; then
     DEVICE=cpu; PRECISION=fp32; BACKEND=gloo
     STEPS_DDP=8; STEPS_RESUME=4
-    # A tiny Transformer of the preset's kind over 600 pairs, one thread.
-    RUN=(experiment=multi30k_transformer trainer.device=cpu trainer.num_threads=1
+    # Tiny Transformers of the presets' kind over 600 pairs, one thread.
+    RUN=(trainer.device=cpu trainer.num_threads=1
          trainer.progress_bar=false data=files
          "data.train.src=$WORK/slice/train.de" "data.train.tgt=$WORK/slice/train.en"
          "data.valid.src=$WORK/slice/val.de" "data.valid.tgt=$WORK/slice/val.en"
@@ -148,15 +149,16 @@ if [[ $MODE == dry ]]; then
          batch.max_tokens=600 scheduler.warmup_steps=4 trainer.valid.attention_plot_index=-1
          trainer.log_every=2)
     EVALUATE=(num_threads=1)
-    TRAIN=(trainer.precision=fp32 trainer.max_time=null trainer.max_steps=12
-           trainer.valid_every=6 trainer.save_every=6 trainer.average_last=2)
+    TRAIN=(experiment=multi30k_transformer_gpu trainer.precision=fp32 trainer.max_time=null
+           trainer.max_steps=12 trainer.valid_every=6 trainer.save_every=6 trainer.average_last=2
+           trainer.log_every=2 trainer.valid.max_tokens=600)
 else
     DEVICE=cuda; PRECISION=bf16; BACKEND=nccl
     STEPS_DDP=48; STEPS_RESUME=30
-    RUN=(experiment=multi30k_transformer trainer.device=cuda trainer.progress_bar=false)
+    RUN=(trainer.device=cuda trainer.progress_bar=false)
     EVALUATE=()
-    TRAIN=(trainer.precision=bf16 trainer.max_time=3
-           "trainer.valid_every=$VALID_EVERY" "trainer.save_every=$VALID_EVERY")
+    TRAIN=(experiment=multi30k_transformer_gpu trainer.precision=bf16 trainer.max_time=3
+           ${VALID_EVERY:+"trainer.valid_every=$VALID_EVERY" "trainer.save_every=$VALID_EVERY"})
 fi
 
 echo "GPU check ($MODE run), $(date -u '+%Y-%m-%d %H:%M UTC'); outputs: $OUT_DIR; run folders: $WORK;" \
@@ -272,10 +274,30 @@ step_tests() {
     fi
 }
 
-# -- 2: the 3-minute multi30k_transformer ----------------------------------------------------
+# The bf16 matrix-product ceiling of the GPU in TFLOP/s: the mean of ten 8192^3 products after
+# three warm-ups (the share of it a training run reaches says how launch-bound it is).
+matmul_ceiling() {
+    "$PYTHON" - <<'EOF_CEILING'
+import torch
+
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+for _ in range(3):
+    a @ b
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(10):
+    a @ b
+end.record()
+torch.cuda.synchronize()
+print(f"{10 * 2 * 8192**3 / (start.elapsed_time(end) / 1000) / 1e12:.0f}")
+EOF_CEILING
+}
+
+# -- 2: the 3-minute multi30k_transformer_gpu ------------------------------------------------
 step_train() {
-    header 2 "multi30k_transformer, $PRECISION, $([[ $MODE == dry ]] && echo '12 steps' || echo '3 minutes')"
+    header 2 "multi30k_transformer_gpu, $PRECISION, $([[ $MODE == dry ]] && echo '12 steps' || echo '3 minutes')"
     local started log=$OUT_DIR/2_train.log status run_log done_line tok best averaged
+    local parameters ceiling share curve
     started=$(now)
     limited "$(allowed 360 120)" "$log" "$PYTHON" train.py "${RUN[@]}" "${TRAIN[@]}" \
         "hydra.run.dir=$WORK/train"
@@ -296,7 +318,18 @@ step_train() {
         result 2 train FAILED "no 'done:' line in $run_log" "$started"
         return
     fi
-    result 2 train ok "$(thousands "${tok:-0}") target tok/s (median of the log lines), best val BLEU (greedy) $best${averaged:+, averaged checkpoint $averaged}" "$started"
+    # Training FLOP per target token taken as 6 x parameters (forward 2, backward 4; it counts
+    # the source embedding, which multiplies nothing, and leaves out attention's own products).
+    parameters=$(last_match 'model: ([0-9,]+) parameters' "$run_log" | tr -d ,)
+    share="no GPU"
+    if [[ $MODE == gpu ]] && ceiling=$(matmul_ceiling 2>>"$log") && [[ -n $ceiling ]]; then
+        share=$(awk -v t="${tok:-0}" -v p="${parameters:-0}" -v c="$ceiling" \
+                'BEGIN { printf "%.1f TFLOP/s at 6 x %.1f M parameters a token, %.1f %% of the %d TFLOP/s bf16 ceiling measured here", t * 6 * p / 1e12, p / 1e6, 100 * t * 6 * p / (c * 1e12), c }')
+    fi
+    # Validation BLEU (greedy) against the minutes trained: "BLEU@min" pairs.
+    curve=$(sed -nE 's/.*validation step [0-9]+ .* BLEU ([0-9.]+) .*after ([0-9.]+) min of training.*/\1@\2/p' \
+            "$run_log" | paste -sd ' ' -)
+    result 2 train ok "$(thousands "${tok:-0}") target tok/s (median of the log lines; $share), best val BLEU (greedy) $best${averaged:+, averaged checkpoint $averaged}; val BLEU@minutes: $curve" "$started"
 }
 
 # -- 3: beam 5 on the validation split -------------------------------------------------------
@@ -327,7 +360,7 @@ step_torchrun() {
     started=$(now)
     # train.py under torchrun: its one rank joins a process group and trains under DDP.
     limited "$(allowed 120)" "$log" "$PYTHON" -m torch.distributed.run --standalone \
-        --nproc_per_node=1 train.py "${RUN[@]}" \
+        --nproc_per_node=1 train.py experiment=multi30k_transformer "${RUN[@]}" \
         "trainer.precision=$PRECISION" trainer.max_time=null "trainer.max_steps=$STEPS_DDP" \
         "trainer.valid_every=$STEPS_DDP" "trainer.save_every=$STEPS_DDP" trainer.average_last=null \
         trainer.valid.max_sentences=200 "hydra.run.dir=$WORK/ddp"
@@ -348,7 +381,7 @@ step_resume() {
     header 5 "resume: $STEPS_RESUME steps, then trainer.resume=auto to $((2 * STEPS_RESUME))"
     local started log=$OUT_DIR/5_resume.log status resumed steps common
     started=$(now)
-    common=("${RUN[@]}" "trainer.precision=$PRECISION" trainer.max_time=null
+    common=(experiment=multi30k_transformer "${RUN[@]}" "trainer.precision=$PRECISION" trainer.max_time=null
             "trainer.valid_every=$STEPS_RESUME" "trainer.save_every=$STEPS_RESUME"
             trainer.average_last=null trainer.valid.max_sentences=100 "hydra.run.dir=$WORK/resume")
     limited "$(allowed 90)" "$log" "$PYTHON" train.py "${common[@]}" \

@@ -6,7 +6,8 @@
 # multi30k_luong_fast:
 #   baseline.seedS   trained on A for the 12-minute budget (also the fine-tuning parent)
 #   scratch.seedS    trained from scratch on B for the 10-minute budget
-#   finetune.seedS   baseline.seedS fine-tuned on B for the 10-minute budget
+#   finetune.seedS   baseline.seedS fine-tuned on B for the 10-minute budget (with the parent's
+#                    vocabulary as measured: trainer.extend_vocab=false)
 #   reverse          en -> de on A for the 12-minute budget
 #   bt_beam.seedS, bt_sample.seedS   A + B's English back-translated by reverse (beam 5, or
 #                    sampling), tagged "<bt>", for the 12-minute budget
@@ -70,7 +71,8 @@ chain_finetune() {
         train "scratch.seed$seed" data=files data.train.src="$dir/data/b.de" data.train.tgt="$dir/data/b.en" \
             trainer.max_steps="$STEPS_10" trainer.seed="$seed" "$@"
         train "finetune.seed$seed" data=files data.train.src="$dir/data/b.de" data.train.tgt="$dir/data/b.en" \
-            trainer.init_from="$dir/baseline.seed$seed" trainer.max_steps="$STEPS_10" trainer.seed="$seed" "$@"
+            trainer.init_from="$dir/baseline.seed$seed" trainer.extend_vocab=false \
+            trainer.max_steps="$STEPS_10" trainer.seed="$seed" "$@"
     done
 }
 

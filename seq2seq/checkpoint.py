@@ -116,6 +116,18 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return checkpoint
 
 
+# The names a files corpus gives its two sides unless told the languages: not language codes.
+UNNAMED_SIDES = ("src", "tgt")
+
+
+def recorded_languages(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The (source, target) language codes a run's config records (``data.src_lang``,
+    ``data.tgt_lang``); None for a side it leaves unnamed (missing, or ``src``/``tgt``)."""
+    data = config.get("data") or {}
+    return tuple(code if isinstance(code, str) and code and code not in UNNAMED_SIDES else None
+                 for code in (data.get("src_lang"), data.get("tgt_lang")))
+
+
 def tokenizers_to_payload(tokenizers) -> dict[str, Any]:
     """Sentencepiece models as uint8 tensors, so the checkpoint stays weights-only readable."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,15 @@ from conftest import api_lines, compose_train_config
 from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
-from seq2seq.cli.app import did_you_mean, file_keys, literal_overrides, quote_literal
+from seq2seq.cli.app import (
+    did_you_mean,
+    explain_composition_error,
+    file_keys,
+    literal_overrides,
+    quote_literal,
+    run_hydra_app,
+)
+from seq2seq.cli.common import compose
 from seq2seq.cli.help import group_prefix, parse_options, render_help
 from seq2seq.config_types import ConfigError
 from seq2seq.models.build import check_model_config
@@ -181,6 +190,52 @@ def test_what_the_message_of_an_unknown_key_says(run_tool, tmp_path, tool, argum
     result = run_tool([ROOT / tool, *arguments], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # Read from the exception's structure.
+    (["trainer.max_step=30"], "trainer.max_step is not an option (did you mean trainer.max_steps "
+                              "or trainer.max_time?); --help lists them"),
+    (["model/decoder=luongg"], "model/decoder=luongg: no such choice (did you mean luong?); "
+                               "choose one of bahdanau, luong, transformer"),
+    (["trainer.seed='a"], "cannot read the command line (LexerNoViableAltException: "
+                          "trainer.seed='a); quote a value that holds spaces, commas, quotes or "
+                          "non-ASCII letters: 'key=\"...\"'"),
+    (["trainer.valid=[1]"], "trainer.valid: Cannot merge DictConfig with ListConfig"),
+    # What Hydra 1.3 says in words only: these fail when a Hydra release words it otherwise.
+    (["trainer.seed=1,2"], "trainer.seed=1,2: a value with a comma is a list or a sweep to Hydra; "
+                           "quote it ('trainer.seed=\"a, b\"') or give a list (trainer.seed=[a,b])"),
+    (["model=x"], "model is not an option; --help lists them"),
+    (["+model/attention=dot"], "+model/attention=dot: model/attention has a choice already; give "
+                               "it as model/attention=dot (without +)"),
+])
+def test_a_composition_error_of_the_pinned_hydra_is_one_line(overrides, message):
+    with pytest.raises(Exception) as raised:
+        compose("train", overrides)
+    assert explain_composition_error(raised.value, "train", overrides) == message
+
+
+def test_hydra_runs_with_the_users_environment_and_the_quoted_text(monkeypatch):
+    """The command line is composed once before Hydra runs: Hydra's own environment is left as
+    the user set it, and sys.argv holds the quoted text only while the app runs."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    given = ["translate.py", "checkpoint=x.pt", "text=Zwei Männer, ein Hund."]
+    monkeypatch.setattr(sys, "argv", list(given))
+    seen = []
+    run_hydra_app(lambda: seen.append((os.environ.get("HYDRA_FULL_ERROR"), list(sys.argv))),
+                  config_name="translate", command="translate.py", summary="", strict=True,
+                  literal_keys=["text"])
+    assert seen == [(None, ["translate.py", "checkpoint=x.pt", "text='Zwei Männer, ein Hund.'"])]
+    assert sys.argv == given
+
+
+def test_an_error_composing_stops_before_hydra(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train.py", "trainer.seed=1,2"])
+    with pytest.raises(SystemExit) as raised:
+        run_hydra_app(lambda: pytest.fail("Hydra was reached"), config_name="train",
+                      command="train.py", summary="", strict=False)
+    assert raised.value.code == 1
+    assert capsys.readouterr().err.startswith("error: trainer.seed=1,2: a value with a comma")
 
 
 def test_hydras_own_flags_pass(run_tool, tmp_path):

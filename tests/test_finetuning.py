@@ -15,7 +15,7 @@ import torch
 from conftest import LEXICON_WORDS, TinyTrainConfig, made_once, write_lexicon_corpus
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
 from seq2seq.config_types import ConfigError
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
 from seq2seq.data.vocab import UNK_ID
@@ -168,6 +168,8 @@ def test_train_py_refuses_a_contradiction_in_one_line_before_the_run_folder(pare
      "trainer.init_from starts a new run from a parent's weights and trainer.resume="),
     ({"init_from": "runs/a", "extend_vocab": True, "freeze": ["decoder"]},
      "trainer.freeze=[decoder] with trainer.extend_vocab=true"),
+    ({"init_from": "runs/a", "extend_vocab": "yes"},
+     "trainer.extend_vocab must be auto, true or false, got 'yes'"),
 ])
 def test_fine_tuning_options_that_cannot_work_are_one_line(trainer, message):
     with pytest.raises(ConfigError) as raised:
@@ -341,3 +343,78 @@ def test_several_corpora_are_all_measured_and_extended(parent_run, tmp_path, cap
             "lacks (unknown)") in messages  # 100 of 400 sentences hold q (Q)
     assert any(message.startswith("trainer.extend_vocab: 2 source and 1 target pieces added "
                                   "(characters: Q q)") for message in messages)
+
+
+# -- trainer.extend_vocab=auto (the default) and the warning without it -----------------------
+UNKNOWN_WORDS_WARNING = (
+    "parent vocabulary: 100.0 % of source and 100.0 % of target sentences have pieces it lacks "
+    "(unknown): the model reads <unk> for the source words they spell and writes <unk> in place "
+    "of the target words they spell; ")
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.levelno == logging.WARNING and record.name == "seq2seq.training.finetune"]
+
+
+def same_vocabulary(first: dict, second: dict) -> bool:
+    return all(first["tokenizers"][key].equal(second["tokenizers"][key])
+               for key in ("src", "tgt_kept_ids"))
+
+
+@pytest.fixture
+def unknown_words(tmp_path) -> dict:
+    """New pairs each of which holds words of characters the parent never saw (q f y, and
+    Q F Y on the target side)."""
+    return new_corpus(tmp_path / "corpus", words=["qo", "fy"])
+
+
+def test_without_extension_a_warning_gives_the_share_and_the_unk(parent_run, tmp_path,
+                                                                 unknown_words, caplog):
+    """trainer.extend_vocab=false keeps the parent's vocabulary and weights, as before auto."""
+    caplog.set_level(logging.INFO)
+    child = train_child(parent_run, unknown_words, tmp_path,
+                        **{"trainer.extend_vocab": False, "trainer.max_steps": 0})
+    assert warnings_of(caplog) == [
+        UNKNOWN_WORDS_WARNING + "trainer.extend_vocab=auto or true adds them"]
+    parent = load_checkpoint(parent_run / "checkpoints" / "best.pt")
+    assert same_vocabulary(child, parent)
+    assert all(torch.equal(child["model"][name], tensor)
+               for name, tensor in parent["model"].items())
+
+
+def test_auto_extends_where_the_new_data_needs_it(parent_run, tmp_path, unknown_words, caplog):
+    caplog.set_level(logging.INFO)
+    child = train_child(parent_run, unknown_words, tmp_path, **{"trainer.max_steps": 0})
+    assert warnings_of(caplog) == []
+    tokenizers = tokenizers_from_payload(child["tokenizers"])
+    sources, targets = (path.read_text("utf-8").splitlines() for path in unknown_words["train"])
+    assert all(UNK_ID not in ids for ids in tokenizers.src.encode(sources))
+    assert all(UNK_ID not in ids for ids in tokenizers.tgt.encode(targets))
+    assert any(re.fullmatch(r"trainer.extend_vocab: 6 source and \d+ target pieces added "
+                            r"\(characters: F Q Y f q y\)", record.getMessage())
+               for record in caplog.records)
+
+
+def test_auto_changes_nothing_where_nothing_is_missing(parent_run, tmp_path):
+    corpus = new_corpus(tmp_path / "corpus")
+    options = {"trainer.max_steps": 2, "trainer.valid_every": 1000}
+    auto = train_child(parent_run, corpus, tmp_path / "auto", **options)
+    never = train_child(parent_run, corpus, tmp_path / "never",
+                        **options, **{"trainer.extend_vocab": False})
+    assert same_vocabulary(auto, never)
+    assert same_vocabulary(auto, load_checkpoint(parent_run / "checkpoints" / "best.pt"))
+    assert auto["model"].keys() == never["model"].keys()
+    for name, tensor in never["model"].items():
+        assert torch.equal(auto["model"][name], tensor), name
+
+
+def test_auto_does_not_extend_a_child_with_frozen_parts_and_says_why(parent_run, tmp_path,
+                                                                    unknown_words, caplog):
+    caplog.set_level(logging.INFO)
+    child = train_child(parent_run, unknown_words, tmp_path,
+                        **{"trainer.freeze": "[encoder]", "trainer.max_steps": 0})
+    assert warnings_of(caplog) == [
+        UNKNOWN_WORDS_WARNING + "trainer.extend_vocab=auto adds none while "
+        "trainer.freeze=[encoder] is set (their rows could not train): unfreeze to add them"]
+    assert same_vocabulary(child, load_checkpoint(parent_run / "checkpoints" / "best.pt"))

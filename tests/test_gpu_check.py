@@ -63,7 +63,8 @@ def test_gpu_check_dry_run_reports_every_step(tmp_path):
         assert re.search(rf"^RESULT \[{number}/5\] {name}: ok: ", output, re.MULTILINE), output[-4000:]
     assert "0 passed" not in output and re.search(r"RESULT \[1/5\] tests: ok: \d+ skipped", output)
     assert re.search(r"RESULT \[2/5\] train: ok: [\d,]+ target tok/s .* best val BLEU \(greedy\) "
-                     r"[\d.]+ at step \d+ \(12 steps in ", output)
+                     r"[\d.]+ at step \d+ \(12 steps in .*val BLEU@minutes: [\d.]+@[\d.]+ [\d.]+@[\d.]+",
+                     output)
     assert re.search(r"RESULT \[3/5\] beam: ok: [\d.]+ sentences/s, BLEU [\d.]+", output)
     assert "rank 0 of 1 joined the gloo process group, DDP, 8 steps" in output
     assert "stopped at step 4, resumed at step 4, ended at step 8" in output

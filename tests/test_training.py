@@ -64,6 +64,20 @@ def test_reported_bleu_equals_the_sacrebleu_command(tiny_train_config, tmp_path,
     assert bleu == printed
 
 
+@pytest.mark.parametrize("each_epoch", [True, False])
+def test_valid_each_epoch_false_validates_on_valid_every_alone(tiny_train_config, tmp_path,
+                                                               caplog, each_epoch):
+    # A GPU preset's epochs take seconds: validating at each epoch's end would cost more than
+    # its training. The log line gives the minutes trained (the val curve against time).
+    cfg = tiny_train_config(**{"trainer.max_steps": None, "trainer.max_epochs": 3,
+                               "trainer.valid_every": None, "trainer.valid_each_epoch": each_epoch})
+    with caplog.at_level("INFO"):
+        train(cfg, tmp_path / "run")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("validation step")]
+    assert len(lines) == (3 if each_epoch else 1), lines  # without: only the final validation
+    assert all(re.search(r"after \d+\.\d\d min of training\) ->", line) for line in lines), lines
+
+
 def test_tensorboard_has_scalars_and_attention_image(tiny_train_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

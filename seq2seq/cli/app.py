@@ -3,7 +3,9 @@ config, sentences typed as a shell user types them, and a command line Hydra can
 as one line with the nearest valid keys instead of Hydra's message of six.
 
 Each entry point's ``main()`` is ``run_hydra_app(_main, ...)`` where ``_main`` is its
-``@hydra.main`` function.
+``@hydra.main`` function. The command line's config is composed first with Hydra's compose
+API, which raises what it cannot compose as an exception: the one line is made from that
+exception's structure (:func:`explain_composition_error`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import CONFIG_DIR
-from seq2seq.cli.common import check_group_overrides, compose_config, config_leaves, fail
+from seq2seq.cli.common import (
+    check_group_overrides,
+    compose,
+    compose_config,
+    config_leaves,
+    fail,
+    without_sweeps,
+)
 from seq2seq.config_types import error_reason
 
 
@@ -58,6 +67,8 @@ def literal_overrides(argv: Sequence[str], keys: Iterable[str]) -> list[str]:
 def parse_command_line(argv: Sequence[str]):
     """Hydra's own reading of the command line: its flags (``--cfg``, ``-m``, ``--help``, shell
     completion) and the overrides, as its entry point will see them."""
+    # Hydra 1.3 has no public parser of its command line: its own, the one place we import
+    # from hydra._internal.
     from hydra._internal.utils import get_args_parser
 
     return get_args_parser().parse_known_args(list(argv))[0]
@@ -142,49 +153,83 @@ def _unknown_key_message(key: str, config_name: str, overrides: Sequence[str]) -
     return f"{key} is not an option{hint}{plus}; --help lists them"
 
 
-def explain_composition_error(error: Exception, config_name: str, argv: Sequence[str]) -> str:
-    """One line for an error Hydra raised while composing the command line's config."""
+def explain_composition_error(error: Exception, config_name: str,
+                              overrides: Sequence[str]) -> str:
+    """One line for an error Hydra raised while composing ``overrides``, read from the
+    exception: the key an override could not set (its cause's ``full_key``), the group option
+    that is not there (``missing_cfg_file``, ``options``), the override its grammar refused.
+    What Hydra 1.3 says in words only goes to :func:`_reason_in_words`."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    cause = error.__cause__
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
+        return _unknown_key_message(cause.full_key, config_name, overrides)
+    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        return f"{cause.full_key}: {error_reason(cause)}"
+    if isinstance(error, MissingConfigException) and error.options:
+        group, _, option = error.missing_cfg_file.rpartition("/")
+        return (f"{group}={option}: no such choice{did_you_mean(option, error.options)}; "
+                f"choose one of {', '.join(error.options)}")
+    if isinstance(error, OverrideParseException):
+        first = error.message.strip().splitlines()[0]
+        return (f"cannot read the command line ({first}); quote a value that holds spaces, "
+                "commas, quotes or non-ASCII letters: 'key=\"...\"'")
+    return _reason_in_words(error, config_name, overrides)
+
+
+def _reason_in_words(error: Exception, config_name: str, overrides: Sequence[str]) -> str:
+    """One line for the composition errors Hydra 1.3 raises as a bare
+    ``ConfigCompositionException`` whose message is all it says: a value with a comma outside
+    a sweep, and an override of the defaults list that matches no entry or sets a group twice.
+    tests/test_cli_app.py holds these against the pinned Hydra's words."""
     text = str(error)
-    overrides = parse_command_line(argv).overrides
-    if match := re.search(r"Could not override '([^']+)'", text):
-        return _unknown_key_message(match[1], config_name, overrides)
-    if match := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
-        group, option = match[1], match[2]
-        choices = re.findall(r"^\t(\S+)$", text, re.MULTILINE)
-        return (f"{group}={option}: no such choice{did_you_mean(option, choices)}; "
-                f"choose one of {', '.join(choices)}")
-    if match := re.search(r"Ambiguous value for argument '([^']+)'", text):
+    if match := re.match(r"Ambiguous value for argument '([^']+)'", text):
         key = match[1].partition("=")[0]
         return (f"{match[1]}: a value with a comma is a list or a sweep to Hydra; quote it "
                 f"('{key}=\"a, b\"') or give a list ({key}=[a,b])")
-    if type(error).__name__ == "OverrideParseException" or "LexerNoViableAlt" in text:
-        first = text.strip().splitlines()[0]
-        return (f"cannot read the command line ({first}); quote a value that holds spaces, "
-                "commas, quotes or non-ASCII letters: 'key=\"...\"'")
+    if match := re.match(r"Could not override '([^']+)'\. No match in the defaults list", text):
+        return _unknown_key_message(match[1], config_name, overrides)
+    if match := re.match(r"Multiple values for ([^.]+)\. To override a value use "
+                         r"'override \S+: (.*)'", text):
+        return (f"+{match[1]}={match[2]}: {match[1]} has a choice already; give it as "
+                f"{match[1]}={match[2]} (without +)")
     return error_reason(error)
 
 
-# HYDRA_FULL_ERROR as the user set it (None: unset), put back when the task starts.
-_users_full_error: str | None = None
+def refuse_what_cannot_compose(config_name: str, argv: Sequence[str]) -> None:
+    """Exit with one line when Hydra cannot compose the config of the command line ``argv``
+    (of a multirun: its overrides without the sweeps, which one config cannot take).
+
+    Left to Hydra's own report: a command line that names other configs (``--config-name``,
+    ``--config-path``, ``--config-dir``) and a user who set ``HYDRA_FULL_ERROR=1``.
+    """
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    parsed = parse_command_line(argv)
+    if (parsed.config_name or parsed.config_path or parsed.config_dir
+            or os.environ.get("HYDRA_FULL_ERROR") == "1"):
+        return
+    overrides = parsed.overrides
+    try:
+        compose(config_name, without_sweeps(overrides) if parsed.multirun else overrides)
+    except (HydraException, OmegaConfBaseException) as error:
+        fail(explain_composition_error(error, config_name, overrides))
 
 
 def task_started() -> None:
-    """Called first by each ``@hydra.main`` task: from here on an error is the task's own, which
-    Hydra reports as usual (the task's one-line handlers come first)."""
-    if _users_full_error is None:
-        os.environ.pop("HYDRA_FULL_ERROR", None)
-    else:
-        os.environ["HYDRA_FULL_ERROR"] = _users_full_error
+    """Nothing to do any more: kept while the entry points call it first in their task (the
+    one-line composition errors no longer change Hydra's environment; see
+    :func:`refuse_what_cannot_compose`)."""
 
 
 def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, summary: str,
                   strict: bool, literal_keys: Sequence[str] = ()) -> Any:
-    """Run ``app`` (a ``@hydra.main`` function whose task calls :func:`task_started` first) on
-    ``sys.argv`` as described in the module docstring. ``strict``: refuse any key the tool's
-    config file does not declare."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
+    """Run ``app`` (a ``@hydra.main`` function) on ``sys.argv`` as described in the module
+    docstring. ``strict``: refuse any key the tool's config file does not declare;
+    ``literal_keys``: keys whose values are text as the shell handed it over
+    (:func:`literal_overrides`)."""
     argv = sys.argv[1:]
     parsed = parse_command_line(argv)
     if parsed.shell_completion:  # Hydra's own business
@@ -199,20 +244,15 @@ def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, sum
         refuse_unknown_keys(argv, config_name)
     if literal_keys:
         argv = literal_overrides(argv, literal_keys)
-        sys.argv[1:] = argv
-    # Hydra prints a composition error in six lines and exits; with HYDRA_FULL_ERROR it raises
-    # it instead, so that it can be said in one. The task unsets it (task_started).
-    global _users_full_error
-    _users_full_error = previous = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
+    refuse_what_cannot_compose(config_name, argv)
+    # @hydra.main reads its command line from sys.argv only: the quoted one goes there for the
+    # run, the caller's comes back after.
+    given = sys.argv[1:]
+    sys.argv[1:] = argv
     try:
         return app()
-    except (HydraException, OmegaConfBaseException) as error:
-        if previous:  # the user asked for Hydra's full report
-            raise
-        fail(explain_composition_error(error, config_name, argv))
     finally:
-        task_started()  # the environment as the user had it
+        sys.argv[1:] = given
 
 
 def script_command(path: str | Path) -> str:

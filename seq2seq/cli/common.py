@@ -128,7 +128,7 @@ def translator_options(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def _without_sweeps(overrides: Sequence[str]) -> list[str]:
+def without_sweeps(overrides: Sequence[str]) -> list[str]:
     """The overrides without sweeps (``trainer.seed=1,2``), which one composition cannot take."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -143,20 +143,32 @@ def _without_sweeps(overrides: Sequence[str]) -> list[str]:
     return kept
 
 
-def compose_config(config_name: str, overrides: Sequence[str] = ()):
-    """The config composed with ``overrides`` (sweeps left out), or None if it cannot be."""
-    from hydra import compose, initialize_config_dir
+def compose(config_name: str, overrides: Sequence[str] = ()):
+    """The config Hydra composes for one run of ``config_name`` with ``overrides`` (the
+    ``hydra`` node included), composed with Hydra's compose API.
+
+    Raises:
+        HydraException, OmegaConfBaseException: what Hydra raises when it cannot compose it.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return compose(config_name=config_name, overrides=_without_sweeps(overrides),
-                           return_hydra_config=True)
-    except Exception:
-        return None
+            return hydra_compose(config_name=config_name, overrides=list(overrides),
+                                 return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()):
+    """The config composed with ``overrides`` (sweeps left out), or None if it cannot be."""
+    try:
+        return compose(config_name, without_sweeps(overrides))
+    except Exception:
+        return None
 
 
 def config_leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:

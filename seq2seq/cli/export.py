@@ -1,16 +1,19 @@
 """``python export.py checkpoint=PATH output=DIR [overrides]`` / ``seq2seq-export``: export a
 checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`), or a
 Transformer as a CTranslate2 model (``format=ctranslate2``,
-:mod:`seq2seq.export.ctranslate2_export`).
+:mod:`seq2seq.export.ctranslate2_export`), with an Argos Translate package beside its files
+(``format=argos``, :mod:`seq2seq.export.argos`).
 
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x-int8 quantize=int8
     echo "Ein Hund läuft." | python translate.py checkpoint=exported/x-int8
     python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-ct2 format=ctranslate2
+    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-argos format=argos
 
 Options are documented in ``seq2seq/configs/export.yaml``. Exits with status 1 and a one-line
 ``error: ...`` on a missing or unsafe checkpoint, a model part that cannot be exported (named),
-an existing output folder without ``overwrite=true`` or an invalid option.
+an existing output folder without ``overwrite=true``, an invalid option, or (``format=argos``)
+languages the checkpoint does not name and the command does not give.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ from seq2seq.inference.export_format import QUANTIZE_MODES
 
 log = logging.getLogger("seq2seq.export")
 OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str, "opset": int,
-                "overwrite": bool}
+                "overwrite": bool, "from_code": str | None, "to_code": str | None,
+                "from_name": str | None, "to_name": str | None,
+                "package_version": str | int | float, "sbd_model": str | None}
 # The packages each format needs (the export extra has them all).
-FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",)}
+FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",),
+                   "argos": ("ctranslate2",)}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -67,7 +73,16 @@ def run(cfg: DictConfig) -> dict:
     log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,
              cfg.format, cfg.quantize)
     try:
-        if cfg.format == "ctranslate2":
+        if cfg.format == "argos":
+            from seq2seq.export.argos import package_checkpoint
+
+            manifest = package_checkpoint(
+                cfg.checkpoint, cfg.output, from_code=cfg.from_code, to_code=cfg.to_code,
+                from_name=cfg.from_name, to_name=cfg.to_name,
+                package_version=str(cfg.package_version), sbd_model=cfg.sbd_model,
+                quantize=cfg.quantize, overwrite=cfg.overwrite)
+            log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
+        elif cfg.format == "ctranslate2":
             from seq2seq.export.ctranslate2_export import convert_checkpoint
 
             manifest = convert_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,

@@ -4,21 +4,19 @@ Each option of a config file is a line ``key: value  # what it does``; the comme
 option's description (a key without a trailing comment takes the comment lines just above
 it). One source for ``--help``, docs/configuration.md (checked against it by
 tests/test_docs.py) and the file a user reads, so none of them can drift from the others.
+The files are read with ruamel.yaml, which keeps the comments and where each key stands.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seq2seq import CONFIG_DIR
-
-_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*):(?P<rest>.*)$")
 
 
 @dataclass(frozen=True)
@@ -30,17 +28,37 @@ class Option:
     description: str
 
 
-def _split_comment(text: str) -> tuple[str, str]:
-    """``value  # comment`` as (value, comment); a ``#`` inside quotes is part of the value."""
-    quote = None
-    for index, char in enumerate(text):
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
-            return text[:index].strip(), text[index + 1:].strip()
-    return text.strip(), ""
+def _comment_tokens(node: Any) -> Iterator[Any]:
+    """Every comment token ruamel.yaml attached to ``node`` and the nodes inside it."""
+    attached = getattr(node, "ca", None)
+    pending = [] if attached is None else [attached.comment, list(attached.items.values()),
+                                           attached.end]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending += item
+        elif item is not None:
+            yield item
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        yield from _comment_tokens(child)
+
+
+def _comments_by_line(document: Any) -> dict[int, tuple[int, str]]:
+    """Line -> (column of its ``#``, text after it) for every comment of a loaded file.
+
+    ruamel.yaml attaches a comment to a neighbouring node, not always the one it describes
+    (the lines above a key go with the key before it), so comments are placed by their lines.
+    A token's mark is its first ``#``; the newlines before it end earlier lines.
+    """
+    comments = {}
+    for token in _comment_tokens(document):
+        lines = token.value.lstrip("\n").split("\n")
+        for offset, line in enumerate(lines):
+            if line.strip().startswith("#"):
+                column = token.start_mark.column if offset == 0 else len(line) - len(line.lstrip())
+                comments[token.start_mark.line + offset] = (column, line.strip()[1:].strip())
+    return comments
 
 
 def parse_options(path: Path, prefix: str = "") -> list[Option]:
@@ -50,44 +68,40 @@ def parse_options(path: Path, prefix: str = "") -> list[Option]:
     start with ``_`` (``_target_``, ``_partial_``), and nodes that hold other keys (their keys are
     listed instead). ``prefix`` goes before every key (``trainer.`` for trainer/default.yaml).
     """
-    options: list[Option] = []
-    stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing nodes
-    above: list[str] = []  # the comment lines just above the current line
-    skip_indent: int | None = None  # inside a skipped node (defaults, hydra)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            above = above + [stripped.lstrip("#").strip()] if stripped else []
-            continue
-        match = _KEY_LINE.match(line)
-        indent = len(line) - len(line.lstrip(" "))
-        if skip_indent is not None:
-            if indent > skip_indent or not match:
-                above = []
+    from ruamel.yaml import YAML
+
+    text = path.read_text(encoding="utf-8")
+    document = YAML().load(text)
+    if not isinstance(document, dict):
+        return []
+    lines = text.splitlines()
+    comments = _comments_by_line(document)
+    key_lines: set[int] = set()
+    found: list[tuple[str, int, int]] = []  # (dotted key, its line, its value's column)
+
+    def walk(node: dict, dotted: str, top: bool) -> None:
+        for key, value in node.items():
+            line, _ = node.lc.key(key)
+            key_lines.add(line)
+            if top and key in ("defaults", "hydra"):
                 continue
-            skip_indent = None
-        if not match:  # a list item or a continuation
-            above = []
-            continue
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        key = match["key"]
-        value, comment = _split_comment(match["rest"])
-        if not stack and key in ("defaults", "hydra"):
-            skip_indent = indent
-            above = []
-            continue
-        following = next((other for other in lines[number + 1:]
-                          if other.strip() and not other.strip().startswith("#")), "")
-        opens_node = value == "" and len(following) - len(following.lstrip(" ")) > indent
-        dotted = prefix + ".".join([name for _, name in stack] + [key])
-        if opens_node:
-            stack.append((indent, key))
-        elif not key.startswith("_"):
-            description = comment or " ".join(line for line in above if line)
-            options.append(Option(dotted, value, description))
+            if isinstance(value, dict) and value:
+                walk(value, f"{dotted}{key}.", False)
+            elif not str(key).startswith("_"):
+                found.append((f"{dotted}{key}", line, node.lc.value(key)[1]))
+
+    walk(document, prefix, True)
+    options = []
+    for key, line, column in found:
+        end_comment = comments.get(line)
+        written = lines[line][column:end_comment[0] if end_comment else None].strip()
         above = []
+        for before in range(line - 1, -1, -1):  # the comment lines right above the key
+            if before in key_lines or before not in comments:
+                break
+            above.insert(0, comments[before][1])
+        description = end_comment[1] if end_comment else " ".join(part for part in above if part)
+        options.append(Option(key, written, description))
     return options
 
 

@@ -7,7 +7,9 @@ its OpenAPI docs at ``/docs``.
 Every option is documented in ``seq2seq/configs/serve.yaml``; ``shortlist=PATH`` (an
 output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served,
 and so does ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`): every request's
-texts holding a source term are translated with its target term in them.
+texts holding a source term are translated with its target term in them. LibreTranslate's
+routes (:mod:`seq2seq.serving.libretranslate`) serve each model under the language codes its
+checkpoint records (``data.src_lang``, ``data.tgt_lang``), else ``src_lang`` and ``tgt_lang``.
 
 SIGTERM (or Ctrl-C) stops it gracefully: uvicorn stops accepting connections and waits for the
 requests in flight, then the app's batchers finish their queues; the exit status is 0.
@@ -72,16 +74,30 @@ def model_paths(cfg: DictConfig) -> dict[str, str | list[str]]:
     }
 
 
+def configured_languages(cfg: DictConfig) -> tuple[str, str] | None:
+    """``src_lang`` and ``tgt_lang``, for the models whose checkpoint records no languages."""
+    pair = (cfg.get("src_lang"), cfg.get("tgt_lang"))
+    if pair == (None, None):
+        return None
+    if None in pair:
+        fail("give both src_lang and tgt_lang, or neither")
+    if "auto" in pair:
+        fail("'auto' is no language code: LibreTranslate's clients ask the server to detect with it")
+    return str(pair[0]), str(pair[1])
+
+
 def build_app(cfg: DictConfig):
     """The app serving the configured models (exits with a one-line error on a problem)."""
     check_options(cfg)
     check_search_options(cfg)
     paths = model_paths(cfg)  # its errors too come before torch's import
+    configured = configured_languages(cfg)
     for name, path in paths.items():
         require_checkpoint_files(path if isinstance(path, list) else [path],
                                  prefix=f"model {name}: ")
     try:
         from seq2seq.serving.app import create_app
+        from seq2seq.serving.libretranslate import recorded_languages
         from seq2seq.serving.models import load_model
     except ImportError as error:
         fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
@@ -90,6 +106,7 @@ def build_app(cfg: DictConfig):
     set_up_decoding(cfg.get("num_threads"))
     served = {}
     glossary = None
+    languages = {}
     for name, path in paths.items():
         try:
             served[name] = load_model(path, device=cfg.device, options=decode_options(cfg),
@@ -98,6 +115,10 @@ def build_app(cfg: DictConfig):
             fail(f"model {name}: {error}")
         log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
                  served[name].parameters, served[name].translator.device)
+        pair = recorded_languages(path) or configured
+        if pair is not None:
+            languages[name] = pair
+            log.info("model %s: LibreTranslate's /translate serves %s -> %s", name, *pair)
         if cfg.get("shortlist"):
             log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
         try:  # read again for each model: each must be able to write every target term
@@ -116,6 +137,7 @@ def build_app(cfg: DictConfig):
             window_ms=cfg.batching.window_ms,
             batch_tokens=cfg.batching.max_tokens,
             terms=glossary,
+            languages=languages,
         )
     except ValueError as error:
         fail(error)

@@ -28,7 +28,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR, fail, first_line
 from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
@@ -111,17 +111,18 @@ def _main(cfg: DictConfig) -> float | None:
     from seq2seq.training.run import check_train_config, train
     from seq2seq.training.trainer import TrainingError
 
-    task_started()
     _quiet_other_ranks()
     keep_file_only_records_off_console()  # the model printout, loss lines under a bar
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)  # held against a fine-tuning parent's model
     try:  # every value checked before the folder is claimed (a typo never costs a run)
-        check_train_config(OmegaConf.to_container(cfg, resolve=True))
+        check_train_config(OmegaConf.to_container(cfg, resolve=True), overrides, run_dir)
     except (ValueError, InstantiationException, OmegaConfBaseException) as error:
         _refuse(error, run_dir)
     _claim_run_folder(cfg, run_dir)
     try:
-        result = train(cfg, run_dir)
+        result = train(cfg, run_dir, overrides)
     except (DataError, CheckpointError, TrainingError, ValueError, InstantiationException,
             OmegaConfBaseException) as error:
         # Bad input of any kind is one line that says what is wrong (the config key, the

@@ -191,6 +191,40 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize:
     return worst
 
 
+def write_model_folder(model: nn.Module, tokenizers, config: dict[str, Any], folder: Path, *,
+                       quantize: str, trainer_state: dict[str, Any] | None,
+                       source: str | None) -> dict[str, Any]:
+    """Convert ``model`` (a Transformer in eval mode, on the CPU) into the empty ``folder`` and
+    check it against the model; returns its manifest, for the caller to complete and write
+    (:func:`convert_model` as it is, the Argos package with its own entry).
+
+    Raises:
+        ExportError: when the model is not a Transformer or the conversion does not reproduce
+            it.
+    """
+    import ctranslate2
+    from ctranslate2.converters.converter import Converter
+
+    spec = transformer_spec(model, tokenizers)
+
+    class SpecConverter(Converter):  # the library's conversion steps, from a ready spec
+        def _load(self):
+            return spec
+
+    quantization = "int8" if quantize == "int8" else "float32"
+    SpecConverter().convert(str(folder), quantization=quantization, force=True)
+    difference = check_against_model(model, tokenizers, folder, quantize=quantize)
+    # After the conversion, which empties the folder it writes into.
+    manifest = build_manifest(folder, model, tokenizers, config,
+                              format_name=CTRANSLATE2_FORMAT_NAME,
+                              format_version=FORMAT_VERSION, quantize=quantize,
+                              trainer_state=trainer_state, source=source)
+    manifest["export"].update(max_positions=MAX_POSITIONS,
+                              largest_log_prob_difference=difference,
+                              ctranslate2_version=ctranslate2.__version__)
+    return manifest
+
+
 def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
                   quantize: str = "none", overwrite: bool = False,
                   trainer_state: dict[str, Any] | None = None,
@@ -204,30 +238,12 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
             it, or an option is invalid.
         OSError: when the folder cannot be written.
     """
-    import ctranslate2
-    from ctranslate2.converters.converter import Converter
-
     check_export_options(output, quantize=quantize, overwrite=overwrite)
     started = time.perf_counter()
-    model = model.eval()
-    spec = transformer_spec(model, tokenizers)
-
-    class SpecConverter(Converter):  # the library's conversion steps, from a ready spec
-        def _load(self):
-            return spec
-
     with staged_folder(Path(output), overwrite=overwrite) as staging:
-        quantization = "int8" if quantize == "int8" else "float32"
-        SpecConverter().convert(str(staging), quantization=quantization, force=True)
-        difference = check_against_model(model, tokenizers, staging, quantize=quantize)
-        # After the conversion, which empties the folder it writes into.
-        manifest = build_manifest(staging, model, tokenizers, config,
-                                  format_name=CTRANSLATE2_FORMAT_NAME,
-                                  format_version=FORMAT_VERSION, quantize=quantize,
-                                  trainer_state=trainer_state, source=source)
-        manifest["export"].update(max_positions=MAX_POSITIONS,
-                                  largest_log_prob_difference=difference,
-                                  ctranslate2_version=ctranslate2.__version__)
+        manifest = write_model_folder(model.eval(), tokenizers, config, staging,
+                                      quantize=quantize, trainer_state=trainer_state,
+                                      source=source)
         write_manifest(staging, manifest, started=started)
     return manifest
 

@@ -10,6 +10,8 @@ Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
   source term.
 - ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults,
   and what the attention shows where it is not the model's own (a CTranslate2 folder's).
+- ``POST /translate``, ``POST /detect``, ``GET /languages``: LibreTranslate's API over the
+  same handler (:mod:`seq2seq.serving.libretranslate`), for the models whose languages are known.
 - ``GET /health``: 200 while serving, 503 once shutting down.
 - ``GET /``: the page (``static/``): translate, and explore each sentence's attention.
 
@@ -37,6 +39,8 @@ from fastapi.staticfiles import StaticFiles
 
 from seq2seq.inference.decode_options import DecodeOptions, check_phrase_count
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher
+from seq2seq.serving.errors import ApiError
+from seq2seq.serving.libretranslate import add_libretranslate_routes
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.schemas import (
     ErrorResponse,
@@ -54,13 +58,6 @@ ERRORS = {
     422: {"model": ErrorResponse, "description": "Malformed JSON, wrong types, invalid options"},
     503: {"model": ErrorResponse, "description": "Shutting down"},
 }
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class BodyLimit:
@@ -181,6 +178,7 @@ def create_app(
     window_ms: float = 5.0,
     batch_tokens: int = 8000,
     terms=None,
+    languages: Mapping[str, tuple[str, str]] | None = None,
 ) -> FastAPI:
     """The ASGI app serving ``models``.
 
@@ -196,6 +194,8 @@ def create_app(
         terms: a :class:`~seq2seq.inference.glossary.Glossary` applied to every request: its
             target terms are constraints of the texts holding its source terms (every model
             must be able to write them; serve.py checks that).
+        languages: model name -> (source, target) language codes, for LibreTranslate's routes
+            (:mod:`seq2seq.serving.libretranslate`); a model not named there is not on them.
     """
     if not models:
         raise ValueError("no models to serve")
@@ -297,6 +297,8 @@ def create_app(
             "nbest": options.nbest,
             "translations": [_sentence(n_best, request.attention) for n_best in results],
         }
+
+    add_libretranslate_routes(app, translate, languages or {})
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

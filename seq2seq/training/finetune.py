@@ -5,9 +5,10 @@ takes from its parent, a checkpoint file or a run folder's ``checkpoints/best.pt
 
 - the model settings: the ``model`` node is the parent's; a ``model.*`` value given on the
   command line that contradicts it is refused (:func:`parent_model_config`);
-- the tokenizers: the new data is encoded with them, none is trained; the log says how many
-  training sentences hold pieces they lack, and ``trainer.extend_vocab=true`` adds those
-  pieces (:mod:`seq2seq.data.vocabulary_coverage`);
+- the tokenizers: the new data is encoded with them, none is trained; the pieces the training
+  sentences need and they lack are added (``trainer.extend_vocab``: ``auto`` where nothing is
+  frozen, ``true``), or a WARNING says how many sentences then read or write ``<unk>``
+  (:mod:`seq2seq.data.vocabulary_coverage`);
 - the weights: loaded as they are, plus rows for the added pieces that leave the parent's
   translations unchanged (:func:`load_parent_weights`); ``trainer.freeze`` stops parts from
   training (:func:`freeze`).
@@ -36,7 +37,12 @@ from seq2seq.checkpoint import (
 from seq2seq.config_types import ConfigError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.data.vocab import EOS_ID
-from seq2seq.data.vocabulary_coverage import count_new_pieces, extend_tokenizers, measure_coverage
+from seq2seq.data.vocabulary_coverage import (
+    VocabularyCoverage,
+    count_new_pieces,
+    extend_tokenizers,
+    measure_coverage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,20 +113,6 @@ def read_parent(init_from: str, *, mmap: bool = False) -> Parent:
     except CheckpointError as error:
         raise ConfigError(f"trainer.init_from={init_from}: {error}") from None
     return Parent(path=path, checkpoint=checkpoint)
-
-
-def command_line_overrides() -> list[str]:
-    """The overrides the running Hydra app was given (none outside one)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def hydra_run_dir() -> Path | None:
-    """The running Hydra app's run folder (None outside one)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
 
 
 def check_outside_run_folder(parent: Parent, run_dir: Path | None) -> None:
@@ -200,16 +192,20 @@ def adopt_parent(config: dict, parent: Parent) -> dict:
 
 
 def child_tokenizers(parent: Parent, train_files: Sequence[tuple[Path, Path]], *,
-                     extend: bool, report: bool) -> Tokenizers:
-    """The parent's tokenizers, extended by the pieces the training data needs with
-    ``extend``; ``report``: log how much of the data the parent's vocabulary writes."""
+                     extend_vocab: bool | str, freeze: Sequence[str], report: bool) -> Tokenizers:
+    """The parent's tokenizers, extended by the pieces the training data needs and they lack
+    when ``extend_vocab`` is true, or ``"auto"`` and no part is frozen (``freeze``: the rows of
+    the added pieces must train). ``report``: log how much of the data the parent's vocabulary
+    writes, as a WARNING when the run goes on without pieces the data needs."""
     tokenizers = tokenizers_from_payload(parent.checkpoint["tokenizers"])
     coverage = measure_coverage(tokenizers, train_files)
-    lacking = coverage.src.unknown_sentences or coverage.tgt.unknown_sentences
-    if report:
-        log.info("%s%s", coverage.format(),
-                 "; trainer.extend_vocab=true adds them" if lacking and not extend else "")
-    if not (extend and lacking):
+    lacking = bool(coverage.src.unknown_sentences or coverage.tgt.unknown_sentences)
+    extend = lacking and (extend_vocab is True or (extend_vocab == "auto" and not freeze))
+    if report and lacking and not extend:
+        log.warning("%s", _unknown_words_warning(coverage, extend_vocab, freeze))
+    elif report:
+        log.info("%s", coverage.format())
+    if not extend:
         return tokenizers
     extended = extend_tokenizers(tokenizers, coverage)
     if report:
@@ -223,6 +219,23 @@ def child_tokenizers(parent: Parent, train_files: Sequence[tuple[Path, Path]], *
                  f"; {len(coverage.unkept_target_ids)} pieces of the joint vocabulary newly "
                  "kept on the target side" if coverage.unkept_target_ids else "")
     return extended
+
+
+def _unknown_words_warning(coverage: VocabularyCoverage, extend_vocab: bool | str,
+                           freeze: Sequence[str]) -> str:
+    """The share of sentences with pieces the parent lacks, what the model then does with
+    their words, and why they are not added."""
+    consequences = []
+    if coverage.src.unknown_sentences:
+        consequences.append("reads <unk> for the source words they spell")
+    if coverage.tgt.unknown_sentences:
+        consequences.append("writes <unk> in place of the target words they spell")
+    if extend_vocab == "auto":
+        why = (f"trainer.extend_vocab=auto adds none while trainer.freeze=[{','.join(freeze)}] "
+               "is set (their rows could not train): unfreeze to add them")
+    else:
+        why = "trainer.extend_vocab=auto or true adds them"
+    return f"{coverage.format()}: the model {' and '.join(consequences)}; {why}"
 
 
 def _with_new_rows(old: torch.Tensor, rows: int) -> torch.Tensor:

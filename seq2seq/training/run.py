@@ -105,10 +105,10 @@ def seed_everything(seed: int) -> None:
 
 
 def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | None = None,
-            extend_vocab: bool = False):
+            extend_vocab: bool | str = False, freeze: Sequence[str] = ()):
     """Run the data stage; under torchrun rank 0 builds the cache and the others then read it.
-    A fine-tuning run encodes with its ``parent``'s tokenizers (extended with
-    ``extend_vocab``)."""
+    A fine-tuning run encodes with its ``parent``'s tokenizers (extended as ``extend_vocab``
+    and ``freeze`` say: :func:`~seq2seq.training.finetune.child_tokenizers`)."""
     from seq2seq.data.corpora import train_corpora_from_config
     from seq2seq.data.prepare import prepare_from_config
     from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
@@ -119,8 +119,8 @@ def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | N
             corpora = train_corpora_from_config(config["data"])  # None: Multi30k's one pair
             train_files = ([corpus.files for corpus in corpora] if corpora is not None
                            else [corpus_files_from_config(config["data"])[TRAIN_SPLIT]])
-            tokenizers = finetune.child_tokenizers(parent, train_files, extend=extend_vocab,
-                                                   report=is_main)
+            tokenizers = finetune.child_tokenizers(parent, train_files, extend_vocab=extend_vocab,
+                                                   freeze=freeze, report=is_main)
         return prepare_from_config(config, tokenizers=tokenizers)
 
     if is_main:
@@ -132,13 +132,13 @@ def prepare(config: dict, *, is_main: bool, barrier, parent: finetune.Parent | N
     return prepared
 
 
-def check_train_config(config: dict, overrides: Sequence[str] | None = None,
+def check_train_config(config: dict, overrides: Sequence[str] = (),
                        run_dir: Path | None = None) -> tuple[TrainerSettings, BatchSettings]:
     """Every value of a plain train config checked, before any data is read or file written.
 
     With ``trainer.init_from``, the model checked is the parent's, once the command line's
-    ``overrides`` (None: the running Hydra app's) are found to agree with it; the parent must
-    lie outside ``run_dir`` (None: the running Hydra app's), which a run may empty.
+    ``overrides`` are found to agree with it; the parent must lie outside ``run_dir`` (None:
+    not checked), which a run may empty.
 
     Raises:
         ConfigError: (a ValueError) naming the key of the first value that cannot work.
@@ -150,9 +150,8 @@ def check_train_config(config: dict, overrides: Sequence[str] | None = None,
     model_cfg = config["model"]
     if settings.init_from is not None:
         parent = finetune.read_parent(settings.init_from, mmap=True)
-        model_cfg = finetune.parent_model_config(
-            config, parent, finetune.command_line_overrides() if overrides is None else overrides)
-        finetune.check_outside_run_folder(parent, run_dir or finetune.hydra_run_dir())
+        model_cfg = finetune.parent_model_config(config, parent, overrides)
+        finetune.check_outside_run_folder(parent, run_dir)
     check_model_config(model_cfg,
                        vocab_size=(config.get("tokenizer") or {}).get("vocab_size") or 1000)
     _check_train_corpora(config)
@@ -172,11 +171,11 @@ def _check_train_corpora(config: dict) -> None:
         raise ConfigError(str(error)) from None
 
 
-def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None) -> dict:
+def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict:
     """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers.
 
     ``overrides``: the command line's, which a fine-tuning run holds against its parent's model
-    settings (None: the running Hydra app's).
+    settings.
 
     Returns:
         ``best_bleu``, ``best_step``, ``steps``; with ``trainer.average_last`` and an averaged
@@ -200,7 +199,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None
                      "weights; a fresh optimizer and schedule", parent.path,
                      config["parent"]["sha256"][:16])
         prepared = prepare(config, is_main=context.is_main, barrier=context.barrier,
-                           parent=parent, extend_vocab=settings.extend_vocab)
+                           parent=parent, extend_vocab=settings.extend_vocab,
+                           freeze=settings.freeze)
         if context.is_main:
             log.info("data:\n%s", prepared.format_summary())
         tokenizers = prepared.tokenizers

@@ -44,6 +44,7 @@ class TrainerSettings:
     label_smoothing: float = 0.0
     log_every: int = 100
     valid_every: int | None = 1000
+    valid_each_epoch: bool = True
     save_every: int | None = 500
     keep_best: int = 3
     # Average the models of the last N validations at the end of training (None: do not).
@@ -54,7 +55,8 @@ class TrainerSettings:
     resume: str | None = None
     overwrite: bool = False
     init_from: str | None = None
-    extend_vocab: bool = False
+    # auto: extend where the new data needs it and nothing is frozen (finetune.child_tokenizers).
+    extend_vocab: bool | str = "auto"
     freeze: list[str] = field(default_factory=list)
     progress_bar: str | bool = "auto"
     valid: ValidationSettings = field(default_factory=ValidationSettings)
@@ -100,9 +102,13 @@ def _check_fine_tuning(settings: TrainerSettings) -> None:
     if unknown:
         raise ConfigError(f"trainer.freeze: unknown part {unknown[0]!r}; the parts are "
                           f"{', '.join(FREEZABLE_PARTS)}")
+    if settings.extend_vocab not in (True, False, "auto"):
+        raise ConfigError(f"trainer.extend_vocab must be auto, true or false, "
+                          f"got {settings.extend_vocab!r}")
     if settings.init_from in NO_RESUME:
         settings.init_from = None
-        for name, value in (("extend_vocab", settings.extend_vocab), ("freeze", settings.freeze)):
+        for name, value in (("extend_vocab", settings.extend_vocab is True),
+                            ("freeze", settings.freeze)):
             if value:
                 raise ConfigError(f"trainer.{name} applies to fine-tuning only: give "
                                   "trainer.init_from=PATH (a checkpoint or a run folder)")
@@ -111,7 +117,7 @@ def _check_fine_tuning(settings: TrainerSettings) -> None:
         raise ConfigError(f"trainer.init_from starts a new run from a parent's weights and "
                           f"trainer.resume={settings.resume} continues another run: give one of "
                           "them (trainer.resume=auto continues an interrupted fine-tuning run)")
-    if settings.extend_vocab and settings.freeze:
+    if settings.extend_vocab is True and settings.freeze:
         raise ConfigError(f"trainer.freeze=[{','.join(settings.freeze)}] with "
                           "trainer.extend_vocab=true: "
                           "the rows of the added pieces could not train; extend without freezing")

@@ -154,6 +154,9 @@ class Trainer:
             collate_fn=collate,
             num_workers=batch.num_workers,
             pin_memory=self.device.type == "cuda",
+            # Workers that live across epochs: a preset whose epochs take seconds (a GPU's)
+            # would otherwise start them anew each epoch.
+            persistent_workers=batch.num_workers > 0,
             # Its own generator: a DataLoader iterator otherwise draws from the global RNG,
             # which would make a resumed run's dropout differ from an uninterrupted one.
             generator=torch.Generator().manual_seed(settings.seed),
@@ -238,7 +241,7 @@ class Trainer:
         bleu = 0.0
         if self.context.is_main:
             scores = self.validator(self.model, device=self.device, step=state.step,
-                                    epoch=state.epoch + 1)
+                                    epoch=state.epoch + 1, minutes=state.train_seconds / 60)
             bleu = scores["bleu"]
         bleu = self.context.broadcast(bleu)  # the other ranks wait here while rank 0 validates
         self.schedule.on_validation(bleu)
@@ -362,9 +365,9 @@ class Trainer:
                 if stop or self.budget.time_is_up(state, started):
                     stop = True
                     break
-            else:  # the epoch ran out: validate, then the next epoch
+            else:  # the epoch ran out: validate (unless valid_each_epoch=false), then the next
                 state.train_seconds += time.perf_counter() - started
-                if state.last_validated_step != state.step:
+                if settings.valid_each_epoch and state.last_validated_step != state.step:
                     stop = self._validate_and_keep()
                 state.epoch += 1
                 state.batches_in_epoch = 0

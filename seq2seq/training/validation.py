@@ -101,14 +101,18 @@ class Validator:
         return DecodeOptions(beam_size=1, max_len_a=self.settings.max_len_a,
                              max_len_b=self.settings.max_len_b)
 
-    def __call__(self, model, *, device: torch.device, step: int, epoch: int) -> dict:
-        """Validate ``model`` (its train/eval mode is restored after); report; return scores."""
+    def __call__(self, model, *, device: torch.device, step: int, epoch: int,
+                 minutes: float | None = None) -> dict:
+        """Validate ``model`` (its train/eval mode is restored after); report; return scores.
+
+        ``minutes``: the minutes trained so far, for the log line (the val curve against time).
+        """
         was_training = model.training
         model.eval()
         try:
             hyp_path = self.output_dir / f"step{step:07d}.hyp" if self.output_dir else None
             scores, hypotheses, translator = self.evaluate(model, device, hyp_path)
-            self._report(scores, hypotheses, hyp_path, translator, step, epoch)
+            self._report(scores, hypotheses, hyp_path, translator, step, epoch, minutes)
         finally:
             if was_training:
                 model.train()
@@ -133,7 +137,8 @@ class Validator:
                       seconds=time.perf_counter() - started)
         return scores, evaluation.hypotheses, translator
 
-    def _report(self, scores, hypotheses, hyp_path, translator, step: int, epoch: int) -> None:
+    def _report(self, scores, hypotheses, hyp_path, translator, step: int, epoch: int,
+                minutes: float | None = None) -> None:
         first_report = not self.signature_reported
         if first_report:  # once per process, so also once after a resume
             log.info("sacreBLEU signature: %s | chrF: %s",
@@ -141,9 +146,10 @@ class Validator:
             self.signature_reported = True
         log.info(
             "validation step %d epoch %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f (%d sentences, "
-            "%.1fs) -> %s",
+            "%.1fs%s) -> %s",
             step, epoch, scores["loss"], scores["ppl"], scores["bleu"], scores["chrf"],
-            len(hypotheses), scores["seconds"], hyp_path,
+            len(hypotheses), scores["seconds"],
+            "" if minutes is None else f", after {minutes:.2f} min of training", hyp_path,
         )
         writer = self.writer
         if writer is None:

@@ -1,0 +1,203 @@
+"""LibreTranslate's API on the translation server, for the clients written for LibreTranslate.
+
+:func:`add_libretranslate_routes` adds to the app of :mod:`seq2seq.serving.app`:
+
+- ``POST /translate``, a JSON object or a form: ``q`` (a text, or a list of texts), ``source``,
+  ``target``, ``format`` (``text``; ``html`` is refused), ``alternatives`` (how many other
+  translations to add), ``api_key`` (accepted, not checked)
+  -> ``{"translatedText": ..., "alternatives"?: ..., "detectedLanguage"?: ...}``, each a list
+  where ``q`` is one.
+- ``POST /detect``: ``q`` -> ``[{"confidence": 100.0, "language": CODE}]``.
+- ``GET /languages``: ``[{"code", "name", "targets"}, ...]``, every language served.
+
+A request's ``source`` and ``target`` pick the model serving that pair (the first, where several
+do). The server has no language detector: ``source: "auto"`` and ``/detect`` name the one source
+language served, and are refused where there are several. Every translation goes through
+``/v1/translate``'s handler (:func:`_translations`), so its limits, dynamic batcher, defaults and
+glossary apply and the answers are its own. Errors are LibreTranslate's ``{"error": "..."}``: 400
+for a bad request (``/v1/translate``'s 422 included), an unsupported pair or format; 413, 503 and
+500 as on ``/v1/translate``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+
+from seq2seq.serving.errors import ApiError
+from seq2seq.serving.schemas import TranslateRequest
+
+AUTO = "auto"  # LibreTranslate's source for "detect it"
+CONFIDENCE = 100.0  # of the one source language served: no detector guesses it
+# The names a files or corpora data config gives its two sides unless told: not languages.
+NO_LANGUAGES = ("no model served records its languages: start serve.py with src_lang=CODE "
+                "tgt_lang=CODE")
+
+Translate = Callable[[TranslateRequest], Awaitable[dict]]
+
+
+def recorded_languages(path: str | os.PathLike | Sequence[str | os.PathLike]
+                       ) -> tuple[str, str] | None:
+    """The (source, target) language codes a checkpoint or exported folder records: its training
+    config's ``data.src_lang`` and ``data.tgt_lang`` (an ensemble: its first member's); None
+    where they are missing or the names a files corpus gets unless told (``src``, ``tgt``).
+
+    Raises:
+        CheckpointError: when the checkpoint or folder cannot be read.
+    """
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.checkpoint import recorded_languages as config_languages
+    from seq2seq.inference.loading import read_manifest
+
+    first = Path(path if isinstance(path, str | os.PathLike) else path[0])
+    # mmap: the weights stay on disk, only the config is read.
+    payload = read_manifest(first) if first.is_dir() else load_checkpoint(first, mmap=True)
+    pair = config_languages(payload["config"])
+    return None if None in pair else pair
+
+
+async def _fields(request: Request) -> dict:
+    """The request's fields, from a JSON object or a form (LibreTranslate takes either)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type == "application/json" or media_type.endswith("+json"):
+        try:
+            fields = await request.json()
+        except ValueError as error:
+            raise ApiError(400, f"invalid JSON: {error}") from None
+        if not isinstance(fields, dict):
+            raise ApiError(400, "invalid JSON: the body must be an object")
+        return fields
+    return dict(await request.form())
+
+
+def _text(fields: dict) -> str | list[str]:
+    """``q``: a non-empty text or list of texts (LibreTranslate refuses an empty one)."""
+    q = fields.get("q")
+    if not q:
+        raise ApiError(400, "missing q: the text to translate")
+    if not (isinstance(q, str) or isinstance(q, list) and all(isinstance(t, str) for t in q)):
+        raise ApiError(400, "q: a string or a list of strings")
+    return q
+
+
+def _required(fields: dict, name: str) -> str:
+    value = fields.get(name)
+    if not value or not isinstance(value, str):
+        raise ApiError(400, f"missing {name}: a language code (GET /languages lists them)")
+    return value
+
+
+def _alternatives(value) -> int:
+    """``alternatives``: a whole number, 0 where absent (and, as LibreTranslate, where negative)."""
+    if value is None or value == "":
+        return 0
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        raise ApiError(400, f"alternatives: {value!r} is not a whole number") from None
+
+
+def _only_source(pairs: Mapping[str, tuple[str, str]]) -> str:
+    """The one source language served: what ``auto`` and ``/detect`` name, having no detector."""
+    sources = list(dict.fromkeys(source for source, _ in pairs.values()))
+    if not sources:
+        raise ApiError(400, NO_LANGUAGES)
+    if len(sources) > 1:
+        raise ApiError(400, f"cannot detect the language: this server has no detector and "
+                            f"serves several sources ({', '.join(sources)}): name the source")
+    return sources[0]
+
+
+def _model_for(pairs: Mapping[str, tuple[str, str]], source: str, target: str) -> str:
+    """The first model serving ``source`` -> ``target``."""
+    if not pairs:
+        raise ApiError(400, NO_LANGUAGES)
+    for name, pair in pairs.items():
+        if pair == (source, target):
+            return name
+    served = ", ".join(f"{s}->{t}" for s, t in dict.fromkeys(pairs.values()))
+    raise ApiError(400, f"{source}->{target} is not served; this server translates {served}")
+
+
+async def _translations(translate: Translate, model: str, texts: list[str],
+                        alternatives: int) -> list[list[str]]:
+    """Each text's translations, best first (the best and up to ``alternatives`` more), from
+    ``/v1/translate``'s handler: its limits, batcher, defaults and glossary. The one place this
+    module asks for translations."""
+    request = TranslateRequest(text=texts, model=model,
+                               nbest=alternatives + 1 if alternatives else None)
+    try:
+        reply = await translate(request)
+    except ApiError as error:
+        if error.status != 422:
+            raise
+        raise ApiError(400, error.message) from None  # LibreTranslate's status for a bad request
+    return [[hypothesis["text"] for hypothesis in entry["hypotheses"]]
+            for entry in reply["translations"]]
+
+
+def add_libretranslate_routes(app: FastAPI, translate: Translate,
+                              languages: Mapping[str, tuple[str, str]]) -> None:
+    """Add LibreTranslate's ``/translate``, ``/detect`` and ``/languages`` to ``app``.
+
+    Args:
+        app: the app of :func:`~seq2seq.serving.app.create_app`, whose handler answers
+            :class:`ApiError` with ``{"error": ...}``.
+        translate: its ``/v1/translate`` handler, ``await translate(TranslateRequest)``.
+        languages: model name -> (source code, target code) of the models whose languages are
+            known, in the order served; the others are not reachable here.
+    """
+    pairs = dict(languages)
+    router = APIRouter(tags=["LibreTranslate"])
+
+    @router.get("/languages")
+    async def list_languages() -> list[dict]:
+        """Every language served, each with the targets it translates into."""
+        if not pairs:
+            raise ApiError(400, NO_LANGUAGES)
+        targets: dict[str, set[str]] = {}
+        for source, target in pairs.values():
+            targets.setdefault(source, set()).add(target)
+            targets.setdefault(target, set())
+        # No table of language names here: a language's name is its code.
+        return [{"code": code, "name": code, "targets": sorted(found)}
+                for code, found in targets.items()]
+
+    @router.post("/detect")
+    async def detect(request: Request) -> list[dict]:
+        """The one source language served, with confidence 100 (``q`` is required, not read)."""
+        _text(await _fields(request))
+        return [{"confidence": CONFIDENCE, "language": _only_source(pairs)}]
+
+    @router.post("/translate")
+    async def translate_text(request: Request) -> dict:
+        """LibreTranslate's ``/translate`` (see the module docstring)."""
+        fields = await _fields(request)
+        q = _text(fields)
+        source, target = _required(fields, "source"), _required(fields, "target")
+        alternatives = _alternatives(fields.get("alternatives"))
+        text_format = fields.get("format") or "text"
+        if text_format != "text":
+            raise ApiError(400, f"format {text_format!r} is not supported: this server "
+                                "translates plain text (format=text)")
+        language = _only_source(pairs) if source == AUTO else source
+        model = _model_for(pairs, language, target)
+        texts = q if isinstance(q, list) else [q]
+        found = await _translations(translate, model, texts, alternatives)
+        best = [translations[0] for translations in found]
+        # As LibreTranslate: each alternative once, neither empty nor the best itself.
+        others = [[t for t in dict.fromkeys(translations[1:]) if t and t != translations[0]]
+                  for translations in found]
+        batch = isinstance(q, list)
+        reply: dict = {"translatedText": best if batch else best[0]}
+        if alternatives:
+            reply["alternatives"] = others if batch else others[0]
+        if source == AUTO:
+            detected = {"confidence": CONFIDENCE, "language": language}
+            reply["detectedLanguage"] = [detected] * len(texts) if batch else detected
+        return reply
+
+    app.include_router(router)
