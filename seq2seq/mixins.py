@@ -17,15 +17,6 @@ from torch import nn
 _MIXED_CLASSES: dict[tuple[type, type], type] = {}
 
 
-def _mixed_class(cls: type, mixin: type) -> type:
-    """``cls`` with ``mixin`` in front, under ``cls``'s own name (logs and printed models read
-    as before)."""
-    if (cls, mixin) not in _MIXED_CLASSES:
-        names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-        _MIXED_CLASSES[cls, mixin] = type(cls.__name__, (mixin, cls), names)
-    return _MIXED_CLASSES[cls, mixin]
-
-
 def mix_into(model: nn.Module, base: type[nn.Module], mixin: type,
              computes: tuple[str, ...] = ()) -> nn.Module:
     """Put ``mixin`` in front of the class of every module of ``model`` that is a ``base``, in
@@ -40,5 +31,8 @@ def mix_into(model: nn.Module, base: type[nn.Module], mixin: type,
             continue
         if any(getattr(cls, name) is not getattr(base, name) for name in computes):
             continue
-        module.__class__ = _mixed_class(cls, mixin)
+        if (cls, mixin) not in _MIXED_CLASSES:  # named as cls: logs and printouts read as before
+            names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            _MIXED_CLASSES[cls, mixin] = type(cls.__name__, (mixin, cls), names)
+        module.__class__ = _MIXED_CLASSES[cls, mixin]
     return model
