@@ -9,7 +9,8 @@ read with ``torch.load(path, weights_only=True)``, which refuses to run code. En
   the built-in encoder, decoder and scorer by registry name (:mod:`seq2seq.models.registry`)
   and a user's own class by import path; a fine-tuned run's also holds ``parent:
   {checkpoint: PATH, sha256: HEX}``, the checkpoint it started from
-  (:mod:`seq2seq.training.finetune`)
+  (:mod:`seq2seq.training.finetune`); a training run's also holds ``trained_precision:
+  bf16``, the precision it trained in (:data:`TRAINED_PRECISION`; not in runs before #67)
 - ``tokenizers``: ``{"joint": bool, "src": uint8 tensor, "tgt": uint8 tensor}`` (sentencepiece
   model bytes)
 - training only: ``optimizer``, ``schedule``, ``scaler``, ``trainer_state``, ``sampler``, ``rng``
@@ -36,6 +37,9 @@ from seq2seq.models import registry
 # 1: the model config named the built-in classes by import path; 2: by registry name.
 FORMAT_VERSION = 2
 OLDEST_FORMAT_VERSION = 1
+# The config entry where training records the precision it ran in: ``trainer.precision``
+# itself, or what ``auto`` chose on that machine (the run's config.yaml holds it too).
+TRAINED_PRECISION = "trained_precision"
 # The encoder's RNN parameters as one bidirectional nn.GRU/LSTM named them, before #41 gave
 # each layer and direction its own module.
 _OLD_ENCODER_RNN_KEY = re.compile(r"encoder\.rnn\.(weight|bias)_(ih|hh)_l(\d+)(_reverse)?")

@@ -244,25 +244,31 @@ def test_old_and_new_runs_of_one_setting_are_one_group(tmp_path):
 
 
 def test_a_run_where_auto_chose_bf16_groups_with_one_pinned_to_bf16(tmp_path):
-    """precision=auto is read as what the run's train.log says it chose: a sixth seed pinned to
-    bf16 joins five that said auto and trained in bf16; a log that does not say keeps auto."""
+    """precision=auto is read as the precision the run's config records it trained in, or, for
+    a run from before that record, as what its train.log says auto chose: a sixth seed pinned
+    to bf16 joins five that said auto and trained in bf16; a log that does not say keeps
+    auto."""
+    recorded = {"recorded-bf16": "bf16", "recorded-fp32": "fp32"}  # no train.log
     lines = {"auto-bf16": "[x][seq2seq.training.trainer][INFO] - trainer.precision=auto -> bf16 "
                           "(bf16 1.62x fp32 on this CPU, measured now in 0.31 s, cached in ...)\n",
              "auto-fp32": "... - trainer.precision=auto -> fp32 (bf16 0.60x fp32 on this CPU, ...)\n",
              "auto-unsaid": "no such line\n"}
     precisions = {"auto-bf16": "auto", "pinned": "bf16", "auto-fp32": "auto",
-                  "auto-unsaid": "auto"}
+                  "auto-unsaid": "auto", "recorded-bf16": "auto", "recorded-fp32": "auto"}
     for seed, (name, precision) in enumerate(precisions.items(), start=1):
         folder = make_run(tmp_path / "sweep" / name, attention="DotScorer", seed=seed)
         config = yaml.safe_load((folder / "config.yaml").read_text())
         config["trainer"]["precision"] = precision
+        if name in recorded:
+            config["trained_precision"] = recorded[name]
         (folder / "config.yaml").write_text(yaml.safe_dump(config))
         if name in lines:
             (folder / "train.log").write_text(lines[name])
     keys, groups = group_runs(discover_runs([str(tmp_path / "sweep")]))
-    assert keys == ["trainer.precision"]
+    assert keys == ["trainer.precision"]  # the record is read into trainer.precision
     assert {g.values["trainer.precision"]: sorted(r.path.name for r in g.runs) for g in groups} == {
-        "bf16": ["auto-bf16", "pinned"], "fp32": ["auto-fp32"], "auto": ["auto-unsaid"]}
+        "bf16": ["auto-bf16", "pinned", "recorded-bf16"], "fp32": ["auto-fp32", "recorded-fp32"],
+        "auto": ["auto-unsaid"]}
 
 
 def test_a_key_set_on_top_of_a_group_choice_is_shown_in_the_label(tmp_path):

@@ -1,7 +1,7 @@
 """seq2seq.export.gru_products: one GRU step as its products, what int8 exports trace.
 
 The swapped decoder's step equals the plain one (two layers, Luong and Bahdanau); an LSTM and
-training fall back to the RNN itself.
+training fall back to the RNN itself; a decoder class with its own RNN step keeps it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from test_ops import batch, tiny_model
 
 from seq2seq.data.vocab import BOS_ID
 from seq2seq.export.gru_products import GRUStepProducts, gru_steps_as_products
+from seq2seq.models.attention import Attention, DotScorer
+from seq2seq.models.decoders import BahdanauDecoder
 
 
 def first_steps(model, steps: int = 3):
@@ -58,3 +60,17 @@ def test_an_lstm_and_training_run_the_rnn_itself(monkeypatch):
     gru.decoder.dropout.p = 0.0
     first_steps(gru, steps=1)
     assert calls == ["GRU"]
+
+
+def test_a_decoder_class_with_its_own_rnn_step_keeps_it():
+    class OwnStep(BahdanauDecoder):
+        def _rnn(self, inputs, state):
+            return super()._rnn(inputs, state)
+
+    def decoder(cls):
+        return cls(vocab_size=10, embed_dim=4, hidden_size=8, num_layers=1,
+                   attention=Attention(DotScorer(query_dim=8, key_dim=8)),
+                   encoder_output_size=8, encoder_final_size=8)
+
+    assert type(gru_steps_as_products(decoder(OwnStep))) is OwnStep
+    assert isinstance(gru_steps_as_products(decoder(BahdanauDecoder)), GRUStepProducts)

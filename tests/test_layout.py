@@ -7,6 +7,8 @@
 - `seq2seq.models` reads like the papers: the speed kernels of `seq2seq.ops` sit above it and
   neither it nor `seq2seq.export` (whose graphs are the plain formulas) imports them.
 - No two modules of `seq2seq/` import each other, even through others or only for type hints.
+- A live module's class is changed in one place, `seq2seq.mixins` (the speed kernels and an
+  int8 export's GRU steps both go through it), so no module assigns `__class__` but that one.
 - The benchmarks (`benchmarks/`, run as `python -m benchmarks.NAME`) use the library only:
   neither the Hydra apps of `seq2seq.cli` nor private names, and no `sys.path` edits.
 - `configs/` at the top is the package's config tree (a symlink), which the wheel ships.
@@ -181,6 +183,27 @@ def test_no_modules_import_each_other():
     }
     cycles = import_cycles(graph)
     assert not cycles, "modules that import each other:\n" + "\n".join(map(str, cycles))
+
+
+def class_assignments(source: str) -> list[int]:
+    """The lines of ``source`` that assign an object's ``__class__``."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Attribute) and target.attr == "__class__"]
+
+
+def test_class_assignments_are_found():
+    assert class_assignments("x = 1\nmodule.__class__ = Swapped\na.b.__class__: type = C\n") == [2, 3]
+
+
+def test_only_seq2seq_mixins_changes_a_live_modules_class():
+    offences = [f"{path.relative_to(ROOT)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+                if path != PACKAGE / "mixins.py"
+                for line in class_assignments(path.read_text("utf-8"))]
+    assert class_assignments((PACKAGE / "mixins.py").read_text("utf-8"))
+    assert not offences, ("assign __class__ through seq2seq.mixins.mix_into:\n"
+                          + "\n".join(offences))
 
 
 def test_benchmarks_use_the_library_only():

@@ -496,6 +496,11 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
 
 def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
         tiny_train_config, tmp_path, monkeypatch, caplog):
+    """Where bf16 is emulated, auto trains in fp32 and a pinned bf16 warns; the run's
+    config.yaml and checkpoints record what trained beside what was asked (compare.py groups
+    runs by it)."""
+    import yaml
+
     import seq2seq.device
     from seq2seq.precision import CpuPrecision
 
@@ -522,6 +527,12 @@ def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
         else:
             assert warning in messages
             assert "use trainer.precision=fp32 or trainer.precision=auto" in warning
+        trained = {"auto": "fp32", "bf16": "bf16"}[precision]
+        recorded = yaml.safe_load((tmp_path / precision / "config.yaml").read_text())
+        checkpoint = load_checkpoint(tmp_path / precision / "checkpoints" / "last.pt")
+        for config in (recorded, checkpoint["config"]):
+            assert config["trainer"]["precision"] == precision
+            assert config["trained_precision"] == trained
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

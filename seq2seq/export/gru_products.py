@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.mixins import mix_into
 from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.models.interfaces import State
 
@@ -57,20 +58,8 @@ class GRUStepProducts:
         return x.unsqueeze(1), {"hidden": torch.stack(layers, dim=1)}  # (B, 1, H), (B, L, H)
 
 
-_PRODUCTS_CLASSES: dict[type, type] = {}  # decoder class -> its class with the mixin in front
-
-
 def gru_steps_as_products(model: nn.Module) -> nn.Module:
     """A copy of ``model`` whose attention decoders run a step's GRU as :class:`GRUStepProducts`
     (a decoder class with its own ``_rnn`` keeps it); the same parameters' values, names and
     outputs."""
-    model = copy.deepcopy(model)
-    for module in model.modules():
-        cls = type(module)
-        if (isinstance(module, AttentionDecoder) and not isinstance(module, GRUStepProducts)
-                and cls._rnn is AttentionDecoder._rnn):
-            if cls not in _PRODUCTS_CLASSES:  # one class per decoder class
-                names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-                _PRODUCTS_CLASSES[cls] = type(cls.__name__, (GRUStepProducts, cls), names)
-            module.__class__ = _PRODUCTS_CLASSES[cls]
-    return model
+    return mix_into(copy.deepcopy(model), AttentionDecoder, GRUStepProducts, ("_rnn",))

@@ -25,13 +25,15 @@ from typing import Any
 
 import yaml
 
+from seq2seq.checkpoint import TRAINED_PRECISION
 from seq2seq.models import registry
 from seq2seq.study.labels import EXPERIMENT_CHOICE, MISSING, settings_text, short_labels
 from seq2seq.study.records import Record, is_record, read_record
 
 SEED_KEY = "trainer.seed"
 PRECISION_KEY = "trainer.precision"
-# The trainer's line for what precision=auto chose (seq2seq.device.choose_precision).
+# The trainer's line for what precision=auto chose (seq2seq.device.choose_precision): what
+# says it for a run from before the config recorded it (TRAINED_PRECISION).
 AUTO_PRECISION_LINE = re.compile(r"trainer\.precision=auto -> (\w+) ")
 # Options a built-in class gained after runs were recorded, with the value that computes what
 # those runs computed: a run that sets it to that value reads as one without the key, so the
@@ -131,9 +133,18 @@ def without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_trained_precision(flat: dict[str, Any], train_log: Path) -> dict[str, Any]:
-    """``flat`` with ``trainer.precision=auto`` replaced by what auto chose, as the run's
-    ``train.log`` says: a run pinned to bf16 and one where auto chose bf16 trained alike, and
-    group together. ``auto`` stays where the log does not say."""
+    """``flat`` with ``trainer.precision`` replaced by the precision the run trained in, which
+    its config records (``trained_precision``, :data:`~seq2seq.checkpoint.TRAINED_PRECISION`):
+    a run pinned to bf16 and one where auto chose bf16 trained alike, and group together.
+
+    A run from before that record keeps ``trainer.precision=auto`` in its config, and only its
+    ``train.log`` says what auto chose: read there, the one place old runs need; ``auto``
+    stays where the log does not say either.
+    """
+    trained = flat.get(TRAINED_PRECISION)
+    if trained is not None:
+        return {**{key: value for key, value in flat.items() if key != TRAINED_PRECISION},
+                PRECISION_KEY: trained}
     if flat.get(PRECISION_KEY) != "auto":
         return flat
     try:

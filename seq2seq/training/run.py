@@ -244,7 +244,6 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
 
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            write_text(run_dir / "config.yaml", OmegaConf.to_yaml(config))
 
         from seq2seq.data.corpus import read_lines
 
@@ -265,6 +264,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
             context=context,
             train_mix=prepared.train_mix,
         )
+        if context.is_main:  # the trainer's config: with the precision it trains in
+            write_text(run_dir / "config.yaml", OmegaConf.to_yaml(trainer.config))
         resume_path = resolve_resume(settings.resume, run_dir)
         if resume_path is not None:
             # On the CPU: the random states and tokenizers must stay there; load_state_dict

@@ -2,7 +2,7 @@
 
 One :class:`Trainer` owns one run folder::
 
-    RUN/config.yaml            the resolved config
+    RUN/config.yaml            the resolved config, with the precision trained in
     RUN/train.log              the log (written by Hydra's logging setup)
     RUN/checkpoints/           see :mod:`seq2seq.training.checkpointing`
     RUN/validation/step*.hyp   detokenized greedy validation translations, one a line
@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from seq2seq.checkpoint import FORMAT_VERSION, tokenizers_to_payload
+from seq2seq.checkpoint import FORMAT_VERSION, TRAINED_PRECISION, tokenizers_to_payload
 from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.data.mixing import CorpusMix, PairsSeen
@@ -67,7 +67,8 @@ class Trainer:
         tokenizers: the run's sentencepiece models (stored in checkpoints; detokenization).
         settings / batch: the ``trainer`` and ``batch`` settings.
         run_dir: the run folder.
-        config: the resolved run config as plain containers (stored in checkpoints).
+        config: the resolved run config as plain containers; :attr:`config`, stored in
+            checkpoints, adds ``trained_precision``, the precision the run trains in.
         context: rank, world size and device.
         train_mix: the training corpora and their weights, when ``train_data`` holds several
             (batches then draw from them by weight, and the log gives each one's share).
@@ -97,7 +98,6 @@ class Trainer:
         self.tokenizers = tokenizers
         self.settings = settings
         self.run_dir = Path(run_dir)
-        self.config = config
         self.context = context
         self.device = context.device
         self.state = TrainerState()
@@ -117,6 +117,10 @@ class Trainer:
                         precision, self.device)
             self.amp_dtype = amp_dtype = None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
+        # What trains, beside what was asked (trainer.precision may say auto, and auto may
+        # choose differently on another machine): compare.py groups runs by it.
+        self.precision = precision if amp_dtype is not None else "fp32"
+        self.config = {**config, TRAINED_PRECISION: self.precision}
 
         objective: nn.Module = SequenceLoss(model, label_smoothing=settings.label_smoothing)
         if settings.compile:
@@ -172,7 +176,7 @@ class Trainer:
         self.validator = Validator(
             data=valid_data, sources=valid_sources, references=valid_references,
             tokenizers=tokenizers, settings=settings.valid,
-            precision=precision if amp_dtype is not None else "fp32",
+            precision=self.precision,
             output_dir=self.run_dir / "validation" if context.is_main else None,
             writer=self.writer, autocast=self._autocast,
         )
