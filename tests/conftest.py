@@ -542,6 +542,21 @@ def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "checkpoints" / "best.pt"
 
 
+def write_copy_transformer_checkpoint(folder: Path) -> Path:
+    """A random copy-task Transformer (untied output layer, PAD and BOS never written, as
+    training leaves them) saved as ``folder/transformer.pt`` beside its copy corpus."""
+    from seq2seq.checkpoint import save_checkpoint
+    from seq2seq.data.vocab import BOS_ID, PAD_ID
+
+    model = random_transformer_model(vocab=39, seed=0, tie_embeddings=False)
+    with torch.no_grad():
+        model.generator.bias[[PAD_ID, BOS_ID]] = -30.0
+    payload = checkpoint_payload(model, write_copy_corpus(folder),
+                                 transformer_model_config(tie_embeddings=False))
+    save_checkpoint(payload, folder / "transformer.pt")
+    return folder / "transformer.pt"
+
+
 def made_once(tmp_path_factory: pytest.TempPathFactory, name: str,
               make: Callable[[Path], object]) -> Path:
     """``.../name``, made by ``make(path)`` once per test session.

@@ -25,17 +25,14 @@ import torch
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from conftest import (  # noqa: E402
-    checkpoint_payload,
     copy_tokenizers,
     made_once,
-    random_transformer_model,
     transformer_model_config,
-    write_copy_corpus,
+    write_copy_transformer_checkpoint,
 )
 
-from seq2seq.checkpoint import save_checkpoint  # noqa: E402
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers  # noqa: E402
-from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_PIECE  # noqa: E402
+from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE  # noqa: E402
 from seq2seq.export.argos import (  # noqa: E402
     check_package,
     check_sources_untagged,
@@ -85,12 +82,7 @@ def packaged(tmp_path_factory) -> tuple[Path, Path]:
 
     def make(folder: Path) -> None:
         folder.mkdir(parents=True)
-        model = random_transformer_model(vocab=39, seed=0, tie_embeddings=False)
-        with torch.no_grad():
-            model.generator.bias[[PAD_ID, BOS_ID]] = -30.0  # as training leaves them
-        payload = checkpoint_payload(model, write_copy_corpus(folder),
-                                     transformer_model_config(tie_embeddings=False))
-        save_checkpoint(payload, folder / "transformer.pt")
+        write_copy_transformer_checkpoint(folder)
         (folder / "de.onnx").write_bytes(b"never loaded: the tests split no sentences")
         package_checkpoint(folder / "transformer.pt", folder / "argos", from_code="de",
                            to_code="en", sbd_model=folder / "de.onnx")

@@ -24,17 +24,13 @@ pytest.importorskip("ctranslate2")
 
 from conftest import (  # noqa: E402
     api_lines,
-    checkpoint_payload,
     made_once,
-    random_transformer_model,
     transformer_checkpoint,
-    transformer_model_config,
-    write_copy_corpus,
+    write_copy_transformer_checkpoint,
 )
 
-from seq2seq.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
+from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.cli.translate import format_translations  # noqa: E402
-from seq2seq.data.vocab import BOS_ID, PAD_ID  # noqa: E402
 from seq2seq.export.ctranslate2_export import convert_checkpoint  # noqa: E402
 from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
     ATTENTION_SOURCE,
@@ -59,12 +55,7 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
 
     def make(folder: Path) -> None:
         folder.mkdir(parents=True)
-        model = random_transformer_model(vocab=39, seed=0, tie_embeddings=False)
-        with torch.no_grad():
-            model.generator.bias[[PAD_ID, BOS_ID]] = -30.0  # as training leaves them
-        payload = checkpoint_payload(model, write_copy_corpus(folder),
-                                     transformer_model_config(tie_embeddings=False))
-        save_checkpoint(payload, folder / "transformer.pt")
+        write_copy_transformer_checkpoint(folder)
         convert_checkpoint(folder / "transformer.pt", folder / "ct2")
 
     folder = made_once(tmp_path_factory, "ctranslate2_runtime", make)
