@@ -1,15 +1,25 @@
-"""Greedy and beam search over a batch of source sentences.
+"""The one search loop, :func:`run_search`, and its greedy and beam strategies.
 
-Both searches decode every sentence of a batch (and, for beam search, every beam of every
-sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened into the batch
-dimension, the source is encoded once (memory and attention keys) and its rows are repeated
-per beam (``index_select``; again only when finished sentences leave the batch), and after each
-step the decoder state is reordered to follow the surviving beams with
-:func:`~seq2seq.models.interfaces.select_state`. Beam search starts from one row per sentence
-(its BOS: K copies would give K equal rows) and has K from its first step on; its per-sentence
+Every search goes through :func:`run_search` (as fairseq's ``search.py``): a small
+:class:`Strategy` ranks each step's candidates and the loop does the rest, once for all of
+them: the start, the forced tokens (the length limit's EOS, a prefix), finishing hypotheses
+and keeping the best live ones, finished sentences leaving the batch, the history.
+
+- :class:`Choose` (:func:`greedy_search`): one row per sentence, the most probable token, or
+  a sampled one (:mod:`seq2seq.inference.sampling`);
+- :class:`Beam` (:func:`beam_search`): K beams, the 2K best candidates of each sentence;
+- the grid of :mod:`seq2seq.inference.constraints`: K beams per bank of constraint pieces.
+
+The loop decodes every row of every sentence in one tensor pass per step: the ``B * R`` rows
+are flattened into the batch dimension, the source is encoded once (memory and attention keys)
+and its rows are repeated per row (``index_select``; again only when the rows per sentence
+change or finished sentences leave the batch), and after each step the decoder state is
+reordered to follow the kept rows with :func:`~seq2seq.models.interfaces.select_state` (not
+with one row per sentence: it cannot move). Beam search starts from one row per sentence (its
+BOS: K copies would give K equal rows) and has K from its first step on; the per-sentence
 bookkeeping is one :class:`Beams` object (``start``, ``advance``, ``prune``).
 
-Conventions shared by both searches:
+Conventions shared by every search:
 
 - Decoding starts from ``BOS_ID``; a hypothesis ends at ``EOS_ID``. Returned tokens exclude
   both. ``PAD_ID`` and ``BOS_ID`` are never generated.
@@ -24,12 +34,12 @@ Conventions shared by both searches:
   finished hypotheses and the stopping decision are per sentence, so a sentence gets the same
   result (up to floating-point noise of batched matrix products) whatever it is batched with.
 - Finished sentences leave the batch (a greedy sentence once it produced EOS, a beam-search
-  sentence once it is done): when the finished ones make up at least ``PRUNE_FRACTION`` of
+  sentence once it is done, by the rules of :func:`beam_search`): when the finished ones make up at least ``PRUNE_FRACTION`` of
   the sentences still in the batch, their rows are dropped from the decoder state, the
   encoded source, the previous tokens and every per-sentence bookkeeping tensor, so a batch no
   longer costs as much as its longest translation. Until then a finished sentence keeps
-  running, masked, and adds nothing. Each step's history holds the rows decoded at that step;
-  it is scattered into full-batch ``(T, B, ...)`` tensors once, at the end
+  running and adds nothing. Each step's history holds the rows decoded at that step;
+  it is scattered into full-batch ``(T, B, ...)`` tensors and backtracked once, at the end
   (:mod:`seq2seq.inference.search_history`).
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
@@ -453,7 +463,7 @@ def run_search(
         marks = None if found.marks is None else found.marks.gather(2, rank).view(active, -1)
         strategy.advance(parents, marks, live_scores)
         new_rows = tokens.size(1)
-        if return_attention:  # one row at the first step of a beam search: each beam's
+        if return_attention:  # (N, R', S): a beam search's first row is every beam's
             weights = weights.float().view(active, rows, source_len)
             weights = weights.expand(active, new_rows, source_len)
         history.record(tokens=tokens, parents=parents, weights=weights, finalize=finalize,

@@ -4,8 +4,8 @@ A search records, at each step, one row per sentence still decoding at that step
 the batch's ``B``; the rest have left the batch, see :mod:`seq2seq.inference.search`) in a
 :class:`SearchHistory`, which keeps it on the device. At the end, :func:`full_history` scatters
 those records into full-batch ``(T, B, ...)`` tensors, with a fill value where a sentence had
-left, in one ``index_copy`` per tensor, and :func:`collect_hypotheses` picks and backtracks the
-finished hypotheses of every sentence at once.
+left, in one ``index_copy`` per tensor, and :meth:`SearchHistory.hypotheses` picks and
+backtracks the finished hypotheses of every sentence at once.
 """
 
 from __future__ import annotations
@@ -79,79 +79,50 @@ class SearchHistory:
         self.segments.append((step, sentences))
 
     def hypotheses(self, src_lengths: Tensor, nbest: int) -> list[list[tuple]]:
-        """Per sentence, its ``nbest`` best finished hypotheses (:func:`collect_hypotheses`)."""
+        """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens, all
+        sentences' at once, one step at a time.
+
+        Returns:
+            Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
+            fields of :class:`~seq2seq.inference.search.Hypothesis`, built by the caller).
+        """
         index = history_index(self.segments, len(self.tokens), self.batch_size)
 
         def full(per_step: list[Tensor], fill) -> Tensor:  # (T, B, ...) on the CPU
             return full_history(per_step, index, self.batch_size, fill).cpu()
 
-        return collect_hypotheses(
-            src_lengths=src_lengths,
-            nbest=nbest,
-            history_tokens=full(self.tokens, 0),
-            history_parents=full(self.parents, 0),
-            history_weights=full(self.weights, 0.0) if self.attention else None,
-            finals_mask=full(self.finals_mask, False),
-            finals_scores=full(self.finals_scores, -math.inf),
-            finals_parents=full(self.finals_parents, 0),
-        )
-
-
-def collect_hypotheses(
-    *,
-    src_lengths: Tensor,
-    nbest: int,
-    history_tokens: Tensor,
-    history_parents: Tensor,
-    history_weights: Tensor | None,
-    finals_mask: Tensor,
-    finals_scores: Tensor,
-    finals_parents: Tensor,
-) -> list[list[tuple[list[int], float, Tensor | None]]]:
-    """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens, all
-    sentences' at once, one step at a time.
-
-    Returns:
-        Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
-        fields of :class:`~seq2seq.inference.search.Hypothesis`, built by the caller).
-
-    Shape:
-        - history_tokens, history_parents: (T, B, R) on the CPU
-        - finals_*: (T, B, K) on the CPU, -inf scores where no hypothesis finished
-        - history_weights: (T, B, R, S) on the CPU, or None
-    """
-    steps, batch_size, slots = finals_scores.shape
-    # Each sentence's finished hypotheses, best first, in (step, slot) order between equal
-    # scores (a stable sort): the earlier, shorter hypothesis first.
-    by_sentence = finals_scores.permute(1, 0, 2).reshape(batch_size, steps * slots)
-    order = by_sentence.sort(dim=1, descending=True, stable=True).indices[:, :nbest]  # (B, H)
-    counts = finals_mask.sum(dim=(0, 2)).clamp(max=nbest).tolist()  # (B,) hypotheses to return
-    order = order.numpy()
-    sentence = np.arange(batch_size)[:, None]  # (B, 1)
-    ends = order // slots  # (B, H) the step of each hypothesis' EOS
-    # Walk back from the row its EOS extends: the token of step t sits in row `row`.
-    row = finals_parents.numpy()[ends, sentence, order % slots]  # (B, H)
-    tokens_array, parents_array = history_tokens.numpy(), history_parents.numpy()
-    tokens = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H)
-    rows = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H) the row read at step t
-    for step in range(steps - 1, -1, -1):
-        before_end = ends > step
-        tokens[step] = tokens_array[step, sentence, row]
-        row = np.where(before_end, parents_array[step, sentence, row], row)
-        rows[step] = row
-    weights = None
-    if history_weights is not None:
-        step_index = torch.arange(steps).view(-1, 1, 1)
-        weights = history_weights[step_index, torch.arange(batch_size).view(1, -1, 1),
-                                  torch.from_numpy(rows)]  # (T, B, H, S)
-    scores = by_sentence.gather(1, torch.from_numpy(order)).tolist()  # (B, H)
-    results = []
-    for b in range(batch_size):
-        source_len = int(src_lengths[b])
-        hypotheses = []
-        for h in range(counts[b]):
-            end = int(ends[b, h])
-            attention = None if weights is None else weights[: end + 1, b, h, :source_len].clone()
-            hypotheses.append((tokens[:end, b, h].tolist(), scores[b][h], attention))
-        results.append(hypotheses)
-    return results
+        finals_scores = full(self.finals_scores, -math.inf)  # (T, B, K)
+        steps, batch_size, slots = finals_scores.shape
+        # Each sentence's finished hypotheses, best first, in (step, slot) order between equal
+        # scores (a stable sort): the earlier, shorter hypothesis first.
+        by_sentence = finals_scores.permute(1, 0, 2).reshape(batch_size, steps * slots)
+        order = by_sentence.sort(dim=1, descending=True, stable=True).indices[:, :nbest]
+        scores = by_sentence.gather(1, order).tolist()  # (B, H)
+        counts = full(self.finals_mask, False).sum(dim=(0, 2)).clamp(max=nbest).tolist()  # (B,)
+        order = order.numpy()
+        sentence = np.arange(batch_size)[:, None]  # (B, 1)
+        ends = order // slots  # (B, H) the step of each hypothesis' EOS
+        # Walk back from the row its EOS extends: step t's token sits in row `row`.
+        row = full(self.finals_parents, 0).numpy()[ends, sentence, order % slots]  # (B, H)
+        history_tokens, history_parents = full(self.tokens, 0).numpy(), full(self.parents, 0).numpy()
+        tokens = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H)
+        rows = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H) the row read at step t
+        for step in range(steps - 1, -1, -1):
+            tokens[step] = history_tokens[step, sentence, row]
+            row = np.where(ends > step, history_parents[step, sentence, row], row)
+            rows[step] = row
+        weights = None  # (T, B, H, S) each hypothesis' attention rows
+        if self.attention:
+            weights = full(self.weights, 0.0)[torch.arange(steps).view(-1, 1, 1),
+                                             torch.arange(batch_size).view(1, -1, 1),
+                                             torch.from_numpy(rows)]
+        results = []
+        for b in range(batch_size):
+            source_len = int(src_lengths[b])
+            hypotheses = []
+            for h in range(counts[b]):
+                end = int(ends[b, h])
+                attention = None if weights is None else weights[:end + 1, b, h, :source_len].clone()
+                hypotheses.append((tokens[:end, b, h].tolist(), scores[b][h], attention))
+            results.append(hypotheses)
+        return results
