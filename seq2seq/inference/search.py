@@ -451,16 +451,19 @@ def run_search(
         final_scores, final_eos, final_parents = (
             in_final_group(values, found.final_group, K)
             for values in (found.scores, is_eos, found.parents))  # (N, K) each
-        finalize = final_eos & torch.isfinite(final_scores) & ~beams.done.unsqueeze(1)
-        final_scores = final_scores / length_penalty_factor(step + 1.0, length_penalty)
-        final_scores = final_scores.masked_fill(~finalize, -math.inf)
+        # A score is finite or -inf (an empty row's): one comparison, not isfinite's four.
+        finalize = final_eos & (final_scores > -math.inf) & ~beams.done.unsqueeze(1)
+        final_scores = torch.where(  # (N, K)
+            finalize, final_scores / length_penalty_factor(step + 1.0, length_penalty), -math.inf)
 
-        # Each group continues with its K best non-EOS candidates.
-        live_scores, rank = found.scores.masked_fill(is_eos, -math.inf).topk(K, dim=2)
+        # Each group continues with its K best non-EOS candidates (one candidate: itself).
+        live_scores = found.scores.masked_fill(is_eos, -math.inf)
+        kept = found.parents, found.tokens, found.marks
+        if found.scores.size(2) > 1:
+            live_scores, rank = live_scores.topk(K, dim=2)
+            kept = [None if t is None else t.gather(2, rank) for t in kept]
         live_scores = live_scores.view(active, -1)  # (N, R'), R' = G * K
-        parents = found.parents.gather(2, rank).view(active, -1)  # (N, R')
-        tokens = found.tokens.gather(2, rank).view(active, -1)
-        marks = None if found.marks is None else found.marks.gather(2, rank).view(active, -1)
+        parents, tokens, marks = (None if t is None else t.view(active, -1) for t in kept)
         strategy.advance(parents, marks, live_scores)
         new_rows = tokens.size(1)
         if return_attention:  # (N, R', S): a beam search's first row is every beam's
