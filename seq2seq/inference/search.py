@@ -269,6 +269,7 @@ class Choose(Strategy):
 
     def __init__(self, choose: Callable[[Tensor], Tensor] | None = None) -> None:
         self.choose = choose
+        self.row_zero: Tensor | None = None  # (1, 1, 1) every row's parent, made once
 
     def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
         log_probs = log_probs.squeeze(1)  # (N, V): one row per sentence
@@ -278,8 +279,10 @@ class Choose(Strategy):
             tokens = self.choose(log_probs)  # (N,)
             chosen_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         tokens = tokens.view(-1, 1, 1)
+        if self.row_zero is None:
+            self.row_zero = tokens.new_zeros(1, 1, 1)
         return Candidates(scores=(scores.squeeze(1) + chosen_log_probs).view(-1, 1, 1),
-                          parents=torch.zeros_like(tokens), tokens=tokens)
+                          parents=self.row_zero.expand_as(tokens), tokens=tokens)
 
 
 class Beam(Strategy):
@@ -352,12 +355,15 @@ class Beams(NamedTuple):
         )
 
     def advance(self, step: int, *, finalize: Tensor, scores: Tensor, live_scores: Tensor,
-                tokens: Tensor, beam_size: int) -> Beams:
+                tokens: Tensor, beam_size: int, limit_reached: bool) -> Beams:
         """After ``step``: the hypotheses ``finalize`` finished with ``scores`` (N, K), the live
         rows' new ``tokens`` and ``live_scores`` (N, R), and which sentences are done now (see
-        :func:`beam_search` for the rules and the bound)."""
+        :func:`beam_search` for the rules and the bound); ``limit_reached``: whether some
+        sentence may be at its length limit (else the search skips that comparison)."""
         finished_count = self.finished_count + finalize.sum(dim=1)
-        done = self.done | (finished_count >= beam_size) | (self.max_lengths <= step)
+        done = self.done | (finished_count >= beam_size)
+        if limit_reached:
+            done = done | (self.max_lengths <= step)
         best_finished = self.best_finished
         nbest = best_finished.size(1)
         if nbest < beam_size:  # with nbest = K, K finished hypotheses end a sentence first
@@ -472,7 +478,8 @@ def run_search(
         history.record(tokens=tokens, parents=parents, weights=weights, finalize=finalize,
                        final_scores=final_scores, final_parents=final_parents)
         beams = beams.advance(step, finalize=finalize, scores=final_scores,
-                              live_scores=live_scores, tokens=tokens, beam_size=K)
+                              live_scores=live_scores, tokens=tokens, beam_size=K,
+                              limit_reached=step >= first_forced_step)
         done_count = int(beams.done.sum())  # the one host sync per step
         if done_count == active:
             break
