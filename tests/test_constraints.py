@@ -7,6 +7,7 @@ import pytest
 import torch
 from test_search import random_sources, tiny_model
 
+from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference.constraints import constrained_beam_search, pad_phrases
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.search import beam_search, pad_prefixes
@@ -73,3 +74,5 @@ def test_bad_phrases_are_one_line_errors():
         pad_phrases([[[4], []]], "cpu")
     with pytest.raises(ValueError, match="at most"):
         pad_phrases([[[4]] * 63], "cpu")
+    with pytest.raises(ValueError, match="sentence 2: constraint 1 holds a special piece"):
+        pad_phrases([[[4]], [[5, EOS_ID]]], "cpu")

@@ -470,3 +470,52 @@ def test_encoded_source_is_cast_once_for_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cast = in_autocast_dtype(projected, "cpu")
     assert cast.keys is projected.keys  # a scorer's own precomputed keys are left alone
+
+
+@torch.inference_mode()
+def teacher_forced_score(model, src, src_lengths, tokens: list[int], alpha: float) -> float:
+    """The model's own log-probability of ``tokens`` then EOS after one source sentence,
+    summed step by step outside any search, divided by the length penalty."""
+    encoded = model.encode(src, src_lengths)
+    state = model.init_state(encoded)
+    total, previous = 0.0, BOS_ID
+    for token in [*tokens, EOS_ID]:
+        logits, _, state = model.decode_step(torch.tensor([previous]), state, encoded)
+        total += float(torch.log_softmax(logits.double(), dim=-1)[0, token])
+        previous = token
+    return total / length_penalty_factor(len(tokens) + 1.0, alpha)
+
+
+@pytest.mark.parametrize("architecture", [ARCHITECTURES[0], ARCHITECTURES[2]])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_every_score_is_the_models_teacher_forced_log_probability(architecture, alpha):
+    """Greedy, beam, sampling and the grid of constraints (beam 1 and 5), beside prefixes and
+    the length limit's forced EOS: each hypothesis' score is what the model gives its tokens."""
+    from seq2seq.inference.constraints import constrained_beam_search
+    from seq2seq.inference.sampling import Sampling, sample_search
+
+    model = tiny_model(*architecture[:3], table_seed=architecture[3])
+    src, src_lengths = random_sources(4, seed=11)
+    options = {"max_len_a": 1.0, "max_len_b": 2, "length_penalty": alpha,
+               "prefixes": pad_prefixes([[6], [], [9, 4], []], "cpu")}
+    constraints = [[[5, 6]], [], [[7], [8, 10]], [[12]]]
+    searches = {
+        "greedy": greedy_search(model, src, src_lengths, **options),
+        "beam": beam_search(model, src, src_lengths, beam_size=5, nbest=3, **options),
+        "sample": sample_search(model, src, src_lengths, sampling=Sampling(temperature=2.0),
+                                nbest=2, generator=torch.Generator().manual_seed(0), **options),
+        **{f"grid{k}": constrained_beam_search(model, src, src_lengths, constraints=constraints,
+                                               beam_size=k, nbest=min(k, 2), **options)
+           for k in (1, 5)},
+    }
+    lengths = set()
+    for name, results in searches.items():
+        for row, n_best in enumerate(results):
+            assert n_best, name
+            width = int(src_lengths[row])
+            for hypothesis in n_best:
+                lengths.add(len(hypothesis.tokens))
+                expected = teacher_forced_score(model, src[row: row + 1, :width],
+                                                src_lengths[row: row + 1], hypothesis.tokens, alpha)
+                assert hypothesis.score == pytest.approx(expected, abs=1e-4), (name, row)
+    assert len(lengths) > 2  # EOS chosen and forced, at several lengths

@@ -16,8 +16,9 @@ A sentence gets ``nbest`` independent samples, best score first. The score is th
 length-penalised log-probability of the sample (not the reshaped one), as the searches report.
 The draws come from one ``torch.Generator``: a seed makes a run reproducible for the same input
 and batch settings. Everything else (length limits, forced prefixes, finished sentences leaving
-the batch, every runtime) is :func:`~seq2seq.inference.search.greedy_search`'s, which this
-drives with a different choice of the next token.
+the batch, every runtime) is the one search loop's, through
+:func:`~seq2seq.inference.search.greedy_search` with a different choice of the next token (its
+:class:`~seq2seq.inference.search.Choose` strategy).
 """
 
 from __future__ import annotations

@@ -1,15 +1,25 @@
-"""Greedy and beam search over a batch of source sentences.
+"""The one search loop, :func:`run_search`, and its greedy and beam strategies.
 
-Both searches decode every sentence of a batch (and, for beam search, every beam of every
-sentence) in one tensor pass per step: the ``B * K`` hypotheses are flattened into the batch
-dimension, the source is encoded once (memory and attention keys) and its rows are repeated
-per beam (``index_select``; again only when finished sentences leave the batch), and after each
-step the decoder state is reordered to follow the surviving beams with
-:func:`~seq2seq.models.interfaces.select_state`. Beam search starts from one row per sentence
-(its BOS: K copies would give K equal rows) and has K from its first step on; its per-sentence
+Every search goes through :func:`run_search` (as fairseq's ``search.py``): a small
+:class:`Strategy` ranks each step's candidates and the loop does the rest, once for all of
+them: the start, the forced tokens (the length limit's EOS, a prefix), finishing hypotheses
+and keeping the best live ones, finished sentences leaving the batch, the history.
+
+- :class:`Choose` (:func:`greedy_search`): one row per sentence, the most probable token, or
+  a sampled one (:mod:`seq2seq.inference.sampling`);
+- :class:`Beam` (:func:`beam_search`): K beams, the 2K best candidates of each sentence;
+- the grid of :mod:`seq2seq.inference.constraints`: K beams per bank of constraint pieces.
+
+The loop decodes every row of every sentence in one tensor pass per step: the ``B * R`` rows
+are flattened into the batch dimension, the source is encoded once (memory and attention keys)
+and its rows are repeated per row (``index_select``; again only when the rows per sentence
+change or finished sentences leave the batch), and after each step the decoder state is
+reordered to follow the kept rows with :func:`~seq2seq.models.interfaces.select_state` (not
+with one row per sentence: it cannot move). Beam search starts from one row per sentence (its
+BOS: K copies would give K equal rows) and has K from its first step on; the per-sentence
 bookkeeping is one :class:`Beams` object (``start``, ``advance``, ``prune``).
 
-Conventions shared by both searches:
+Conventions shared by every search:
 
 - Decoding starts from ``BOS_ID``; a hypothesis ends at ``EOS_ID``. Returned tokens exclude
   both. ``PAD_ID`` and ``BOS_ID`` are never generated.
@@ -24,12 +34,12 @@ Conventions shared by both searches:
   finished hypotheses and the stopping decision are per sentence, so a sentence gets the same
   result (up to floating-point noise of batched matrix products) whatever it is batched with.
 - Finished sentences leave the batch (a greedy sentence once it produced EOS, a beam-search
-  sentence once it is done): when the finished ones make up at least ``PRUNE_FRACTION`` of
+  sentence once it is done, by the rules of :func:`beam_search`): when the finished ones make up at least ``PRUNE_FRACTION`` of
   the sentences still in the batch, their rows are dropped from the decoder state, the
   encoded source, the previous tokens and every per-sentence bookkeeping tensor, so a batch no
   longer costs as much as its longest translation. Until then a finished sentence keeps
-  running, masked, and adds nothing. Each step's history holds the rows decoded at that step;
-  it is scattered into full-batch ``(T, B, ...)`` tensors once, at the end
+  running and adds nothing. Each step's history holds the rows decoded at that step;
+  it is scattered into full-batch ``(T, B, ...)`` tensors and backtracked once, at the end
   (:mod:`seq2seq.inference.search_history`).
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
@@ -49,8 +59,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.search_history import collect_hypotheses, full_history, history_index
-from seq2seq.models.interfaces import DecodingModel, Encoded, State, select_state
+from seq2seq.inference.search_history import SearchHistory
+from seq2seq.models.interfaces import DecodingModel, Encoded, select_state
 
 
 class Hypothesis(NamedTuple):
@@ -115,42 +125,6 @@ def in_autocast_dtype(encoded: Encoded, device_type: str) -> Encoded:
     return encoded.cast_memory(torch.get_autocast_dtype(device_type))
 
 
-class SearchStart(NamedTuple):
-    """What both searches set up first: the encoded source (one row per sentence), the decoder
-    state, and the output length limits.
-
-    Attributes:
-        encoded: the model's encoded source, in the autocast dtype under autocast.
-        state: the decoder's initial state, one row per sentence.
-        max_lengths: (B,) each sentence's output limit (EOS not counted), on the device.
-        max_steps: steps the longest limit allows (its EOS step included).
-        first_forced_step: the first step at which some sentence is forced to end.
-    """
-
-    encoded: Encoded
-    state: State
-    max_lengths: Tensor
-    max_steps: int
-    first_forced_step: int
-
-
-def start_search(model: DecodingModel, src: Tensor, src_lengths: Tensor, *, max_len_a: float,
-                 max_len_b: float, prefixes: Tensor | None = None) -> SearchStart:
-    """Encode the batch once and compute its length limits (see the module docstring); a
-    forced prefix longer than its sentence's limit raises the limit to its length."""
-    encoded = in_autocast_dtype(model.encode(src, src_lengths), src.device.type)
-    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
-    if prefixes is not None:
-        max_lengths = torch.maximum(max_lengths, (prefixes >= 0).sum(dim=1).to(max_lengths))
-    return SearchStart(
-        encoded=encoded,
-        state=model.init_state(encoded),
-        max_lengths=max_lengths.to(src.device),
-        max_steps=int(max_lengths.max()) + 1,  # + 1 for the EOS step
-        first_forced_step=int(max_lengths.min()),
-    )
-
-
 def next_token_log_probs(logits: Tensor, forced: Tensor | None) -> Tensor:
     """Log-probabilities of the next token, with PAD/BOS forbidden and a token forced where asked.
 
@@ -199,109 +173,6 @@ def forced_tokens(step: int, max_lengths: Tensor, first_forced_step: int,
     return forced
 
 
-@torch.inference_mode()
-def greedy_search(
-    model,
-    src: Tensor,
-    src_lengths: Tensor,
-    *,
-    max_len_a: float,
-    max_len_b: float,
-    return_attention: bool = False,
-    length_penalty: float = 1.0,
-    prefixes: Tensor | None = None,
-    choose: Callable[[Tensor], Tensor] | None = None,
-) -> list[list[Hypothesis]]:
-    """Decode a batch by always taking the most probable next token (or the one ``choose``
-    picks: :mod:`seq2seq.inference.sampling` samples it).
-
-    Args:
-        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
-            in eval mode.
-        src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths, best on the CPU (the length limits are read there).
-        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
-        max_len_b: see ``max_len_a``.
-        return_attention: also return each hypothesis' attention weights.
-        length_penalty: GNMT alpha used for the reported score only (it cannot change a
-            greedy output); the default matches :func:`beam_search`, so that beam size 1
-            reports the same scores.
-        prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
-            :func:`pad_prefixes`); None: none.
-        choose: log-probabilities (N, V) -> the next tokens (N,); None: the most probable.
-
-    Returns:
-        One single-element list of :class:`Hypothesis` per sentence, in input order.
-
-    Shape:
-        - src: (B, S) int64
-        - src_lengths: (B,) int64
-    """
-    batch_size = src.size(0)
-    if batch_size == 0:
-        return []
-    device = src.device
-    encoded, state, max_lengths, max_steps, first_forced_step = start_search(
-        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b, prefixes=prefixes)
-
-    # Row i of every (N, ...) tensor is sentence `sentences[i]` of the batch; N shrinks from B
-    # as finished sentences leave (the encoded source and the state follow the same rows).
-    sentences = torch.arange(batch_size, device=device)  # (N,)
-    segments = [(0, sentences)]  # (first step, sentences decoded from then on)
-    prev_tokens = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)  # (N,)
-    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (N,)
-    log_prob_sums = torch.zeros(batch_size, device=device)  # (B,) by sentence, never pruned
-    step_tokens: list[Tensor] = []  # each (N,), the sentences decoded at that step
-    step_weights: list[Tensor] = []  # each (N, S)
-    for step in range(max_steps):
-        logits, weights, state = model.decode_step(prev_tokens, state, encoded)  # (N, V), (N, S)
-        forced = forced_tokens(step, max_lengths, first_forced_step, prefixes, sentences)
-        log_probs = next_token_log_probs(logits, forced)  # (N, V)
-        if choose is None:
-            best_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
-        else:
-            tokens = choose(log_probs)  # (N,)
-            best_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
-        # Finished sentences not pruned yet keep running but add nothing.
-        tokens = tokens.masked_fill(finished, PAD_ID)
-        log_prob_sums.index_add_(0, sentences, best_log_probs.masked_fill(finished, 0.0))
-        finished = finished | (tokens == EOS_ID)
-        step_tokens.append(tokens)
-        if return_attention:
-            step_weights.append(weights.float())
-        prev_tokens = tokens
-        active = sentences.numel()
-        finished_count = int(finished.sum())  # the one host sync per step
-        if finished_count == active:
-            break
-        if prune_now(finished_count, active):
-            keep = kept_rows(finished, active - finished_count)  # (N',)
-            kept = [t[keep] for t in (sentences, prev_tokens, max_lengths, finished)]
-            sentences, prev_tokens, max_lengths, finished = kept
-            encoded = encoded.index_select(keep)
-            state = select_state(state, keep)
-            segments.append((step + 1, sentences))
-
-    index = history_index(segments, len(step_tokens), batch_size)
-    all_tokens = full_history(step_tokens, index, batch_size, PAD_ID).cpu()  # (T, B)
-    all_weights = None  # (T, B, S)
-    if return_attention:
-        all_weights = full_history(step_weights, index, batch_size, 0.0).cpu()
-    log_prob_sums = log_prob_sums.cpu()
-    results = []
-    for sentence in range(batch_size):
-        row = all_tokens[:, sentence].tolist()
-        length = row.index(EOS_ID)  # always present: EOS is forced at the length limit
-        # Divided as a float32 tensor by a Python float, exactly like beam_search's scores.
-        score = float(log_prob_sums[sentence] / length_penalty_factor(length + 1.0, length_penalty))
-        attention = None
-        if all_weights is not None:
-            source_len = int(src_lengths[sentence])
-            attention = all_weights[: length + 1, sentence, :source_len].clone()
-        results.append([Hypothesis(tokens=row[:length], score=score, attention=attention)])
-    return results
-
-
 def pad_prefixes(prefixes: Sequence[Sequence[int]], device: torch.device | str) -> Tensor | None:
     """Each sentence's forced prefix as one (B, P) tensor, -1 after its end; None when every
     prefix is empty."""
@@ -337,36 +208,116 @@ def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, index
 
 
-def finish_step(beams, step: int, *, finalize: Tensor, scores: Tensor, live_scores: Tensor,
-                beam_size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """A step's finished hypotheses added to ``beams``' (a :class:`Beams` or a grid search's,
-    with the same bookkeeping fields): the new ``finished_count`` and ``best_finished``, and
-    which sentences are ``done`` now (the rules of :func:`beam_search`).
+class Candidates(NamedTuple):
+    """A step's candidates, as a :class:`Strategy` ranks them: each sentence's rows fall into G
+    groups (a beam search has one, the grid of constraints one per bank), each group with its
+    C candidates, best first; :func:`run_search` finishes and keeps the best of them.
 
-    Shape:
-        - finalize, scores: (N, K) the hypotheses finished at ``step`` and their scores
-        - live_scores: (N, R) the live hypotheses' summed log-probabilities
+    Attributes:
+        scores: (N, G, C) summed log-probabilities, best first in a group (-inf: none).
+        parents: (N, G, C) the row (0..R-1, of the rows just decoded) each extends.
+        tokens: (N, G, C) the token each adds.
+        final_group: (N,) the group whose EOS candidates may finish a hypothesis (the grid:
+            the bank holding every phrase); None: group 0.
+        marks: (N, G, C) the strategy's own note on each candidate, handed back to
+            :meth:`Strategy.advance` for those kept; None: none.
     """
-    nbest = beams.best_finished.size(1)
-    finished_count = beams.finished_count + finalize.sum(dim=1)
-    best_finished = torch.cat([beams.best_finished, scores], dim=1).topk(nbest, dim=1).values
-    next_penalty = length_penalty_factor(step + 2.0, beams.length_penalty)
-    bound = live_scores.max(dim=1).values / torch.clamp(beams.max_length_penalty,
-                                                         min=next_penalty)
-    cannot_improve = (finished_count >= nbest) & (bound <= best_finished[:, -1])
-    done = (beams.done | (finished_count >= beam_size) | cannot_improve
-            | (beams.max_lengths <= step))
-    return finished_count, best_finished, done
+
+    scores: Tensor
+    parents: Tensor
+    tokens: Tensor
+    final_group: Tensor | None = None
+    marks: Tensor | None = None
+
+
+class Strategy:
+    """How a search picks each step's candidates; :func:`run_search` does the rest: the start,
+    the forced tokens, finishing and keeping hypotheses, finished sentences leaving the batch.
+
+    Attributes:
+        beam_size: K, the hypotheses each group keeps and each sentence finishes at most.
+        start_rows: rows per sentence at the first step, row 0 the BOS, the others empty.
+        required_tokens: (B,) tokens each output must hold beside its prefix (the grid: its
+            constraint pieces), so that its length limit holds them; None: none.
+    """
+
+    beam_size: int = 1
+    start_rows: int = 1
+    required_tokens: Tensor | None = None
+
+    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+        """The ranked candidates of ``step``.
+
+        Shape:
+            - log_probs: (N, R, V) the next token's log-probabilities (forcing applied)
+            - scores: (N, R) each row's summed log-probability (-inf: an empty row)
+        """
+        raise NotImplementedError
+
+    def advance(self, parents: Tensor, marks: Tensor | None, scores: Tensor) -> None:
+        """Follow the rows kept after a step: each extends row ``parents`` (N, R') with the
+        candidate that ``marks`` (N, R') noted and has summed log-probability ``scores``."""
+
+    def prune(self, keep: Tensor) -> None:
+        """Only the sentences ``keep`` (N',) stay in the batch."""
+
+
+class Choose(Strategy):
+    """One hypothesis per sentence, extended by the most probable next token or by the one
+    ``choose`` picks (log-probabilities (N, V) -> tokens (N,); :mod:`seq2seq.inference.sampling`
+    samples it): greedy search."""
+
+    def __init__(self, choose: Callable[[Tensor], Tensor] | None = None) -> None:
+        self.choose = choose
+        self.row_zero: Tensor | None = None  # (1, 1, 1) every row's parent, made once
+
+    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+        log_probs = log_probs.squeeze(1)  # (N, V): one row per sentence
+        if self.choose is None:
+            chosen_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
+        else:
+            tokens = self.choose(log_probs)  # (N,)
+            chosen_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        tokens = tokens.view(-1, 1, 1)
+        if self.row_zero is None:
+            self.row_zero = tokens.new_zeros(1, 1, 1)
+        return Candidates(scores=(scores.squeeze(1) + chosen_log_probs).view(-1, 1, 1),
+                          parents=self.row_zero.expand_as(tokens), tokens=tokens)
+
+
+class Beam(Strategy):
+    """Beam search: each sentence ranks the ``2 K`` best (row, next token) candidates by summed
+    log-probability (:func:`beam_search` says why ``2 K``)."""
+
+    def __init__(self, beam_size: int) -> None:
+        self.beam_size = beam_size
+
+    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+        active, rows, vocab_size = log_probs.shape
+        candidates = log_probs.add_(scores.unsqueeze(2)).view(active, rows * vocab_size)
+        top_scores, top_index = top_candidates(candidates, 2 * self.beam_size)  # (N, 2K)
+        return Candidates(scores=top_scores.unsqueeze(1),  # (N, 1, 2K): one group
+                          parents=(top_index // vocab_size).unsqueeze(1),
+                          tokens=(top_index % vocab_size).unsqueeze(1))
+
+
+def in_final_group(values: Tensor, final_group: Tensor | None, count: int) -> Tensor:
+    """The first ``count`` of ``values`` (N, G, C) in each sentence's ``final_group`` (N,) (None:
+    group 0): (N, count)."""
+    if final_group is None:
+        return values[:, 0, :count]
+    index = final_group.view(-1, 1, 1).expand(-1, 1, count)
+    return values[:, :, :count].gather(1, index).squeeze(1)
 
 
 class Beams(NamedTuple):
-    """The sentences a beam search still decodes, one row each (N of them, N shrinking from B as
-    sentences leave), with their beams' and finished hypotheses' bookkeeping.
+    """The sentences a search still decodes, one row each (N of them, N shrinking from B as
+    sentences leave), with their hypotheses' and finished hypotheses' bookkeeping.
 
     Attributes:
         sentences: (N,) each row's sentence in the batch.
-        tokens: (N, R) the last token of each live beam (BOS at the start, R = 1).
-        scores: (N, R) each live beam's summed log-probability (-inf: a dead beam).
+        tokens: (N, R) the last token of each live hypothesis (BOS at the start).
+        scores: (N, R) each live hypothesis' summed log-probability (-inf: a dead or empty row).
         done: (N,) bool, the sentence adds no more finished hypotheses.
         finished_count: (N,) its finished hypotheses so far.
         best_finished: (N, nbest) the best of their scores, best first (-inf: none).
@@ -386,13 +337,15 @@ class Beams(NamedTuple):
     length_penalty: float
 
     @classmethod
-    def start(cls, max_lengths: Tensor, *, length_penalty: float, nbest: int) -> Beams:
-        """Every sentence of the batch with one live beam: BOS, score 0."""
+    def start(cls, max_lengths: Tensor, *, rows: int, length_penalty: float, nbest: int) -> Beams:
+        """Every sentence of the batch with ``rows`` rows, row 0 live (BOS, score 0)."""
         batch_size, device = max_lengths.numel(), max_lengths.device
+        scores = torch.full((batch_size, rows), -math.inf, device=device)
+        scores[:, 0] = 0.0
         return cls(
             sentences=torch.arange(batch_size, device=device),
-            tokens=torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=device),
-            scores=torch.zeros(batch_size, 1, device=device),
+            tokens=torch.full((batch_size, rows), BOS_ID, dtype=torch.long, device=device),
+            scores=scores,
             done=torch.zeros(batch_size, dtype=torch.bool, device=device),
             finished_count=torch.zeros(batch_size, dtype=torch.long, device=device),
             best_finished=torch.full((batch_size, nbest), -math.inf, device=device),
@@ -402,13 +355,23 @@ class Beams(NamedTuple):
         )
 
     def advance(self, step: int, *, finalize: Tensor, scores: Tensor, live_scores: Tensor,
-                tokens: Tensor) -> Beams:
+                tokens: Tensor, beam_size: int, limit_reached: bool) -> Beams:
         """After ``step``: the hypotheses ``finalize`` finished with ``scores`` (N, K), the live
-        beams' new ``tokens`` and ``live_scores`` (N, K), and which sentences are done now (see
-        :func:`beam_search` for the rules and the bound)."""
-        finished_count, best_finished, done = finish_step(
-            self, step, finalize=finalize, scores=scores, live_scores=live_scores,
-            beam_size=tokens.size(1))
+        rows' new ``tokens`` and ``live_scores`` (N, R), and which sentences are done now (see
+        :func:`beam_search` for the rules and the bound); ``limit_reached``: whether some
+        sentence may be at its length limit (else the search skips that comparison)."""
+        finished_count = self.finished_count + finalize.sum(dim=1)
+        done = self.done | (finished_count >= beam_size)
+        if limit_reached:
+            done = done | (self.max_lengths <= step)
+        best_finished = self.best_finished
+        nbest = best_finished.size(1)
+        if nbest < beam_size:  # with nbest = K, K finished hypotheses end a sentence first
+            best_finished = torch.cat([best_finished, scores], dim=1).topk(nbest, dim=1).values
+            next_penalty = length_penalty_factor(step + 2.0, self.length_penalty)
+            bound = live_scores.max(dim=1).values / torch.clamp(self.max_length_penalty,
+                                                                 min=next_penalty)
+            done = done | ((finished_count >= nbest) & (bound <= best_finished[:, -1]))
         return self._replace(tokens=tokens, scores=live_scores, done=done,
                              finished_count=finished_count, best_finished=best_finished)
 
@@ -417,9 +380,174 @@ class Beams(NamedTuple):
         return Beams(*(t[keep] for t in self[:-1]), self.length_penalty)
 
 
+def rows_per_sentence(encoded: Encoded, sentences: int, rows: int, device) -> Encoded:
+    """The encoded source of ``sentences`` sentences with each one's row repeated ``rows``
+    times (a copy, unless ``rows`` is 1)."""
+    if rows == 1:
+        return encoded
+    return encoded.index_select(torch.arange(sentences, device=device).repeat_interleave(rows))
+
+
 @torch.inference_mode()
+def run_search(
+    model: DecodingModel,
+    src: Tensor,
+    src_lengths: Tensor,
+    strategy: Strategy,
+    *,
+    max_len_a: float,
+    max_len_b: float,
+    length_penalty: float = 1.0,
+    nbest: int = 1,
+    return_attention: bool = False,
+    prefixes: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """The one search loop: ``strategy`` ranks each step's candidates, the rest is here.
+
+    Each step decodes the N * R rows in one pass, forces a token where the length limit or a
+    prefix says so (:func:`forced_tokens`), and asks the strategy for each group's candidates.
+    EOS candidates ranked among the first K of a sentence's final group become finished
+    hypotheses (scored with the length penalty); the K best non-EOS candidates of each group
+    are the next rows, and the decoder state follows them. A sentence is done by the rules of
+    :func:`beam_search`, and done sentences leave the batch (the module docstring).
+
+    Args:
+        strategy: how candidates are ranked (:class:`Choose`, :class:`Beam`, the grid of
+            :mod:`seq2seq.inference.constraints`).
+        others: as for :func:`beam_search`.
+
+    Returns:
+        Per sentence, in input order, up to ``nbest`` hypotheses, best first.
+    """
+    batch_size, source_len = src.shape
+    if batch_size == 0:
+        return []
+    K, device = strategy.beam_size, src.device
+    encoded = in_autocast_dtype(model.encode(src, src_lengths), device.type)
+    max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
+    max_lengths = max_lengths.to(device)
+    needed = strategy.required_tokens  # the limit grows to hold these and the prefix
+    if prefixes is not None:
+        prefix_lengths = (prefixes >= 0).sum(dim=1).to(device)
+        needed = prefix_lengths if needed is None else needed + prefix_lengths
+    if needed is not None:
+        max_lengths = torch.maximum(max_lengths, needed)
+    max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
+    first_forced_step = int(max_lengths.min())
+
+    beams = Beams.start(max_lengths, rows=strategy.start_rows, length_penalty=length_penalty,
+                        nbest=nbest)
+    row_encoded = rows_per_sentence(encoded, batch_size, strategy.start_rows, device)
+    state = model.init_state(row_encoded)
+    history = SearchHistory(beams.sentences, attention=return_attention)
+    for step in range(max_steps):
+        active, rows = beams.scores.shape  # N sentences, R rows each
+        logits, weights, state = model.decode_step(  # (N*R, V), (N*R, S)
+            beams.tokens.reshape(-1), state, row_encoded)
+        forced = forced_tokens(step, beams.max_lengths, first_forced_step, prefixes,
+                               beams.sentences)  # (N,) or None
+        if forced is not None and rows > 1:
+            forced = forced.repeat_interleave(rows)  # (N*R,)
+        log_probs = next_token_log_probs(logits, forced).view(active, rows, -1)  # (N, R, V)
+        found = strategy.candidates(step, log_probs, beams.scores)  # (N, G, C) each
+        is_eos = found.tokens == EOS_ID
+
+        # Finish the EOS candidates ranked among the final group's first K, for sentences
+        # still searching.
+        final_scores, final_eos, final_parents = (
+            in_final_group(values, found.final_group, K)
+            for values in (found.scores, is_eos, found.parents))  # (N, K) each
+        # A score is finite or -inf (an empty row's): one comparison, not isfinite's four.
+        finalize = final_eos & (final_scores > -math.inf) & ~beams.done.unsqueeze(1)
+        final_scores = torch.where(  # (N, K)
+            finalize, final_scores / length_penalty_factor(step + 1.0, length_penalty), -math.inf)
+
+        # Each group continues with its K best non-EOS candidates (one candidate: itself).
+        live_scores = found.scores.masked_fill(is_eos, -math.inf)
+        kept = found.parents, found.tokens, found.marks
+        if found.scores.size(2) > 1:
+            live_scores, rank = live_scores.topk(K, dim=2)
+            kept = [None if t is None else t.gather(2, rank) for t in kept]
+        live_scores = live_scores.view(active, -1)  # (N, R'), R' = G * K
+        parents, tokens, marks = (None if t is None else t.view(active, -1) for t in kept)
+        strategy.advance(parents, marks, live_scores)
+        new_rows = tokens.size(1)
+        if return_attention:  # (N, R', S): a beam search's first row is every beam's
+            weights = weights.float().view(active, rows, source_len)
+            weights = weights.expand(active, new_rows, source_len)
+        history.record(tokens=tokens, parents=parents, weights=weights, finalize=finalize,
+                       final_scores=final_scores, final_parents=final_parents)
+        beams = beams.advance(step, finalize=finalize, scores=final_scores,
+                              live_scores=live_scores, tokens=tokens, beam_size=K,
+                              limit_reached=step >= first_forced_step)
+        done_count = int(beams.done.sum())  # the one host sync per step
+        if done_count == active:
+            break
+        pruned = prune_now(done_count, active)
+        if pruned:
+            keep = kept_rows(beams.done, active - done_count)  # (N',)
+            beams = beams.prune(keep)
+            strategy.prune(keep)
+            encoded = encoded.index_select(keep)
+            history.leave(step + 1, beams.sentences)
+        if rows == new_rows == 1:  # one row per sentence stays where it is
+            if pruned:
+                state = select_state(state, keep)
+        else:  # follow the rows (and prune) at once: the row each continues, of N*R
+            state_rows = (torch.arange(active, device=device) * rows).unsqueeze(1) + parents
+            state = select_state(state, (state_rows[keep] if pruned else state_rows).view(-1))
+        if pruned or rows != new_rows:
+            row_encoded = rows_per_sentence(encoded, beams.sentences.numel(), new_rows, device)
+
+    found = history.hypotheses(src_lengths, nbest)
+    return [[Hypothesis(*hypothesis) for hypothesis in n_best] for n_best in found]
+
+
+def greedy_search(
+    model: DecodingModel,
+    src: Tensor,
+    src_lengths: Tensor,
+    *,
+    max_len_a: float,
+    max_len_b: float,
+    return_attention: bool = False,
+    length_penalty: float = 1.0,
+    prefixes: Tensor | None = None,
+    choose: Callable[[Tensor], Tensor] | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode a batch by always taking the most probable next token (or the one ``choose``
+    picks: :mod:`seq2seq.inference.sampling` samples it): :func:`run_search` with
+    :class:`Choose`.
+
+    Args:
+        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
+            in eval mode.
+        src: source ids, padded with PAD_ID.
+        src_lengths: real source lengths.
+        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
+        max_len_b: see ``max_len_a``.
+        return_attention: also return each hypothesis' attention weights.
+        length_penalty: GNMT alpha used for the reported score only (it cannot change a
+            greedy output); the default matches :func:`beam_search`, so that beam size 1
+            reports the same scores.
+        prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
+            :func:`pad_prefixes`); None: none.
+        choose: log-probabilities (N, V) -> the next tokens (N,); None: the most probable.
+
+    Returns:
+        One single-element list of :class:`Hypothesis` per sentence, in input order.
+
+    Shape:
+        - src: (B, S) int64
+        - src_lengths: (B,) int64
+    """
+    return run_search(model, src, src_lengths, Choose(choose), max_len_a=max_len_a,
+                      max_len_b=max_len_b, length_penalty=length_penalty,
+                      return_attention=return_attention, prefixes=prefixes)
+
+
 def beam_search(
-    model,
+    model: DecodingModel,
     src: Tensor,
     src_lengths: Tensor,
     *,
@@ -431,7 +559,8 @@ def beam_search(
     return_attention: bool = False,
     prefixes: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search with per-sentence finished-hypothesis bookkeeping.
+    """Batched beam search with per-sentence finished-hypothesis bookkeeping: :func:`run_search`
+    with :class:`Beam`.
 
     At each step every sentence ranks the ``2 K`` best (beam, next token) candidates by summed
     log-probability. EOS candidates ranked among the first ``K`` become finished hypotheses
@@ -453,7 +582,7 @@ def beam_search(
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
             in eval mode.
         src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths, best on the CPU (the length limits are read there).
+        src_lengths: real source lengths.
         beam_size: beams per sentence (K).
         length_penalty: GNMT alpha; 0 ranks by summed log-probability.
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
@@ -475,90 +604,6 @@ def beam_search(
         - src_lengths: (B,) int64
     """
     check_beam_options(beam_size, nbest)
-    batch_size, source_len = src.shape
-    if batch_size == 0:
-        return []
-    K = beam_size
-    device = src.device
-    encoded, state, max_lengths, max_steps, first_forced_step = start_search(
-        model, src, src_lengths, max_len_a=max_len_a, max_len_b=max_len_b, prefixes=prefixes)
-    beams = Beams.start(max_lengths, length_penalty=length_penalty, nbest=nbest)
-    # The decoder reads R rows per sentence: one (its BOS) until the first step gives it K beams.
-    row_encoded = encoded
-    segments = [(0, beams.sentences)]  # (first step, sentences decoded from then on)
-
-    # History of the sentences decoded at each step, kept on the device; scattered into
-    # full-batch (T, B, ...) tensors and read back once at the end.
-    history_tokens: list[Tensor] = []  # token chosen into each beam slot, each (N, K)
-    history_parents: list[Tensor] = []  # the row (0..R-1) it extends, each (N, K)
-    history_weights: list[Tensor] = []  # attention of each row at that step, each (N, K, S)
-    finals_mask: list[Tensor] = []  # EOS candidates that became finished hypotheses, (N, K)
-    finals_scores: list[Tensor] = []  # their length-penalised scores, (N, K)
-    finals_parents: list[Tensor] = []  # the row they extend, (N, K)
-
-    for step in range(max_steps):
-        active, rows = beams.scores.shape  # N sentences, R rows each
-        logits, weights, state = model.decode_step(  # (N*R, V), (N*R, S)
-            beams.tokens.reshape(-1), state, row_encoded)
-        vocab_size = logits.size(-1)
-        forced = forced_tokens(step, beams.max_lengths, first_forced_step, prefixes,
-                               beams.sentences)  # (N,) or None
-        if forced is not None:
-            forced = forced.repeat_interleave(rows)  # (N*R,)
-        log_probs = next_token_log_probs(logits, forced)
-        candidates = log_probs.view(active, rows, vocab_size).add_(beams.scores.unsqueeze(2))
-        top_scores, top_index = top_candidates(candidates.view(active, -1), 2 * K)  # (N, 2K)
-        top_parents = top_index // vocab_size  # (N, 2K) the row each extends
-        top_tokens = top_index % vocab_size  # (N, 2K)
-        is_eos = top_tokens == EOS_ID  # (N, 2K)
-
-        # Finish the EOS candidates ranked among the first K, for sentences still searching.
-        finalize = is_eos[:, :K] & torch.isfinite(top_scores[:, :K]) & ~beams.done.unsqueeze(1)
-        scores = top_scores[:, :K] / length_penalty_factor(step + 1.0, length_penalty)
-        scores = scores.masked_fill(~finalize, -math.inf)  # (N, K)
-        finals_mask.append(finalize)
-        finals_scores.append(scores)
-        finals_parents.append(top_parents[:, :K])
-
-        # Continue with the K best non-EOS candidates.
-        live_scores, live_rank = top_scores.masked_fill(is_eos, -math.inf).topk(K, dim=1)
-        parents = top_parents.gather(1, live_rank)  # (N, K)
-        history_tokens.append(top_tokens.gather(1, live_rank))
-        history_parents.append(parents)
-        if return_attention:
-            weights = weights.float().view(active, rows, source_len)
-            history_weights.append(weights.expand(active, K, source_len))  # R = 1: one row
-        beams = beams.advance(step, finalize=finalize, scores=scores, live_scores=live_scores,
-                              tokens=history_tokens[-1])
-        done_count = int(beams.done.sum())  # the one host sync per step
-        if done_count == active:
-            break
-        # The decoder row each new beam continues, in the (N*R) rows just decoded.
-        state_rows = (torch.arange(active, device=device) * rows).unsqueeze(1) + parents  # (N, K)
-        pruned = prune_now(done_count, active)
-        if pruned:
-            keep = kept_rows(beams.done, active - done_count)  # (N',)
-            beams, state_rows = beams.prune(keep), state_rows[keep]
-            encoded = encoded.index_select(keep)
-            segments.append((step + 1, beams.sentences))
-        state = select_state(state, state_rows.view(-1))  # follow the beams (and prune) at once
-        if pruned or rows != K:  # the rows per sentence changed: the source again, per beam
-            per_beam = torch.arange(beams.sentences.numel(), device=device).repeat_interleave(K)
-            row_encoded = encoded.index_select(per_beam)  # (N*K) rows
-
-    index = history_index(segments, len(history_tokens), batch_size)
-    found = collect_hypotheses(
-        src_lengths=src_lengths,
-        nbest=nbest,
-        history_tokens=full_history(history_tokens, index, batch_size, 0).cpu(),  # (T, B, K)
-        history_parents=full_history(history_parents, index, batch_size, 0).cpu(),
-        history_weights=(
-            full_history(history_weights, index, batch_size, 0.0).cpu()  # (T, B, K, S)
-            if return_attention
-            else None
-        ),
-        finals_mask=full_history(finals_mask, index, batch_size, False).cpu(),
-        finals_scores=full_history(finals_scores, index, batch_size, -math.inf).cpu(),
-        finals_parents=full_history(finals_parents, index, batch_size, 0).cpu(),
-    )
-    return [[Hypothesis(*hypothesis) for hypothesis in n_best] for n_best in found]
+    return run_search(model, src, src_lengths, Beam(beam_size), max_len_a=max_len_a,
+                      max_len_b=max_len_b, length_penalty=length_penalty, nbest=nbest,
+                      return_attention=return_attention, prefixes=prefixes)

@@ -1,14 +1,18 @@
 """The history of a batched search whose finished sentences leave the batch.
 
 A search records, at each step, one row per sentence still decoding at that step (``N_t`` of
-the batch's ``B``; the rest have left the batch, see :mod:`seq2seq.inference.search`).
-:func:`full_history` scatters those records into full-batch ``(T, B, ...)`` tensors, with a
-fill value where a sentence had left, in one ``index_copy`` per tensor at the end of the
-search; :func:`collect_hypotheses` then backtracks the finished beam-search hypotheses.
+the batch's ``B``; the rest have left the batch, see :mod:`seq2seq.inference.search`) in a
+:class:`SearchHistory`, which keeps it on the device. At the end, :func:`full_history` scatters
+those records into full-batch ``(T, B, ...)`` tensors, with a fill value where a sentence had
+left, in one ``index_copy`` per tensor, and :meth:`SearchHistory.hypotheses` picks and
+backtracks the finished hypotheses of every sentence at once.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -40,52 +44,85 @@ def full_history(per_step: list[Tensor], index: Tensor, batch_size: int, fill) -
     return history.view(len(per_step), batch_size, *values.shape[1:])
 
 
-def collect_hypotheses(
-    *,
-    src_lengths: Tensor,
-    nbest: int,
-    history_tokens: Tensor,
-    history_parents: Tensor,
-    history_weights: Tensor | None,
-    finals_mask: Tensor,
-    finals_scores: Tensor,
-    finals_parents: Tensor,
-) -> list[list[tuple[list[int], float, Tensor | None]]]:
-    """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens.
+class SearchHistory:
+    """What a search decoded at each step, kept on the device until :meth:`hypotheses`.
 
-    Returns:
-        Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
-        fields of :class:`~seq2seq.inference.search.Hypothesis`, built by the caller).
-
-    Shape:
-        - history_tokens, history_parents, finals_*: (T, B, K) on the CPU
-        - history_weights: (T, B, K, S) on the CPU, or None
+    Args:
+        sentences: (B,) the batch's sentences, all decoded from the first step on.
+        attention: whether to keep the attention weights too.
     """
-    batch_size = finals_mask.size(1)
-    tokens_array = history_tokens.numpy()
-    parents_array = history_parents.numpy()
-    results = []
-    for sentence in range(batch_size):
-        steps, slots = finals_mask[:, sentence].nonzero(as_tuple=True)  # finished, (step, rank)
-        scores = finals_scores[steps, sentence, slots]
-        # Stable sort: equal scores keep the earlier (shorter) hypothesis first.
-        order = torch.sort(scores, descending=True, stable=True).indices[:nbest]
-        source_len = int(src_lengths[sentence])
-        hypotheses = []
-        for position in order.tolist():
-            end_step = int(steps[position])
-            slot = int(finals_parents[end_step, sentence, slots[position]])
-            # Walk back from the slot the EOS extends: step t's token sits in slot `slot`.
-            tokens, rows = [], []
-            if history_weights is not None:
-                rows.append(history_weights[end_step, sentence, slot, :source_len])
-            for step in range(end_step - 1, -1, -1):
-                tokens.append(int(tokens_array[step, sentence, slot]))
-                slot = int(parents_array[step, sentence, slot])
-                if history_weights is not None:
-                    rows.append(history_weights[step, sentence, slot, :source_len])
-            tokens.reverse()
-            attention = torch.stack(rows[::-1]) if history_weights is not None else None
-            hypotheses.append((tokens, float(scores[position]), attention))
-        results.append(hypotheses)
-    return results
+
+    def __init__(self, sentences: Tensor, *, attention: bool) -> None:
+        self.batch_size = sentences.numel()
+        self.segments = [(0, sentences)]  # (first step, sentences decoded from then on)
+        self.attention = attention
+        self.tokens: list[Tensor] = []  # token chosen into each row, each (N, R)
+        self.parents: list[Tensor] = []  # the row (of those decoded at that step) it extends
+        self.weights: list[Tensor] = []  # attention of each row decoded at that step, (N, R, S)
+        self.finals_mask: list[Tensor] = []  # EOS candidates that became finished hypotheses
+        self.finals_scores: list[Tensor] = []  # their length-penalised scores, (N, K)
+        self.finals_parents: list[Tensor] = []  # the row they extend, (N, K)
+
+    def record(self, *, tokens: Tensor, parents: Tensor, weights: Tensor | None,
+               finalize: Tensor, final_scores: Tensor, final_parents: Tensor) -> None:
+        """One step's rows (see the attributes' comments for the shapes)."""
+        self.tokens.append(tokens)
+        self.parents.append(parents)
+        if self.attention:
+            self.weights.append(weights)
+        self.finals_mask.append(finalize)
+        self.finals_scores.append(final_scores)
+        self.finals_parents.append(final_parents)
+
+    def leave(self, step: int, sentences: Tensor) -> None:
+        """From ``step`` on, only ``sentences`` (N',) are decoded."""
+        self.segments.append((step, sentences))
+
+    def hypotheses(self, src_lengths: Tensor, nbest: int) -> list[list[tuple]]:
+        """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens, all
+        sentences' at once, one step at a time.
+
+        Returns:
+            Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
+            fields of :class:`~seq2seq.inference.search.Hypothesis`, built by the caller).
+        """
+        index = history_index(self.segments, len(self.tokens), self.batch_size)
+
+        def full(per_step: list[Tensor], fill) -> Tensor:  # (T, B, ...) on the CPU
+            return full_history(per_step, index, self.batch_size, fill).cpu()
+
+        finals_scores = full(self.finals_scores, -math.inf)  # (T, B, K)
+        steps, batch_size, slots = finals_scores.shape
+        # Each sentence's finished hypotheses, best first, in (step, slot) order between equal
+        # scores (a stable sort): the earlier, shorter hypothesis first.
+        by_sentence = finals_scores.permute(1, 0, 2).reshape(batch_size, steps * slots)
+        order = by_sentence.sort(dim=1, descending=True, stable=True).indices[:, :nbest]
+        scores = by_sentence.gather(1, order).tolist()  # (B, H)
+        counts = full(self.finals_mask, False).sum(dim=(0, 2)).clamp(max=nbest).tolist()  # (B,)
+        order = order.numpy()
+        sentence = np.arange(batch_size)[:, None]  # (B, 1)
+        ends = order // slots  # (B, H) the step of each hypothesis' EOS
+        # Walk back from the row its EOS extends: step t's token sits in row `row`.
+        row = full(self.finals_parents, 0).numpy()[ends, sentence, order % slots]  # (B, H)
+        history_tokens, history_parents = full(self.tokens, 0).numpy(), full(self.parents, 0).numpy()
+        tokens = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H)
+        rows = np.zeros((steps, *ends.shape), dtype=np.int64)  # (T, B, H) the row read at step t
+        for step in range(steps - 1, -1, -1):
+            tokens[step] = history_tokens[step, sentence, row]
+            row = np.where(ends > step, history_parents[step, sentence, row], row)
+            rows[step] = row
+        weights = None  # (T, B, H, S) each hypothesis' attention rows
+        if self.attention:
+            weights = full(self.weights, 0.0)[torch.arange(steps).view(-1, 1, 1),
+                                             torch.arange(batch_size).view(1, -1, 1),
+                                             torch.from_numpy(rows)]
+        results = []
+        for b in range(batch_size):
+            source_len = int(src_lengths[b])
+            hypotheses = []
+            for h in range(counts[b]):
+                end = int(ends[b, h])
+                attention = None if weights is None else weights[:end + 1, b, h, :source_len].clone()
+                hypotheses.append((tokens[:end, b, h].tolist(), scores[b][h], attention))
+            results.append(hypotheses)
+        return results
