@@ -124,6 +124,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 UNNAMED_SIDES = ("src", "tgt")
 
 
+# Names of the languages Multi30k holds, for a reader (an Argos package, LibreTranslate's
+# /languages); other codes are shown as they are.
+LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
+
+
 def recorded_languages(config: dict[str, Any]) -> tuple[str | None, str | None]:
     """The (source, target) language codes a run's config records (``data.src_lang``,
     ``data.tgt_lang``); None for a side it leaves unnamed (missing, or ``src``/``tgt``)."""

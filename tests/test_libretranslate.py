@@ -25,6 +25,7 @@ pytest.importorskip("httpx", reason="FastAPI's test client needs httpx")
 pytest.importorskip("multipart", reason="form posts need python-multipart (the serve extra)")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from seq2seq.checkpoint import LANGUAGE_NAMES  # noqa: E402
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
@@ -100,8 +101,8 @@ def test_the_libretranslatepy_client_gets_what_v1_translate_gives(translator):
         assert client.translate(LINES[0], "auto", "en", timeout=HANG) == expected[0]
         assert client.detect("red cat", timeout=HANG) == [{"confidence": 100.0, "language": "de"}]
         assert client.languages(timeout=HANG) == [
-            {"code": "de", "name": "de", "targets": ["en"]},
-            {"code": "en", "name": "en", "targets": []}]
+            {"code": "de", "name": "German", "targets": ["en"]},
+            {"code": "en", "name": "English", "targets": []}]
         with pytest.raises(urllib.error.HTTPError) as refused:
             client.translate("red cat", "fr", "en", timeout=HANG)
         assert refused.value.code == 400
@@ -152,9 +153,9 @@ def test_several_models_each_serve_their_pair(translator, make_checkpoint, tmp_p
                      languages={"de-en": ("de", "en"), "fr-en": ("fr", "en")})
     with TestClient(app) as client:
         assert client.get("/languages").json() == [
-            {"code": "de", "name": "de", "targets": ["en"]},
-            {"code": "en", "name": "en", "targets": []},
-            {"code": "fr", "name": "fr", "targets": ["en"]}]
+            {"code": "de", "name": "German", "targets": ["en"]},
+            {"code": "en", "name": "English", "targets": []},
+            {"code": "fr", "name": "French", "targets": ["en"]}]
         for model, source in (("de-en", "de"), ("fr-en", "fr")):
             body = client.post("/translate", json={"q": LINES, "source": source, "target": "en"})
             assert body.json()["translatedText"] == [
@@ -272,7 +273,7 @@ def test_serve_py_takes_the_languages_the_checkpoint_records_else_its_own(
     for (checkpoint, overrides), (source, target) in pairs.items():
         with TestClient(build_app(serve_config(checkpoint, *overrides))) as client:
             assert client.get("/languages").json()[0] == {
-                "code": source, "name": source, "targets": [target]}
+                "code": source, "name": LANGUAGE_NAMES[source], "targets": [target]}
             body = client.post("/translate", data={"q": "red cat", "source": source,
                                                    "target": target}).json()
             assert body == {"translatedText": v1_translations(client, ["red cat"])[0][0]}

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from seq2seq.checkpoint import recorded_languages
+from seq2seq.checkpoint import LANGUAGE_NAMES, recorded_languages
 from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.export.ctranslate2_export import write_model_folder
@@ -36,7 +36,6 @@ METADATA_NAME = "metadata.json"
 ARGOS_VERSION = "1.0"
 # The names data=files and data=corpora give the sides by default, which name no language.
 # Display names of the Multi30k languages; another code is shown as it is unless named.
-LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
 # Argos's codes: ISO 639 in lower case, and its own "zt" and "pb" (LibreTranslate lowers the
 # codes it is given and maps zh-Hans, zh-Hant and pt-BR to zh, zt and pb).
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")

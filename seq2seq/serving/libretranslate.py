@@ -27,6 +27,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
 
+from seq2seq.checkpoint import LANGUAGE_NAMES
 from seq2seq.serving.errors import ApiError
 from seq2seq.serving.schemas import TranslateRequest
 
@@ -163,7 +164,7 @@ def add_libretranslate_routes(app: FastAPI, translate: Translate,
             targets.setdefault(source, set()).add(target)
             targets.setdefault(target, set())
         # No table of language names here: a language's name is its code.
-        return [{"code": code, "name": code, "targets": sorted(found)}
+        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(found)}
                 for code, found in targets.items()]
 
     @router.post("/detect")
