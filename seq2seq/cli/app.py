@@ -218,12 +218,6 @@ def refuse_what_cannot_compose(config_name: str, argv: Sequence[str]) -> None:
         fail(explain_composition_error(error, config_name, overrides))
 
 
-def task_started() -> None:
-    """Nothing to do any more: kept while the entry points call it first in their task (the
-    one-line composition errors no longer change Hydra's environment; see
-    :func:`refuse_what_cannot_compose`)."""
-
-
 def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, summary: str,
                   strict: bool, literal_keys: Sequence[str] = ()) -> Any:
     """Run ``app`` (a ``@hydra.main`` function) on ``sys.argv`` as described in the module

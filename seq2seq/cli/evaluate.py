@@ -54,7 +54,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -264,7 +264,6 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def _main(cfg: DictConfig) -> float:
     """Entry point; see the module docstring. Returns the best BLEU (for Hydra sweepers)."""
-    task_started()
     summaries = run(cfg)
     return max(s["bleu"] for s in summaries)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR, fail
 from seq2seq.config_types import ConfigError, check_value
 from seq2seq.inference.export_format import QUANTIZE_MODES
@@ -105,7 +105,6 @@ def run(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
 def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
-    task_started()
     run(cfg)
 
 

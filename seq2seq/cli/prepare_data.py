@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import CONFIG_DIR
 from seq2seq.data.corpus import DataError
 from seq2seq.data.prepare import prepare_data_from_config
@@ -20,7 +20,6 @@ from seq2seq.data.prepare import prepare_data_from_config
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="prepare_data")
 def _main(cfg: DictConfig) -> None:
     """Prepares the configured data and prints its summary; exits with 1 on a DataError."""
-    task_started()
     try:
         prepared = prepare_data_from_config(
             # Plain containers: the library does not depend on OmegaConf (unset "???" values

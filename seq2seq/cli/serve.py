@@ -28,7 +28,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -170,7 +170,6 @@ def run(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="serve")
 def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
-    task_started()
     run(cfg)
 
 

@@ -55,7 +55,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
-from seq2seq.cli.app import run_hydra_app, script_command, task_started
+from seq2seq.cli.app import run_hydra_app, script_command
 from seq2seq.cli.common import (
     CONFIG_DIR,
     check_options,
@@ -274,7 +274,6 @@ def run(cfg: DictConfig) -> int:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def _main(cfg: DictConfig) -> None:
     """Entry point; see the module docstring."""
-    task_started()
     try:
         run(cfg)
     except BrokenPipeError:
