@@ -29,7 +29,7 @@ from seq2seq.checkpoint import LANGUAGE_NAMES  # noqa: E402
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
-from seq2seq.serving.libretranslate import NO_LANGUAGES, recorded_languages  # noqa: E402
+from seq2seq.serving.libretranslate import NO_LANGUAGES  # noqa: E402
 from seq2seq.serving.models import ServedModel  # noqa: E402
 
 LINES = ["red cat", "one two big house", "blue bird sun", "moon", "small tree green dog"]
@@ -257,15 +257,16 @@ def test_serve_py_takes_the_languages_the_checkpoint_records_else_its_own(
         trained_checkpoint, tmp_path, capsys):
     from seq2seq.checkpoint import load_checkpoint, save_checkpoint
     from seq2seq.cli.serve import build_app
+    from seq2seq.serving.models import load_model
 
     # The copy model's checkpoint names its sides as a files corpus does unless told: src, tgt.
-    assert recorded_languages(trained_checkpoint) is None
+    assert load_model(trained_checkpoint).languages is None
     multi30k = load_checkpoint(trained_checkpoint)
     multi30k["config"]["data"] = {"kind": "multi30k", "src_lang": "fr", "tgt_lang": "cs"}
     recorded = tmp_path / "fr-cs.pt"
     save_checkpoint(multi30k, recorded)
-    assert recorded_languages(recorded) == recorded_languages([recorded, trained_checkpoint]) == (
-        "fr", "cs")
+    assert load_model(recorded).languages == load_model([recorded, trained_checkpoint]).languages \
+        == ("fr", "cs")
 
     pairs = {(recorded, ()): ("fr", "cs"),  # src_lang/tgt_lang only where none is recorded
              (recorded, ("src_lang=de", "tgt_lang=en")): ("fr", "cs"),

@@ -97,7 +97,6 @@ def build_app(cfg: DictConfig):
                                  prefix=f"model {name}: ")
     try:
         from seq2seq.serving.app import create_app
-        from seq2seq.serving.libretranslate import recorded_languages
         from seq2seq.serving.models import load_model
     except ImportError as error:
         fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
@@ -115,7 +114,7 @@ def build_app(cfg: DictConfig):
             fail(f"model {name}: {error}")
         log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
                  served[name].parameters, served[name].translator.device)
-        pair = recorded_languages(path) or configured
+        pair = served[name].languages or configured
         if pair is not None:
             languages[name] = pair
             log.info("model %s: LibreTranslate's /translate serves %s -> %s", name, *pair)

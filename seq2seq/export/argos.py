@@ -34,8 +34,6 @@ from seq2seq.export.manifest import write_manifest
 METADATA_NAME = "metadata.json"
 # Argos never checks argos_version; its own example metadata gives "1.0" (argostranslate/package.py).
 ARGOS_VERSION = "1.0"
-# The names data=files and data=corpora give the sides by default, which name no language.
-# Display names of the Multi30k languages; another code is shown as it is unless named.
 # Argos's codes: ISO 639 in lower case, and its own "zt" and "pb" (LibreTranslate lowers the
 # codes it is given and maps zh-Hans, zh-Hant and pt-BR to zh, zt and pb).
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")

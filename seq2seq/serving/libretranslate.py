@@ -21,9 +21,7 @@ for a bad request (``/v1/translate``'s 422 included), an unsupported pair or for
 
 from __future__ import annotations
 
-import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import APIRouter, FastAPI, Request
 
@@ -33,31 +31,10 @@ from seq2seq.serving.schemas import TranslateRequest
 
 AUTO = "auto"  # LibreTranslate's source for "detect it"
 CONFIDENCE = 100.0  # of the one source language served: no detector guesses it
-# The names a files or corpora data config gives its two sides unless told: not languages.
 NO_LANGUAGES = ("no model served records its languages: start serve.py with src_lang=CODE "
                 "tgt_lang=CODE")
 
 Translate = Callable[[TranslateRequest], Awaitable[dict]]
-
-
-def recorded_languages(path: str | os.PathLike | Sequence[str | os.PathLike]
-                       ) -> tuple[str, str] | None:
-    """The (source, target) language codes a checkpoint or exported folder records: its training
-    config's ``data.src_lang`` and ``data.tgt_lang`` (an ensemble: its first member's); None
-    where they are missing or the names a files corpus gets unless told (``src``, ``tgt``).
-
-    Raises:
-        CheckpointError: when the checkpoint or folder cannot be read.
-    """
-    from seq2seq.checkpoint import load_checkpoint
-    from seq2seq.checkpoint import recorded_languages as config_languages
-    from seq2seq.inference.loading import read_manifest
-
-    first = Path(path if isinstance(path, str | os.PathLike) else path[0])
-    # mmap: the weights stay on disk, only the config is read.
-    payload = read_manifest(first) if first.is_dir() else load_checkpoint(first, mmap=True)
-    pair = config_languages(payload["config"])
-    return None if None in pair else pair
 
 
 async def _fields(request: Request) -> dict:
@@ -163,7 +140,6 @@ def add_libretranslate_routes(app: FastAPI, translate: Translate,
         for source, target in pairs.values():
             targets.setdefault(source, set()).add(target)
             targets.setdefault(target, set())
-        # No table of language names here: a language's name is its code.
         return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(found)}
                 for code, found in targets.items()]
 

@@ -23,6 +23,7 @@ class ServedModel:
         scorer: the attention scorer's class name, or None when unknown.
         parameters: its number of parameters.
         training: the trainer's summary from the checkpoint, or None.
+        languages: the (source, target) language codes the checkpoint records, or None.
     """
 
     translator: Any
@@ -30,6 +31,7 @@ class ServedModel:
     scorer: str | None = None
     parameters: int = 0
     training: dict[str, Any] | None = None
+    languages: tuple[str, str] | None = None
 
     @classmethod
     def wrap(cls, translator, options: DecodeOptions | None = None) -> ServedModel:
@@ -89,6 +91,7 @@ def load_model(
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
+    from seq2seq.checkpoint import recorded_languages
     from seq2seq.inference.loading import load_model_payload
     from seq2seq.inference.runtimes import translator_from_payloads
 
@@ -111,10 +114,12 @@ def load_model(
         scorer = scorers[0] or _scorer_of_module(translator.model)
     else:
         scorer = "+".join(s or "?" for s in scorers)
+    languages = recorded_languages(checkpoints[0]["config"])  # an ensemble: its first member's
     return ServedModel(
         translator,
         options,
         scorer=scorer,
         parameters=translator.parameter_count,  # every member's, an exported one's included
         training=training,
+        languages=None if None in languages else languages,
     )
