@@ -53,8 +53,7 @@ class ScoringOptions:
         """The :class:`~seq2seq.inference.decode_options.DecodeOptions` of these settings."""
         from seq2seq.inference.decode_options import DecodeOptions
 
-        return DecodeOptions(beam_size=self.beam_size, length_penalty=self.length_penalty,
-                             max_len_a=self.max_len_a, max_len_b=self.max_len_b)
+        return DecodeOptions.of(asdict(self))  # the fields the two share
 
     def translator_options(self) -> dict[str, Any]:
         return {
