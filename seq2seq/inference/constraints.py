@@ -111,7 +111,7 @@ class Grid(Strategy):
         self.inside = self.met - 1
         self.position = self.met
 
-    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
         """Each bank's 2K best: free candidates from its own rows, constraint pieces from the
         bank below (marked with their phrase; -1: free)."""
         active, rows, vocab_size = log_probs.shape

@@ -245,8 +245,8 @@ class Strategy:
     start_rows: int = 1
     required_tokens: Tensor | None = None
 
-    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
-        """The ranked candidates of ``step``.
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
+        """The ranked candidates of a step.
 
         Shape:
             - log_probs: (N, R, V) the next token's log-probabilities (forcing applied)
@@ -271,7 +271,7 @@ class Choose(Strategy):
         self.choose = choose
         self.row_zero: Tensor | None = None  # (1, 1, 1) every row's parent, made once
 
-    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
         log_probs = log_probs.squeeze(1)  # (N, V): one row per sentence
         if self.choose is None:
             chosen_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
@@ -292,7 +292,7 @@ class Beam(Strategy):
     def __init__(self, beam_size: int) -> None:
         self.beam_size = beam_size
 
-    def candidates(self, step: int, log_probs: Tensor, scores: Tensor) -> Candidates:
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
         active, rows, vocab_size = log_probs.shape
         candidates = log_probs.add_(scores.unsqueeze(2)).view(active, rows * vocab_size)
         top_scores, top_index = top_candidates(candidates, 2 * self.beam_size)  # (N, 2K)
@@ -424,16 +424,18 @@ def run_search(
         return []
     K, device = strategy.beam_size, src.device
     encoded = in_autocast_dtype(model.encode(src, src_lengths), device.type)
+    # On src_lengths' device (the CPU from a Translator), so that reading the limits below
+    # waits for nothing on the model's device; they move there after.
     max_lengths = max_output_lengths(src_lengths, max_len_a=max_len_a, max_len_b=max_len_b)
-    max_lengths = max_lengths.to(device)
     needed = strategy.required_tokens  # the limit grows to hold these and the prefix
     if prefixes is not None:
-        prefix_lengths = (prefixes >= 0).sum(dim=1).to(device)
-        needed = prefix_lengths if needed is None else needed + prefix_lengths
+        prefix_lengths = (prefixes >= 0).sum(dim=1)
+        needed = prefix_lengths if needed is None else needed + prefix_lengths.to(needed.device)
     if needed is not None:
-        max_lengths = torch.maximum(max_lengths, needed)
+        max_lengths = torch.maximum(max_lengths, needed.to(max_lengths.device))
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
     first_forced_step = int(max_lengths.min())
+    max_lengths = max_lengths.to(device)
 
     beams = Beams.start(max_lengths, rows=strategy.start_rows, length_penalty=length_penalty,
                         nbest=nbest)
@@ -449,7 +451,7 @@ def run_search(
         if forced is not None and rows > 1:
             forced = forced.repeat_interleave(rows)  # (N*R,)
         log_probs = next_token_log_probs(logits, forced).view(active, rows, -1)  # (N, R, V)
-        found = strategy.candidates(step, log_probs, beams.scores)  # (N, G, C) each
+        found = strategy.candidates(log_probs, beams.scores)  # (N, G, C) each
         is_eos = found.tokens == EOS_ID
 
         # Finish the EOS candidates ranked among the final group's first K, for sentences
@@ -523,7 +525,7 @@ def greedy_search(
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
             in eval mode.
         src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths.
+        src_lengths: real source lengths (best on the CPU: the length limits are read there).
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
         max_len_b: see ``max_len_a``.
         return_attention: also return each hypothesis' attention weights.
@@ -582,7 +584,7 @@ def beam_search(
         model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
             in eval mode.
         src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths.
+        src_lengths: real source lengths (best on the CPU: the length limits are read there).
         beam_size: beams per sentence (K).
         length_penalty: GNMT alpha; 0 ranks by summed log-probability.
         max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
