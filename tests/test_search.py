@@ -508,14 +508,18 @@ def test_every_score_is_the_models_teacher_forced_log_probability(architecture, 
                                                beam_size=k, nbest=min(k, 2), **options)
            for k in (1, 5)},
     }
-    lengths = set()
+    # Each sentence's length limit, raised to its prefix (the grid's also holds its phrases).
+    limits = torch.maximum(max_output_lengths(src_lengths, max_len_a=1.0, max_len_b=2),
+                           (options["prefixes"] >= 0).sum(dim=1)).tolist()
+    ended = set()  # "limit": EOS forced at the limit; "chosen": EOS chosen before it
     for name, results in searches.items():
         for row, n_best in enumerate(results):
             assert n_best, name
             width = int(src_lengths[row])
             for hypothesis in n_best:
-                lengths.add(len(hypothesis.tokens))
+                if not name.startswith("grid"):
+                    ended.add("limit" if len(hypothesis.tokens) == limits[row] else "chosen")
                 expected = teacher_forced_score(model, src[row: row + 1, :width],
                                                 src_lengths[row: row + 1], hypothesis.tokens, alpha)
                 assert hypothesis.score == pytest.approx(expected, abs=1e-4), (name, row)
-    assert len(lengths) > 2  # EOS chosen and forced, at several lengths
+    assert ended == {"limit", "chosen"}  # both kinds of ending were scored
