@@ -477,7 +477,7 @@ def run_search(
         if return_attention:  # (N, R', S): a beam search's first row is every beam's
             weights = weights.float().view(active, rows, source_len)
             weights = weights.expand(active, new_rows, source_len)
-        history.record(tokens=tokens, parents=parents, weights=weights, finalize=finalize,
+        history.record(tokens=tokens, parents=parents, weights=weights,
                        final_scores=final_scores, final_parents=final_parents)
         beams = beams.advance(step, finalize=finalize, scores=final_scores,
                               live_scores=live_scores, tokens=tokens, beam_size=K,

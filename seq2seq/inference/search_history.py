@@ -59,18 +59,18 @@ class SearchHistory:
         self.tokens: list[Tensor] = []  # token chosen into each row, each (N, R)
         self.parents: list[Tensor] = []  # the row (of those decoded at that step) it extends
         self.weights: list[Tensor] = []  # attention of each row decoded at that step, (N, R, S)
-        self.finals_mask: list[Tensor] = []  # EOS candidates that became finished hypotheses
-        self.finals_scores: list[Tensor] = []  # their length-penalised scores, (N, K)
+        # The length-penalised scores of the EOS candidates that became finished hypotheses,
+        # (N, K), -inf where none did.
+        self.finals_scores: list[Tensor] = []
         self.finals_parents: list[Tensor] = []  # the row they extend, (N, K)
 
     def record(self, *, tokens: Tensor, parents: Tensor, weights: Tensor | None,
-               finalize: Tensor, final_scores: Tensor, final_parents: Tensor) -> None:
+               final_scores: Tensor, final_parents: Tensor) -> None:
         """One step's rows (see the attributes' comments for the shapes)."""
         self.tokens.append(tokens)
         self.parents.append(parents)
         if self.attention:
             self.weights.append(weights)
-        self.finals_mask.append(finalize)
         self.finals_scores.append(final_scores)
         self.finals_parents.append(final_parents)
 
@@ -98,7 +98,7 @@ class SearchHistory:
         by_sentence = finals_scores.permute(1, 0, 2).reshape(batch_size, steps * slots)
         order = by_sentence.sort(dim=1, descending=True, stable=True).indices[:, :nbest]
         scores = by_sentence.gather(1, order).tolist()  # (B, H)
-        counts = full(self.finals_mask, False).sum(dim=(0, 2)).clamp(max=nbest).tolist()  # (B,)
+        counts = (by_sentence > -math.inf).sum(dim=1).clamp(max=nbest).tolist()  # (B,)
         order = order.numpy()
         sentence = np.arange(batch_size)[:, None]  # (B, 1)
         ends = order // slots  # (B, H) the step of each hypothesis' EOS
