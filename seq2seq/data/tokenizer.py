@@ -64,6 +64,21 @@ class _SentenceFeed:
         return sentence
 
 
+@dataclass(frozen=True)
+class SubwordSampling:
+    """One draw of subword regularization, in sentencepiece's terms.
+
+    Attributes:
+        alpha: For a bpe model the probability that a merge is dropped (BPE-dropout, Provilkov
+            et al., 2020); for a unigram model the smoothing of the sampled segmentations'
+            distribution (Kudo, 2018). Both sample among all segmentations (``nbest_size=-1``).
+        seed: Seed of sentencepiece's generator for this draw.
+    """
+
+    alpha: float
+    seed: int
+
+
 class SentencePieceTokenizer:
     """A sentencepiece model whose pad/unk/bos/eos ids are PAD_ID, UNK_ID, BOS_ID, EOS_ID.
 
@@ -232,11 +247,15 @@ class SentencePieceTokenizer:
         """Number of pieces, special pieces included."""
         return self._processor.get_piece_size()
 
-    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+    def encode(self, sentences: Sequence[str], *,
+               sampling: SubwordSampling | None = None) -> list[list[int]]:
         """Encodes a batch of sentences to piece ids, without bos/eos.
 
         Args:
             sentences: The sentences.
+            sampling: Draw a segmentation instead of the best one (subword regularization,
+                training only): sentencepiece's ``enable_sampling`` with ``alpha``, its
+                generator seeded with ``seed`` first, so equal calls give equal pieces.
 
         A sentence that starts with a user-defined piece (a corpus tag) and a space encodes it
         as that one piece, as the tagged training sources were; sentencepiece alone would put
@@ -247,8 +266,15 @@ class SentencePieceTokenizer:
         """
         if not sentences:
             return []
+        options = {}
+        if sampling is not None:
+            # sentencepiece's generator, seeded per call; one thread, as its threads would
+            # take the sentences in no fixed order, each with a generator of that seed.
+            spm.set_random_generator_seed(sampling.seed)
+            options = {"enable_sampling": True, "alpha": sampling.alpha, "nbest_size": -1,
+                       "num_threads": 1}
         if not self.user_symbols:
-            return self._processor.encode(list(sentences), out_type=int)
+            return self._processor.encode(list(sentences), out_type=int, **options)
         if self._leading_symbol is None:
             longest_first = sorted(self.user_symbols, key=len, reverse=True)
             self._leading_symbol = re.compile(
@@ -258,7 +284,7 @@ class SentencePieceTokenizer:
             match = self._leading_symbol.match(sentence)
             heads.append(None if match is None else self._processor.piece_to_id(match[1]))
             rests.append(sentence if match is None else sentence[match.end():])
-        encoded = self._processor.encode(rests, out_type=int)
+        encoded = self._processor.encode(rests, out_type=int, **options)
         return [ids if head is None else [head, *ids]
                 for head, ids in zip(heads, encoded, strict=True)]
 
@@ -398,9 +424,11 @@ class SubsetTokenizer:
     def vocab_size(self) -> int:
         return len(self.kept_ids)
 
-    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+    def encode(self, sentences: Sequence[str], *,
+               sampling: SubwordSampling | None = None) -> list[list[int]]:
         lookup = self.to_compact
-        return [lookup[ids].tolist() if ids else [] for ids in self.base.encode(sentences)]
+        return [lookup[ids].tolist() if ids else []
+                for ids in self.base.encode(sentences, sampling=sampling)]
 
     def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         kept = self.kept_ids

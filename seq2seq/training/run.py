@@ -246,13 +246,15 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
             run_dir.mkdir(parents=True, exist_ok=True)
 
         from seq2seq.data.corpus import read_lines
+        from seq2seq.data.subword_sampling import sampled_training_pairs
 
         valid_src, valid_ref = prepared.raw_files["valid"]
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
             schedule=schedule,
-            train_data=prepared.splits["train"],
+            train_data=sampled_training_pairs(prepared.splits["train"], tokenizers,
+                                              alpha=settings.subword_sampling, seed=settings.seed),
             valid_data=prepared.splits["valid"],
             valid_sources=read_lines(valid_src),
             valid_references=read_lines(valid_ref),

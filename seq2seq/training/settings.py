@@ -42,6 +42,8 @@ class TrainerSettings:
     accumulate_grad_batches: int = 1
     grad_clip: float | None = 1.0
     label_smoothing: float = 0.0
+    # sentencepiece's sampling alpha for the training pairs (0: their stored segmentation).
+    subword_sampling: float = 0.0
     log_every: int = 100
     valid_every: int | None = 1000
     valid_each_epoch: bool = True
@@ -89,6 +91,9 @@ class TrainerSettings:
         if not 0 <= settings.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing must be in [0, 1), "
                               f"got {settings.label_smoothing}")
+        if not 0 <= settings.subword_sampling <= 1:
+            raise ConfigError(f"trainer.subword_sampling must be in [0, 1], "
+                              f"got {settings.subword_sampling}")
         _check_fine_tuning(settings)
         return settings
 

@@ -1,0 +1,120 @@
+"""Subword regularization (trainer.subword_sampling): draws seeded by the batch, the same text,
+no <unk> written, lengths for batching, the same pieces in a worker and after a resume."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config_types import ConfigError
+from seq2seq.data.dataset import ParallelDataset, TokenArray
+from seq2seq.data.subword_sampling import SampledPairs, sampled_training_pairs
+from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
+from seq2seq.data.vocab import UNK_ID
+from seq2seq.training.run import train
+from seq2seq.training.settings import TrainerSettings
+
+
+def token_array(encoded: list[list[int]]) -> TokenArray:
+    lengths = np.array([len(ids) for ids in encoded], dtype=np.int64)
+    return TokenArray(tokens=np.array([i for ids in encoded for i in ids], dtype=np.uint16),
+                      offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def corpus(request):
+    """Tokenizers (a joint model, the target side a subset of it) and the pairs they stored."""
+    from conftest import make_pairs
+
+    pairs = make_pairs(random.Random(3), 200, min_words=4, max_words=10)
+    base = SentencePieceTokenizer.train([s for pair in pairs for s in pair],
+                                        model_type=request.param, vocab_size=80, seed=1)
+    targets = base.encode([tgt for _, tgt in pairs])
+    tokenizers = Tokenizers(src=base, joint=True, tgt=SubsetTokenizer(
+        base=base, kept_ids=sorted({i for ids in targets for i in ids})))
+    stored = ParallelDataset(src=token_array(base.encode([src for src, _ in pairs])),
+                             tgt=token_array(tokenizers.tgt.encode([t for _, t in pairs])))
+    return tokenizers, stored
+
+
+def test_a_batch_is_drawn_anew_from_its_seed_and_indices(corpus):
+    tokenizers, stored = corpus
+    sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
+    batch = list(range(0, 40))
+    first, again = sampled.__getitems__(batch), sampled.__getitems__(batch)
+    assert all(np.array_equal(a[side], b[side]) for a, b in zip(first, again, strict=True)
+               for side in (0, 1))
+    assert first.indices == batch
+    other_seed = SampledPairs(stored, tokenizers, alpha=0.3, seed=2).__getitems__(batch)
+    other_batch = sampled.__getitems__([*batch, 41])  # the same pairs among others
+    for draw in (other_seed, other_batch):
+        assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, draw, strict=False))
+    # Some pairs are cut otherwise than stored, and every draw reads the stored text.
+    assert any(not np.array_equal(pair[0], stored[i][0]) for i, pair in zip(batch, first))
+    for side, tokenizer in enumerate((tokenizers.src, tokenizers.tgt)):
+        assert (tokenizer.decode([pair[side] for pair in first])
+                == tokenizer.decode([stored[i][side] for i in batch]))
+
+
+def test_a_target_drawn_with_a_piece_outside_the_output_layer_keeps_its_stored_pieces(corpus):
+    tokenizers, stored = corpus
+    sampled = SampledPairs(stored, tokenizers, alpha=1.0, seed=1)
+    drawn = sampled.__getitems__(list(range(len(stored))))
+    assert not any((pair[1] == UNK_ID).any() for pair in drawn)
+    # The source side has no subset: it may hold any piece of the model, and no <unk>.
+    assert not any((pair[0] == UNK_ID).any() for pair in drawn)
+
+
+def test_batching_reads_the_lengths_draws_have(corpus):
+    tokenizers, stored = corpus
+    sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
+    drawn = sampled.__getitems__(list(range(len(stored))))
+    for side, (expected, kept) in enumerate(((sampled.src_lengths, stored.src_lengths),
+                                             (sampled.tgt_lengths, stored.tgt_lengths))):
+        assert (expected >= kept).all()
+        actual = sum(len(pair[side]) for pair in drawn)
+        assert actual > kept.sum()  # draws are longer than the best segmentation
+        assert abs(expected.sum() - actual) / actual < 0.15
+
+
+def test_a_worker_process_draws_the_same_pieces(corpus):
+    tokenizers, stored = corpus
+    sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
+    copy = pickle.loads(pickle.dumps(sampled))
+    batch = [5, 3, 17, 11]
+    for a, b in zip(sampled.__getitems__(batch), copy.__getitems__(batch), strict=True):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_alpha_zero_keeps_the_stored_pairs_and_the_option_is_checked(corpus):
+    tokenizers, stored = corpus
+    assert sampled_training_pairs(stored, tokenizers, alpha=0.0, seed=1) is stored
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match="trainer.subword_sampling must be in"):
+            TrainerSettings.from_dict({"subword_sampling": bad})
+
+
+def test_resumed_run_with_sampling_equals_uninterrupted_one_in_a_worker(tiny_train_config,
+                                                                        tmp_path):
+    """Stopped after 4 steps and resumed (batches built in this process) = 8 steps straight
+    (batches built by a DataLoader worker); and the draws changed what was learned."""
+    common = {"trainer.subword_sampling": 0.2, "trainer.valid_every": 4,
+              "trainer.save_every": 4, "trainer.valid.max_sentences": 4, "model.dropout": 0.0}
+    split = tmp_path / "split"
+    train(tiny_train_config(**common, **{"trainer.max_steps": 4}), split)
+    train(tiny_train_config(**common, **{"trainer.max_steps": 8, "trainer.resume": "auto"}),
+          split)
+    train(tiny_train_config(**common, **{"trainer.max_steps": 8, "batch.num_workers": 1}),
+          tmp_path / "straight")
+    train(tiny_train_config(**{**common, "trainer.subword_sampling": 0.0,
+                               "trainer.max_steps": 8}), tmp_path / "stored")
+    models = [load_checkpoint(path / "checkpoints" / "last.pt")["model"]
+              for path in (split, tmp_path / "straight", tmp_path / "stored")]
+    for name, tensor in models[1].items():
+        assert torch.equal(models[0][name], tensor), f"{name} differs after resume"
+    assert any(not torch.equal(models[2][name], tensor) for name, tensor in models[1].items())
