@@ -436,6 +436,8 @@ def main() -> None:
                         choices=["fp32", "bf16", "fp16"], help="autocast dtypes of the search")
     parser.add_argument("--profile-steps", type=int, default=5,
                         help="training steps of each profile in 'where the time goes' (0: skip)")
+    parser.add_argument("--presets", nargs="+", choices=sorted({p for p, _ in TRAINING_RUNS}),
+                        help="only these presets' training rows (default: all)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -448,6 +450,8 @@ def main() -> None:
     machine["matmul_ceiling_gflops"] = ceilings
     print(line)
     runs = runs_for(ceilings, args.decode_variants)
+    if args.presets:
+        runs["training"] = [run for run in runs["training"] if run[0] in args.presets]
     flops = {preset: flops_per_target_token(preset) for preset, _ in TRAINING_RUNS}
     machine["flops_per_target_token"] = flops
     print("FLOP per target token (matrix products, forward + backward): " + ", ".join(

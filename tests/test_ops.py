@@ -176,3 +176,43 @@ def test_bench_ops_compares_plain_and_swapped(mode, capsys):
     alone = bench_ops.main([*tiny, "--steps", "1", "--only", "plain", "--kernels", *KERNELS])
     assert set(alone) == {"plain", "peak_mib"}
     assert "swapped/plain" in capsys.readouterr().out
+
+
+def test_float32_attention_runs_half_precision_attention_in_float32_on_a_cpu():
+    from seq2seq.models.transformer import MultiHeadAttention
+    from seq2seq.ops.float32_attention import Float32Attention
+
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(d_model=16, num_heads=2)
+    swapped = speed_up(copy.deepcopy(plain), ["float32_attention"])
+    assert isinstance(swapped, Float32Attention) and not isinstance(plain, Float32Attention)
+    query, keys, values = (torch.randn(3, 2, 5, 8) for _ in range(3))
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] * 4 + [False]])
+    for causal, given_mask in ((False, mask), (True, None)):
+        half = [tensor.bfloat16() for tensor in (query, keys, values)]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            context = swapped.attend(*half, given_mask, causal=causal, dropout=0.0)
+        expected = plain.attend(*(tensor.float() for tensor in half), given_mask, causal=causal,
+                                dropout=0.0)
+        assert context.dtype == torch.bfloat16
+        assert torch.equal(context, expected.bfloat16())
+        # float32 inputs: the plain call itself
+        assert torch.equal(swapped.attend(query, keys, values, given_mask, causal=causal,
+                                          dropout=0.0),
+                           plain.attend(query, keys, values, given_mask, causal=causal,
+                                        dropout=0.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mask_dropout_keeps_each_element_with_one_minus_p_and_scales_it(dtype):
+    dropout = speed_up(torch.nn.Sequential(torch.nn.Dropout(0.3)), ["mask_dropout"])[0]
+    x = torch.rand(400, 500, dtype=dtype) + 1  # no zeros of its own
+    torch.manual_seed(1)
+    out = dropout(x)
+    torch.manual_seed(1)
+    assert torch.equal(dropout(x), out)  # seeded: the same mask
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    assert torch.equal(out[kept], (x * (1 / 0.7)).to(dtype)[kept])
+    dropout.eval()
+    assert dropout(x) is x

@@ -113,6 +113,13 @@ class MultiHeadAttention(nn.Module):
         """Weights from energies (B, H, T, S), -inf at masked keys: the softmax."""
         return torch.softmax(energies, dim=-1)
 
+    def attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *,
+               causal: bool, dropout: float) -> Tensor:
+        """softmax(Q K^T / sqrt(Dh)) V, in one fused call: (B, H, T, Dh) from the queries."""
+        return F.scaled_dot_product_attention(
+            query, keys, values, dropout_p=dropout, is_causal=causal,
+            attn_mask=None if mask is None else mask[:, None, None, :])
+
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
                 causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attend from the T positions of ``x`` over the S keys (True in ``mask``: a real key).
@@ -134,10 +141,7 @@ class MultiHeadAttention(nn.Module):
             context = F.dropout(weights, dropout, self.training) @ values  # (B, H, T, Dh)
         else:
             weights = None
-            context = F.scaled_dot_product_attention(
-                query, keys, values, dropout_p=dropout, is_causal=causal,
-                attn_mask=None if mask is None else mask[:, None, None, :],
-            )  # (B, H, T, Dh)
+            context = self.attend(query, keys, values, mask, causal=causal, dropout=dropout)
         B, H, T, Dh = context.shape
         output = self.out_proj(context.transpose(1, 2).reshape(B, T, H * Dh))  # heads joined
         return output, weights

@@ -18,14 +18,19 @@ from torch import nn
 from seq2seq.mixins import mix_into
 from seq2seq.models.decoders import AttentionDecoder
 from seq2seq.models.scorers import AdditiveScorer
+from seq2seq.models.transformer import MultiHeadAttention
 from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
 from seq2seq.ops.contiguous_state import ContiguousState
+from seq2seq.ops.float32_attention import Float32Attention
+from seq2seq.ops.mask_dropout import MaskDropout
 
 # Each kernel by name: (the class it speeds up, its mixin, the methods the mixin computes anew).
 # A subclass that overrides one of those methods keeps its own: the kernel would not compute it.
 KERNELS: dict[str, tuple[type[nn.Module], type, tuple[str, ...]]] = {
     "additive_energies": (AdditiveScorer, ChunkedAdditiveScorer, ("score",)),
     "contiguous_state": (AttentionDecoder, ContiguousState, ()),  # wraps _rnn: any subclass
+    "float32_attention": (MultiHeadAttention, Float32Attention, ()),  # wraps attend
+    "mask_dropout": (nn.Dropout, MaskDropout, ()),  # wraps forward
 }
 
 
