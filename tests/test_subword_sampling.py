@@ -55,7 +55,7 @@ def test_a_batch_is_drawn_anew_from_its_seed_and_indices(corpus):
     for draw in (other_seed, other_batch):
         assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, draw, strict=False))
     # Some pairs are cut otherwise than stored, and every draw reads the stored text.
-    assert any(not np.array_equal(pair[0], stored[i][0]) for i, pair in zip(batch, first))
+    assert any(not np.array_equal(pair[0], stored[i][0]) for i, pair in zip(batch, first, strict=True))
     for side, tokenizer in enumerate((tokenizers.src, tokenizers.tgt)):
         assert (tokenizer.decode([pair[side] for pair in first])
                 == tokenizer.decode([stored[i][side] for i in batch]))
