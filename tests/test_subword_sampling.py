@@ -1,5 +1,6 @@
-"""Subword regularization (trainer.subword_sampling): draws seeded by the batch, the same text,
-no <unk> written, lengths for batching, the same pieces in a worker and after a resume."""
+"""Subword regularization (trainer.subword_sampling): an epoch's draw seeded by its number, the
+same text, no <unk> written, batches cut from the draw's lengths, the same pieces in a worker and
+after a resume."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config_types import ConfigError
+from seq2seq.data.batching import TokenBucketSampler
 from seq2seq.data.dataset import ParallelDataset, TokenArray
 from seq2seq.data.subword_sampling import SampledPairs, sampled_training_pairs
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
@@ -42,23 +44,29 @@ def corpus(request):
     return tokenizers, stored
 
 
-def test_a_batch_is_drawn_anew_from_its_seed_and_indices(corpus):
+def test_an_epoch_is_drawn_anew_from_its_seed_and_number(corpus):
     tokenizers, stored = corpus
     sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
-    batch = list(range(0, 40))
-    first, again = sampled.__getitems__(batch), sampled.__getitems__(batch)
+    every = list(range(len(stored)))
+    first = sampled.__getitems__(every)
+    again = SampledPairs(stored, tokenizers, alpha=0.3, seed=1).__getitems__(every)
     assert all(np.array_equal(a[side], b[side]) for a, b in zip(first, again, strict=True)
                for side in (0, 1))
-    assert first.indices == batch
-    other_seed = SampledPairs(stored, tokenizers, alpha=0.3, seed=2).__getitems__(batch)
-    other_batch = sampled.__getitems__([*batch, 41])  # the same pairs among others
-    for draw in (other_seed, other_batch):
-        assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, draw, strict=False))
+    assert first.indices == every
+    other_seed = SampledPairs(stored, tokenizers, alpha=0.3, seed=2).__getitems__(every)
+    sampled.set_epoch(1)
+    next_epoch = sampled.__getitems__(every)
+    for draw in (other_seed, next_epoch):
+        assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, draw, strict=True))
+    sampled.set_epoch(0)  # an epoch drawn again (a resumed run) is drawn the same
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(first, sampled.__getitems__(every),
+                                                           strict=True))
     # Some pairs are cut otherwise than stored, and every draw reads the stored text.
-    assert any(not np.array_equal(pair[0], stored[i][0]) for i, pair in zip(batch, first, strict=True))
+    assert any(not np.array_equal(pair[0], stored[i][0]) for i, pair in zip(every, first,
+                                                                             strict=True))
     for side, tokenizer in enumerate((tokenizers.src, tokenizers.tgt)):
         assert (tokenizer.decode([pair[side] for pair in first])
-                == tokenizer.decode([stored[i][side] for i in batch]))
+                == tokenizer.decode([stored[i][side] for i in every]))
 
 
 def test_a_target_drawn_with_a_piece_outside_the_output_layer_keeps_its_stored_pieces(corpus):
@@ -70,21 +78,30 @@ def test_a_target_drawn_with_a_piece_outside_the_output_layer_keeps_its_stored_p
     assert not any((pair[0] == UNK_ID).any() for pair in drawn)
 
 
-def test_batching_reads_the_lengths_draws_have(corpus):
+def test_batching_reads_the_lengths_of_the_draw(corpus):
     tokenizers, stored = corpus
     sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
+    sampled.set_epoch(3)
     drawn = sampled.__getitems__(list(range(len(stored))))
-    for side, (expected, kept) in enumerate(((sampled.src_lengths, stored.src_lengths),
-                                             (sampled.tgt_lengths, stored.tgt_lengths))):
-        assert (expected >= kept).all()
-        actual = sum(len(pair[side]) for pair in drawn)
-        assert actual > kept.sum()  # draws are longer than the best segmentation
-        assert abs(expected.sum() - actual) / actual < 0.15
+    assert [len(pair[0]) for pair in drawn] == sampled.src_lengths.tolist()
+    assert [len(pair[1]) for pair in drawn] == sampled.tgt_lengths.tolist()
+    assert sampled.src_lengths.sum() > stored.src_lengths.sum()  # more pieces than the best
+    assert not sampled.same_each_epoch and stored.same_each_epoch
+    sampler = TokenBucketSampler(src_lengths=stored.src_lengths, tgt_lengths=stored.tgt_lengths,
+                                 max_tokens=60, seed=1)
+    sampler.set_lengths(sampled.src_lengths, sampled.tgt_lengths)
+    sampler.set_epoch(3)
+    for batch in sampler:
+        longest = max(max(len(drawn[i][0]), len(drawn[i][1])) + 1 for i in batch)
+        assert len(batch) == 1 or len(batch) * longest <= 60
+    with pytest.raises(ValueError, match="lengths for"):
+        sampler.set_lengths(sampled.src_lengths[:-1], sampled.tgt_lengths[:-1])
 
 
-def test_a_worker_process_draws_the_same_pieces(corpus):
+def test_a_worker_process_reads_the_same_pieces(corpus):
     tokenizers, stored = corpus
     sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)
+    sampled.set_epoch(2)
     copy = pickle.loads(pickle.dumps(sampled))
     batch = [5, 3, 17, 11]
     for a, b in zip(sampled.__getitems__(batch), copy.__getitems__(batch), strict=True):
@@ -101,20 +118,23 @@ def test_alpha_zero_keeps_the_stored_pairs_and_the_option_is_checked(corpus):
 
 def test_resumed_run_with_sampling_equals_uninterrupted_one_in_a_worker(tiny_train_config,
                                                                         tmp_path):
-    """Stopped after 4 steps and resumed (batches built in this process) = 8 steps straight
-    (batches built by a DataLoader worker); and the draws changed what was learned."""
-    common = {"trainer.subword_sampling": 0.2, "trainer.valid_every": 4,
-              "trainer.save_every": 4, "trainer.valid.max_sentences": 4, "model.dropout": 0.0}
+    """Stopped mid-epoch after 12 steps and resumed (pairs drawn in this process) = 24 steps
+    straight (read by a DataLoader worker), over an epoch's end (19 batches an epoch); and the
+    draws changed what was learned."""
+    common = {"trainer.subword_sampling": 0.2, "trainer.valid_every": 12,
+              "trainer.save_every": 12, "trainer.valid.max_sentences": 4, "model.dropout": 0.0}
     split = tmp_path / "split"
-    train(tiny_train_config(**common, **{"trainer.max_steps": 4}), split)
-    train(tiny_train_config(**common, **{"trainer.max_steps": 8, "trainer.resume": "auto"}),
+    train(tiny_train_config(**common, **{"trainer.max_steps": 12}), split)
+    train(tiny_train_config(**common, **{"trainer.max_steps": 24, "trainer.resume": "auto"}),
           split)
-    train(tiny_train_config(**common, **{"trainer.max_steps": 8, "batch.num_workers": 1}),
+    train(tiny_train_config(**common, **{"trainer.max_steps": 24, "batch.num_workers": 1}),
           tmp_path / "straight")
     train(tiny_train_config(**{**common, "trainer.subword_sampling": 0.0,
-                               "trainer.max_steps": 8}), tmp_path / "stored")
-    models = [load_checkpoint(path / "checkpoints" / "last.pt")["model"]
+                               "trainer.max_steps": 24}), tmp_path / "stored")
+    states = [load_checkpoint(path / "checkpoints" / "last.pt")
               for path in (split, tmp_path / "straight", tmp_path / "stored")]
+    assert states[1]["trainer_state"]["epoch"] >= 1  # the run crossed into a second epoch
+    models = [state["model"] for state in states]
     for name, tensor in models[1].items():
         assert torch.equal(models[0][name], tensor), f"{name} differs after resume"
     assert any(not torch.equal(models[2][name], tensor) for name, tensor in models[1].items())

@@ -222,14 +222,9 @@ class TokenBucketSampler(Sampler[list[int]]):
             ValueError: On inconsistent lengths or out-of-range settings.
         """
         super().__init__()
-        # The lengths' own integer type (int32 from a TokenArray): an int64 copy of every
-        # length would add 8 bytes a pair.
-        src = _integer_array(src_lengths)
-        tgt = src if tgt_lengths is None else _integer_array(tgt_lengths)
-        if src.ndim != 1 or src.shape != tgt.shape:
-            raise ValueError(
-                f"lengths must be 1-D and equal in size, got {src.shape} and {tgt.shape}"
-            )
+        self._costs: np.ndarray | None = None
+        self.set_lengths(src_lengths, tgt_lengths)
+        src = self._src_lengths
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if max_sentences is not None and max_sentences < 1:
@@ -244,9 +239,6 @@ class TokenBucketSampler(Sampler[list[int]]):
             raise ValueError(f"seed must be non-negative, got {seed}")
         if mix is not None and mix.total != len(src):
             raise ValueError(f"the corpora hold {mix.total} pairs, the lengths {len(src)}")
-        self._src_lengths = src
-        self._tgt_lengths = tgt
-        self._costs = np.maximum(src, tgt) + 1
         self.max_tokens = int(max_tokens)
         self.max_sentences = max_sentences
         self.bucket_size = int(bucket_size)
@@ -259,6 +251,23 @@ class TokenBucketSampler(Sampler[list[int]]):
         self.epoch = 0
         self._consumed = 0
         self._resume_from = 0
+
+    def set_lengths(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray | None = None) -> None:
+        """The pairs' lengths from now on (a training set segmented anew each epoch changes
+        them; the number of pairs stays). Arguments as in the constructor."""
+        # The lengths' own integer type (int32 from a TokenArray): an int64 copy of every
+        # length would add 8 bytes a pair.
+        src = _integer_array(src_lengths)
+        tgt = src if tgt_lengths is None else _integer_array(tgt_lengths)
+        if src.ndim != 1 or src.shape != tgt.shape:
+            raise ValueError(
+                f"lengths must be 1-D and equal in size, got {src.shape} and {tgt.shape}"
+            )
+        if self._costs is not None and len(src) != len(self._costs):
+            raise ValueError(f"{len(src)} lengths for {len(self._costs)} pairs")
+        self._src_lengths = src
+        self._tgt_lengths = tgt
+        self._costs = np.maximum(src, tgt) + 1
         self._cached_epoch: int | None = None
         self._cached_batches: list[np.ndarray] = []
 

@@ -174,6 +174,12 @@ class ParallelDataset:
     them and adds the special ids.
     """
 
+    # The same pairs every epoch (a training set that changes, SampledPairs, says False).
+    same_each_epoch = True
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to do: the stored pairs are every epoch's."""
+
     def __init__(self, *, src: TokenArray, tgt: TokenArray) -> None:
         """Pairs two token arrays.
 

@@ -96,6 +96,7 @@ class Trainer:
         self.optimizer = optimizer
         self.schedule = schedule
         self.tokenizers = tokenizers
+        self.train_data = train_data
         self.settings = settings
         self.run_dir = Path(run_dir)
         self.context = context
@@ -159,8 +160,9 @@ class Trainer:
             num_workers=batch.num_workers,
             pin_memory=self.device.type == "cuda",
             # Workers that live across epochs: a preset whose epochs take seconds (a GPU's)
-            # would otherwise start them anew each epoch.
-            persistent_workers=batch.num_workers > 0,
+            # would otherwise start them anew each epoch. Pairs drawn anew each epoch
+            # (trainer.subword_sampling) need new workers, which fork with the new draw.
+            persistent_workers=batch.num_workers > 0 and train_data.same_each_epoch,
             # Its own generator: a DataLoader iterator otherwise draws from the global RNG,
             # which would make a resumed run's dropout differ from an uninterrupted one.
             generator=torch.Generator().manual_seed(settings.seed),
@@ -339,6 +341,8 @@ class Trainer:
         while not stop:
             if training_over(state, settings, self.budget.seconds_trained):
                 break  # the last epoch ended, or a resumed run had already finished
+            self.train_data.set_epoch(state.epoch)  # a new segmentation, with subword sampling
+            self.sampler.set_lengths(self.train_data.src_lengths, self.train_data.tgt_lengths)
             self.sampler.set_epoch(state.epoch, position=state.batches_in_epoch)
             for group in self._groups():
                 nll_sum, tokens = self._accumulate(group)
