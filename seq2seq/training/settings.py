@@ -42,7 +42,7 @@ class TrainerSettings:
     accumulate_grad_batches: int = 1
     grad_clip: float | None = 1.0
     label_smoothing: float = 0.0
-    # sentencepiece's sampling alpha for the training pairs (0: their stored segmentation).
+    # sentencepiece's sampling alpha for the training pairs, drawn each epoch (0: stored).
     subword_sampling: float = 0.0
     log_every: int = 100
     valid_every: int | None = 1000
