@@ -138,3 +138,18 @@ def test_resumed_run_with_sampling_equals_uninterrupted_one_in_a_worker(tiny_tra
     for name, tensor in models[1].items():
         assert torch.equal(models[0][name], tensor), f"{name} differs after resume"
     assert any(not torch.equal(models[2][name], tensor) for name, tensor in models[1].items())
+
+
+def test_train_pairs_keeps_the_first_pairs(corpus, tiny_train_config, tmp_path, caplog):
+    """trainer.train_pairs=N (the proxies' option): the first N stored pairs, as stored."""
+    _, stored = corpus
+    first = stored.first(7)
+    assert len(first) == 7
+    for index in range(7):
+        assert np.array_equal(first[index][0], stored[index][0])
+        assert np.array_equal(first[index][1], stored[index][1])
+    assert len(stored.first(10**6)) == len(stored)
+    with caplog.at_level("INFO"):
+        train(tiny_train_config(**{"trainer.train_pairs": 3, "trainer.max_steps": 2,
+                                   "trainer.valid.max_sentences": 2}), tmp_path / "three")
+    assert "training: 1 batches per epoch" in caplog.text

@@ -205,6 +205,13 @@ class ParallelDataset:
     def __len__(self) -> int:
         return len(self.src)
 
+    def first(self, count: int) -> ParallelDataset:
+        """The first ``count`` pairs (all of them if there are fewer), copied into memory."""
+        def head(side: TokenArray) -> TokenArray:
+            offsets = np.array(side._read_offsets(0, min(count, len(side)) + 1), dtype=np.int64)
+            return TokenArray(tokens=np.array(side._tokens[: int(offsets[-1])]), offsets=offsets)
+        return ParallelDataset(src=head(self.src), tgt=head(self.tgt))
+
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         return self.src[index], self.tgt[index]
 

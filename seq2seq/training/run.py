@@ -249,11 +249,17 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
         from seq2seq.data.subword_sampling import sampled_training_pairs
 
         valid_src, valid_ref = prepared.raw_files["valid"]
+        train_pairs = prepared.splits["train"]
+        if settings.train_pairs is not None:
+            if prepared.train_mix is not None:
+                raise ConfigError("trainer.train_pairs takes the first pairs of one training "
+                                  "corpus; data.train holds several")
+            train_pairs = train_pairs.first(settings.train_pairs)
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
             schedule=schedule,
-            train_data=sampled_training_pairs(prepared.splits["train"], tokenizers,
+            train_data=sampled_training_pairs(train_pairs, tokenizers,
                                               alpha=settings.subword_sampling, seed=settings.seed),
             valid_data=prepared.splits["valid"],
             valid_sources=read_lines(valid_src),

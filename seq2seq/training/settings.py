@@ -44,6 +44,8 @@ class TrainerSettings:
     label_smoothing: float = 0.0
     # sentencepiece's sampling alpha for the training pairs, drawn each epoch (0: stored).
     subword_sampling: float = 0.0
+    # Train on the first N training pairs only (a proxy run; None: all of them).
+    train_pairs: int | None = None
     log_every: int = 100
     valid_every: int | None = 1000
     valid_each_epoch: bool = True
@@ -78,7 +80,7 @@ class TrainerSettings:
             if getattr(settings, name) < 1:
                 raise ConfigError(f"trainer.{name} must be at least 1, got {getattr(settings, name)}")
         for name in ("max_epochs", "max_steps", "max_time", "valid_every", "save_every",
-                     "early_stopping_patience", "num_threads"):
+                     "early_stopping_patience", "num_threads", "train_pairs"):
             value = getattr(settings, name)
             if value is not None and value < 0:
                 raise ConfigError(f"trainer.{name} must be positive or null, got {value}")
