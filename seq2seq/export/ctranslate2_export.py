@@ -25,16 +25,19 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config_types import error_reason
-from seq2seq.data.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, UNK_PIECE
-from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, UNK_PIECE
+from seq2seq.export.folder import (
+    ExportError,
+    check_export_options,
+    load_for_export,
+    model_log_probs,
+    random_pairs,
+    staged_folder,
+    transformer_parts,
+)
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
-from seq2seq.models.transformer import (
-    MultiHeadAttention,
-    TransformerDecoder,
-    TransformerEncoder,
-    sinusoidal_positions,
-)
+from seq2seq.models.transformer import MultiHeadAttention, sinusoidal_positions
 
 FORMAT_VERSION = 1
 # Rows of the position tables: the longest source (EOS included), and the longest output, the
@@ -42,7 +45,6 @@ FORMAT_VERSION = 1
 MAX_POSITIONS = 1024
 # Largest difference of a token's log-probability, CTranslate2 against the model (float32).
 LOG_PROB_TOLERANCE = 1e-3
-CHECK_SENTENCES, CHECK_LENGTH = 6, 9
 
 
 def _array(tensor: Tensor) -> np.ndarray:
@@ -86,20 +88,11 @@ def transformer_spec(model: nn.Module, tokenizers):
     """
     from ctranslate2.specs import common_spec, transformer_spec
 
-    encoder, decoder = model.encoder, model.decoder
-    if not (isinstance(encoder, TransformerEncoder) and isinstance(decoder, TransformerDecoder)):
-        raise ExportError(
-            "format=ctranslate2 converts a Transformer (model/encoder=transformer "
-            f"model/decoder=transformer), not a {type(encoder).__name__} with a "
-            f"{type(decoder).__name__}: export it with format=onnx"
-        )
+    encoder, decoder = transformer_parts(model, "ctranslate2")
     num_heads = decoder.num_heads
     if encoder.layers[0].self_attention.num_heads != num_heads:
         raise ExportError("format=ctranslate2 needs as many heads in the encoder as in the "
                           "decoder (CTranslate2 takes one number)")
-    if encoder.output_size != decoder.output_dim:
-        raise ExportError(f"format=ctranslate2 needs one d_model for the encoder "
-                          f"({encoder.output_size}) and the decoder ({decoder.output_dim})")
     spec = transformer_spec.TransformerSpec.from_config(
         (len(encoder.layers), len(decoder.layers)), num_heads, pre_norm=True,
         activation=common_spec.Activation.RELU)
@@ -136,33 +129,6 @@ def transformer_spec(model: nn.Module, tokenizers):
     return spec
 
 
-def _random_pairs(tokenizers) -> tuple[list[list[int]], list[list[int]]]:
-    """Random source and target ids (no special pieces), of several lengths."""
-    generator = torch.Generator().manual_seed(4)
-    sources, targets = [], []
-    for row in range(CHECK_SENTENCES):
-        for ids, size in ((sources, tokenizers.src.vocab_size),
-                          (targets, tokenizers.tgt.vocab_size)):
-            length = CHECK_LENGTH - row % 4
-            ids.append(torch.randint(4, max(size, 5), (length,), generator=generator).tolist())
-    return sources, targets
-
-
-def _model_log_probs(model: nn.Module, sources: list[list[int]], targets: list[list[int]]
-                     ) -> list[np.ndarray]:
-    """The model's log-probability of each target piece and of the final </s>."""
-    log_probs = []
-    with torch.no_grad():
-        for source, target in zip(sources, targets, strict=True):
-            src = torch.tensor([[*source, EOS_ID]])
-            tgt_in = torch.tensor([[BOS_ID, *target]])
-            features, _ = model(src, torch.tensor([src.size(1)]), tgt_in, need_weights=False)
-            logits = model.project(features)[0].float().log_softmax(dim=-1)  # (T, V)
-            gold = torch.tensor([*target, EOS_ID])
-            log_probs.append(logits.gather(1, gold.unsqueeze(1)).squeeze(1).numpy())
-    return log_probs
-
-
 def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize: str) -> float:
     """Score random translations with CTranslate2 and with the model; the largest difference of
     a token's log-probability.
@@ -173,7 +139,7 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize:
     """
     import ctranslate2
 
-    sources, targets = _random_pairs(tokenizers)
+    sources, targets = random_pairs(tokenizers)
     try:
         translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
         results = translator.score_batch(
@@ -182,7 +148,7 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize:
     except Exception as error:  # ctranslate2's own errors
         raise ExportError(f"CTranslate2 cannot load or run the converted model: "
                           f"{error_reason(error)}") from None
-    want = _model_log_probs(model, sources, targets)
+    want = model_log_probs(model, sources, targets)
     worst = max(float(np.abs(np.asarray(result.log_probs) - expected).max())
                 for result, expected in zip(results, want, strict=True))
     if quantize == "none" and not worst <= LOG_PROB_TOLERANCE:

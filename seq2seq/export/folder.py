@@ -1,6 +1,7 @@
-"""What every export format shares: its one-line error, the checks of its options, the
-checkpoint read for it and the folder written beside its destination and renamed into place
-(whole or absent). The manifest's common entries are :mod:`seq2seq.export.manifest`'s job."""
+"""What every export format shares: its one-line error, the checks of its options and of the
+model, the checkpoint read for it, the folder written beside its destination and renamed into
+place (whole or absent), and the random pairs an exported model is checked on against ours. The
+manifest's common entries are :mod:`seq2seq.export.manifest`'s job."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from torch import nn
+
 from seq2seq.atomic import default_permissions, fsync_directory
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.export_format import MANIFEST_NAME, QUANTIZE_MODES
+from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
+
+# The random pairs an export is checked on: how many, and the longest source and target.
+CHECK_SENTENCES, CHECK_LENGTH = 6, 9
 
 
 class ExportError(Exception):
@@ -82,3 +92,53 @@ def load_for_export(checkpoint: str | Path) -> tuple[Any, Any, dict[str, Any], d
     payload = load_checkpoint(checkpoint)
     model, tokenizers, config = model_from_checkpoint(payload, "cpu")
     return model, tokenizers, config, payload.get("trainer_state")
+
+
+def transformer_parts(model: nn.Module, format_name: str
+                      ) -> tuple[TransformerEncoder, TransformerDecoder]:
+    """The encoder and decoder of a Transformer with one d_model, for the formats that convert
+    the Transformer's own layers (CTranslate2, Hugging Face).
+
+    Raises:
+        ExportError: naming the format and the one every model exports to (onnx).
+    """
+    encoder, decoder = model.encoder, model.decoder
+    if not (isinstance(encoder, TransformerEncoder) and isinstance(decoder, TransformerDecoder)):
+        raise ExportError(
+            f"format={format_name} converts a Transformer (model/encoder=transformer "
+            f"model/decoder=transformer), not a {type(encoder).__name__} with a "
+            f"{type(decoder).__name__}: export it with format=onnx (ONNX Runtime), which "
+            "takes every model")
+    if encoder.output_size != decoder.output_dim:
+        raise ExportError(f"format={format_name} needs one d_model for the encoder "
+                          f"({encoder.output_size}) and the decoder ({decoder.output_dim})")
+    return encoder, decoder
+
+
+def random_pairs(tokenizers) -> tuple[list[list[int]], list[list[int]]]:
+    """Random source and target ids (no special pieces), of several lengths: what an exported
+    model is checked on against ours."""
+    generator = torch.Generator().manual_seed(4)
+    sources, targets = [], []
+    for row in range(CHECK_SENTENCES):
+        for ids, size in ((sources, tokenizers.src.vocab_size),
+                          (targets, tokenizers.tgt.vocab_size)):
+            length = CHECK_LENGTH - row % 4
+            ids.append(torch.randint(4, max(size, 5), (length,), generator=generator).tolist())
+    return sources, targets
+
+
+def model_log_probs(model: nn.Module, sources: list[list[int]], targets: list[list[int]]
+                    ) -> list[np.ndarray]:
+    """The model's log-probability of each target piece and of the final </s> (teacher
+    forcing, one pair at a time)."""
+    log_probs = []
+    with torch.no_grad():
+        for source, target in zip(sources, targets, strict=True):
+            src = torch.tensor([[*source, EOS_ID]])
+            tgt_in = torch.tensor([[BOS_ID, *target]])
+            features, _ = model(src, torch.tensor([src.size(1)]), tgt_in, need_weights=False)
+            logits = model.project(features)[0].float().log_softmax(dim=-1)  # (T, V)
+            gold = torch.tensor([*target, EOS_ID])
+            log_probs.append(logits.gather(1, gold.unsqueeze(1)).squeeze(1).numpy())
+    return log_probs
