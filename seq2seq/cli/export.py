@@ -2,18 +2,21 @@
 checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`), or a
 Transformer as a CTranslate2 model (``format=ctranslate2``,
 :mod:`seq2seq.export.ctranslate2_export`), with an Argos Translate package beside its files
-(``format=argos``, :mod:`seq2seq.export.argos`).
+(``format=argos``, :mod:`seq2seq.export.argos`), or as a Hugging Face ``transformers`` folder
+(``format=huggingface``, :mod:`seq2seq.export.huggingface`).
 
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x
     python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x-int8 quantize=int8
     echo "Ein Hund läuft." | python translate.py checkpoint=exported/x-int8
     python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-ct2 format=ctranslate2
     python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-argos format=argos
+    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-hf format=huggingface
 
 Options are documented in ``seq2seq/configs/export.yaml``. Exits with status 1 and a one-line
 ``error: ...`` on a missing or unsafe checkpoint, a model part that cannot be exported (named),
-an existing output folder without ``overwrite=true``, an invalid option, or (``format=argos``)
-languages the checkpoint does not name and the command does not give.
+an existing output folder without ``overwrite=true``, an invalid option (``quantize=int8`` with
+``format=huggingface``, which writes float32 weights), or (``format=argos``) languages the
+checkpoint does not name and the command does not give.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str
                 "package_version": str | int | float, "sbd_model": str | None}
 # The packages each format needs (the export extra has them all).
 FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",),
-                   "argos": ("ctranslate2",)}
+                   "argos": ("ctranslate2",), "huggingface": ("transformers", "safetensors")}
+# The extra that brings each format's packages.
+FORMAT_EXTRAS = {"onnx": "export", "ctranslate2": "export", "argos": "export",
+                 "huggingface": "hf"}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -55,6 +61,9 @@ def run(cfg: DictConfig) -> dict:
         fail(f"format must be one of {', '.join(FORMAT_PACKAGES)}, got {cfg.format!r}")
     if cfg.quantize not in QUANTIZE_MODES:
         fail(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {cfg.quantize!r}")
+    if cfg.format == "huggingface" and cfg.quantize != "none":
+        fail("format=huggingface writes float32 weights (quantize=none); for int8, export "
+             "with format=ctranslate2 or format=onnx")
     if not Path(cfg.checkpoint).is_file():
         fail(f"checkpoint not found: {cfg.checkpoint}")
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
@@ -65,8 +74,9 @@ def run(cfg: DictConfig) -> dict:
     missing = [name for name in FORMAT_PACKAGES[cfg.format]
                if importlib.util.find_spec(name) is None]
     if missing:
-        fail(f"format={cfg.format} needs the export extra ({', '.join(missing)} missing): "
-             "pip install '.[export]'")
+        extra = FORMAT_EXTRAS[cfg.format]
+        fail(f"format={cfg.format} needs the {extra} extra ({', '.join(missing)} missing): "
+             f"pip install '.[{extra}]'")
     from seq2seq.export.folder import ExportError
 
     started = time.perf_counter()
@@ -82,6 +92,11 @@ def run(cfg: DictConfig) -> dict:
                 package_version=str(cfg.package_version), sbd_model=cfg.sbd_model,
                 quantize=cfg.quantize, overwrite=cfg.overwrite)
             log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
+        elif cfg.format == "huggingface":
+            from seq2seq.export.huggingface import convert_checkpoint as convert_to_huggingface
+
+            manifest = convert_to_huggingface(cfg.checkpoint, cfg.output,
+                                              overwrite=cfg.overwrite)
         elif cfg.format == "ctranslate2":
             from seq2seq.export.ctranslate2_export import convert_checkpoint
 
@@ -97,8 +112,13 @@ def run(cfg: DictConfig) -> dict:
     except OSError as error:
         fail(f"cannot write {cfg.output}: {error.strerror or error}")
     size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
-    log.info("wrote %s (%.1f MB) in %.1fs; decode it with translate.py checkpoint=%s",
-             cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
+    if cfg.format == "huggingface":
+        log.info("wrote %s (%.1f MB) in %.1fs; load it with transformers' "
+                 "AutoModelForSeq2SeqLM.from_pretrained(%r) (docs/export.md#hugging-face)",
+                 cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
+    else:
+        log.info("wrote %s (%.1f MB) in %.1fs; decode it with translate.py checkpoint=%s",
+                 cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
     return manifest
 
 

@@ -26,6 +26,9 @@ from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.inference.export_format import MANIFEST_NAME
 from seq2seq.models.build import count_parameters
 
+# The sentencepiece models' file names in an exported folder (source, target).
+TOKENIZER_FILES = ("source.model", "target.model")
+
 
 def vocabulary_entry(tokenizers) -> dict[str, Any]:
     """The manifest's ``vocabulary``: the sizes, the special ids and ``target_ids``."""
@@ -39,14 +42,16 @@ def vocabulary_entry(tokenizers) -> dict[str, Any]:
                            else list(range(target_size)))}
 
 
-def write_tokenizers(folder: Path, tokenizers) -> dict[str, Any]:
-    """Write the sentencepiece model(s) into ``folder``; returns the manifest's ``tokenizers``
-    entry (the file names, whether one model serves both sides, the kept target ids)."""
+def write_tokenizers(folder: Path, tokenizers, names: tuple[str, str] = TOKENIZER_FILES
+                     ) -> dict[str, Any]:
+    """Write the sentencepiece model(s) into ``folder`` as ``names`` (source, target; the
+    target's only when it has its own); returns the manifest's ``tokenizers`` entry (the file
+    names, whether one model serves both sides, the kept target ids)."""
     token_payload = tokenizers_to_payload(tokenizers)
-    files = {"src": "source.model"}
+    files = {"src": names[0]}
     write_bytes(folder / files["src"], token_payload["src"].numpy().tobytes())
     if not token_payload["joint"]:
-        files["tgt"] = "target.model"
+        files["tgt"] = names[1]
         write_bytes(folder / files["tgt"], token_payload["tgt"].numpy().tobytes())
     kept = token_payload.get("tgt_kept_ids")
     return {"joint": bool(token_payload["joint"]), "files": files,
@@ -55,9 +60,10 @@ def write_tokenizers(folder: Path, tokenizers) -> dict[str, Any]:
 
 def build_manifest(folder: Path, model: nn.Module, tokenizers, config: dict[str, Any], *,
                    format_name: str, format_version: int, quantize: str,
-                   trainer_state: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
+                   trainer_state: dict[str, Any] | None, source: str | None,
+                   tokenizer_files: tuple[str, str] = TOKENIZER_FILES) -> dict[str, Any]:
     """The entries of every export format's manifest, with the sentencepiece model(s) written
-    into ``folder`` (the ``tokenizers`` entry names them).
+    into ``folder`` as ``tokenizer_files`` (the ``tokenizers`` entry names them).
 
     The exporter adds its own entries, and its own settings to ``export``, before
     :func:`write_manifest` writes it.
@@ -70,7 +76,7 @@ def build_manifest(folder: Path, model: nn.Module, tokenizers, config: dict[str,
         "parameters": count_parameters(model),
         "trainer_state": trainer_state,
         "vocabulary": vocabulary_entry(tokenizers),
-        "tokenizers": write_tokenizers(folder, tokenizers),
+        "tokenizers": write_tokenizers(folder, tokenizers, tokenizer_files),
         "export": {"quantize": quantize, "source": source, "torch_version": torch.__version__},
     }
 

@@ -14,6 +14,8 @@ MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "seq2seq-onnx"
 # The manifest of a seq2seq-export format=ctranslate2 folder (ctranslate2.Translator reads it).
 CTRANSLATE2_FORMAT_NAME = "seq2seq-ctranslate2"
+# The manifest of a format=huggingface folder (transformers loads it; our tools do not decode it).
+HUGGINGFACE_FORMAT_NAME = "seq2seq-huggingface"
 FORMAT_VERSION = 1
 # The weight formats of an export (and of decoding it): float as trained, or int8 weights.
 QUANTIZE_MODES = ("none", "int8")

@@ -30,6 +30,7 @@ from seq2seq.inference.export_format import (
     ENCODER_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
+    HUGGINGFACE_FORMAT_NAME,
     MANIFEST_NAME,
     QUANTIZE_MODES,
     STEP_FILE,
@@ -59,6 +60,10 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"cannot read {path}: {error}") from None
     formats = {FORMAT_NAME: FORMAT_VERSION, CTRANSLATE2_FORMAT_NAME: CTRANSLATE2_FORMAT_VERSION}
+    if isinstance(manifest, dict) and manifest.get("format") == HUGGINGFACE_FORMAT_NAME:
+        raise CheckpointError(f"{folder} is a Hugging Face transformers folder: load it with "
+                              "transformers (AutoModelForSeq2SeqLM.from_pretrained), or give "
+                              "the checkpoint it was exported from")
     if not isinstance(manifest, dict) or manifest.get("format") not in formats:
         raise CheckpointError(f"{path} is not a {FORMAT_NAME} or {CTRANSLATE2_FORMAT_NAME} "
                               "manifest")
