@@ -12,7 +12,9 @@ from sacrebleu.metrics import BLEU, CHRF
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
-    """BLEU and chrF of ``hypotheses`` against one reference each, with signatures."""
+    """BLEU and chrF of ``hypotheses`` against one reference each, with signatures, and
+    ``length_ratio``: sacreBLEU's hypothesis-to-reference length ratio (below 1 the brevity
+    penalty lowers BLEU: the output is short)."""
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: they must match"
@@ -23,6 +25,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     return {
         "bleu": bleu_score.score,
         "chrf": chrf_score.score,
+        "length_ratio": bleu_score.ratio,
         "bleu_detail": str(bleu_score),
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),

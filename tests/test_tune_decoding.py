@@ -53,7 +53,8 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, wor
     cells = {(c["beam_size"], c["length_penalty"]): c for c in report["cells"]}
     assert set(cells) == {(1, 0.6), (1, 1.4), (3, 0.6), (3, 1.4)}
     for (beam_size, _), cell in cells.items():
-        assert f"{cell['bleu']:6.2f}" in rows[str(beam_size)]
+        assert f"{cell['bleu']:6.2f} r{cell['length_ratio']:.3f}" in rows[str(beam_size)]
+        assert 0 < cell["length_ratio"] < 3
     assert cells[1, 0.6]["bleu"] == cells[1, 1.4]["bleu"]  # greedy: translated once
     assert [c["evaluated"] for c in report["cells"][:2]] == [True, False]
 
@@ -62,7 +63,7 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, wor
     command = (f"seq2seq-evaluate checkpoint=run/checkpoints/best.pt split=test "
                f"beam_size={best['beam_size']} length_penalty={best['length_penalty']:g}")
     assert command in out and report["test_command"] == command
-    assert f"BLEU {best['bleu']:.2f}" in out
+    assert f"BLEU {best['bleu']:.2f}, length ratio {best['length_ratio']:.3f}" in out
 
     # The chosen setting's BLEU is what evaluate_translations (seq2seq-evaluate's path) gives.
     from seq2seq.checkpoint import load_checkpoint
@@ -78,6 +79,11 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, wor
     evaluation = evaluate_translations(translator, sources[:SENTENCES], references[:SENTENCES],
                                        options)
     assert evaluation.scores["bleu"] == pytest.approx(best["bleu"], abs=1e-9)
+    # sacreBLEU's own ratio of the same output: what the cell reports.
+    from sacrebleu.metrics import BLEU
+
+    ratio = BLEU().corpus_score(evaluation.hypotheses, [references[:SENTENCES]]).ratio
+    assert best["length_ratio"] == pytest.approx(ratio, abs=1e-12)
 
 
 def test_several_checkpoints_are_tuned_as_one_ensemble(run_script, workdir):

@@ -13,9 +13,12 @@ length penalty on the ``valid`` split of the checkpoint's own data config (or on
 path ``seq2seq-evaluate`` takes, so a cell's BLEU is the BLEU ``seq2seq-evaluate split=valid
 beam_size=B length_penalty=A`` prints.
 
-Prints a table (rows: beam size; columns: length penalty; cells: BLEU, then sentences/s),
-the best setting (ties go to the smaller beam, then the earlier length penalty) and the one
-``seq2seq-evaluate`` command that reports that setting on the test set, to run once.
+Prints a table (rows: beam size; columns: length penalty; cells: BLEU, sacreBLEU's length
+ratio of the output to the references, then sentences/s), the best setting (ties go to the
+smaller beam, then the earlier length penalty) with its length ratio, and the one
+``seq2seq-evaluate`` command that reports that setting on the test set, to run once. A ratio
+below 1 means short output, which BLEU's brevity penalty punishes: a larger length penalty
+lengthens beam search's output.
 
 Greedy search (beam size 1) ranks nothing, so the length penalty cannot change it: it is
 translated once and its BLEU stands in every column of its row.
@@ -95,6 +98,7 @@ def tune(translator, sources, references, beam_sizes, length_penalties) -> list[
                 "length_penalty": length_penalty,
                 "bleu": evaluation.scores["bleu"],
                 "chrf": evaluation.scores["chrf"],
+                "length_ratio": evaluation.scores["length_ratio"],
                 "sentences_per_second": evaluation.sentences_per_second,
                 "generation_seconds": evaluation.generation_seconds,
                 "evaluated": True,
@@ -116,12 +120,13 @@ def best_cell(cells: Sequence[dict]) -> dict:
 
 def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
     by_key = {(c["beam_size"], c["length_penalty"]): c for c in cells}
-    width = 16
+    width = 24
     header = f"{'beam':>5} | " + " | ".join(
         f"{f'lp={lp:g}':^{width}}" for lp in length_penalties
     )
     lines = [
-        "BLEU (sentences/s) per beam size (rows) and length penalty (columns)",
+        "BLEU, length ratio (r: output/reference length) and sentences/s per beam size (rows) "
+        "and length penalty (columns)",
         header,
         "-" * len(header),
     ]
@@ -129,7 +134,8 @@ def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
         texts = []
         for lp in length_penalties:
             cell = by_key[beam_size, lp]
-            text = f"{cell['bleu']:6.2f} ({cell['sentences_per_second']:7.1f})"
+            text = (f"{cell['bleu']:6.2f} r{cell['length_ratio']:.3f} "
+                    f"({cell['sentences_per_second']:7.1f})")
             texts.append(f"{text:^{width}}")
         row = " | ".join(texts)
         lines.append(f"{beam_size:>5} | {row}")
@@ -245,8 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"precision {args.precision}")
     print(format_table(cells, args.beam_sizes, args.length_penalties))
     print(f"best on {where}: beam_size={best['beam_size']} "
-          f"length_penalty={best['length_penalty']:g} BLEU {best['bleu']:.2f}"
-          + (" (greedy: the length penalty does not matter)" if best["beam_size"] == 1 else ""))
+          f"length_penalty={best['length_penalty']:g} BLEU {best['bleu']:.2f}, length ratio "
+          f"{best['length_ratio']:.3f}"
+          + (" (greedy: the length penalty does not matter)" if best["beam_size"] == 1 else "")
+          + (" (short output: a larger length penalty lengthens beam search's)"
+             if best["length_ratio"] < 1 and best["beam_size"] > 1 else ""))
     print("report it on the test set, once:")
     print(f"  {command}", flush=True)
     if args.json:
