@@ -160,7 +160,8 @@ def make_new_checkpoint(path: Path, model_cfg: dict) -> Path:
     tokenizers = copy_tokenizers()
     model = build_model(model_cfg, src_vocab_size=tokenizers.src.vocab_size,
                         tgt_vocab_size=tokenizers.tgt.vocab_size)
-    trainer = SimpleNamespace(model=model, config={"model": model_cfg}, tokenizers=tokenizers,
+    trainer = SimpleNamespace(model=model, validated_model=model, ema=None,
+                              config={"model": model_cfg}, tokenizers=tokenizers,
                               state=TrainerState())
     save_checkpoint(Trainer.checkpoint_payload(trainer, with_training_state=False), path)
     return path

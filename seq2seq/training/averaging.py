@@ -47,7 +47,7 @@ AVERAGED = "averaged.pt"  # the averaged model's file in a run's checkpoints/
 NOT_AVERAGED = -1.0  # what rank 0 broadcasts when there is no averaged model
 
 # Entries only the training loop uses: an averaged model has no optimizer history.
-TRAINING_ONLY = ("optimizer", "schedule", "scaler", "trainer_state", "sampler", "rng")
+TRAINING_ONLY = ("optimizer", "schedule", "scaler", "trainer_state", "sampler", "rng", "ema")
 
 
 def check_compatible(first: dict, other: dict, first_name: str, other_name: str) -> None:

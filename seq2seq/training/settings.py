@@ -53,6 +53,8 @@ class TrainerSettings:
     keep_best: int = 3
     # Average the models of the last N validations at the end of training (None: do not).
     average_last: int | None = None
+    # Validate and keep an exponential moving average of the weights of this decay (None: off).
+    ema: float | None = None
     # Validations in a row without a better BLEU after which training stops (None: never).
     early_stopping_patience: int | None = None
     max_consecutive_nonfinite: int = 5
@@ -90,6 +92,9 @@ class TrainerSettings:
         if settings.max_epochs is None and settings.max_steps is None and settings.max_time is None:
             raise ConfigError("set at least one of trainer.max_epochs, trainer.max_steps and "
                               "trainer.max_time, or training never ends")
+        if settings.ema is not None and not 0 < settings.ema < 1:
+            raise ConfigError(f"trainer.ema must be a decay in (0, 1) such as 0.999, or null, "
+                              f"got {settings.ema}")
         if not 0 <= settings.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing must be in [0, 1), "
                               f"got {settings.label_smoothing}")

@@ -4,13 +4,15 @@ One :class:`Trainer` owns one run folder::
 
     RUN/config.yaml            the resolved config, with the precision trained in
     RUN/train.log              the log (written by Hydra's logging setup)
-    RUN/checkpoints/           see :mod:`seq2seq.training.checkpointing`
+    RUN/checkpoints/           see :mod:`seq2seq.training.checkpointing` (with ``trainer.ema``,
+                           the validated checkpoints hold the weights' average:
+                           :mod:`seq2seq.training.ema`)
     RUN/validation/step*.hyp   detokenized greedy validation translations, one a line
     RUN/tensorboard/           scalars, example translations, attention heatmaps
 
 One optimizer step: forward/backward over a group of ``accumulate_grad_batches`` batches
 (fewer at the end of an epoch) -> unscale, clip, check for NaN/inf -> learning rate -> step
--> log, validate, save. The loss of a group is normalised by the group's target tokens (over
+-> the weights' average (``trainer.ema``) -> log, validate, save. The loss of a group is normalised by the group's target tokens (over
 all ranks), so a step equals the step one batch holding the whole group would make.
 """
 
@@ -42,6 +44,7 @@ from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
 from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
+from seq2seq.training.ema import WeightAverage
 from seq2seq.training.loss import SequenceLoss
 from seq2seq.training.schedulers import Schedule
 from seq2seq.training.settings import BatchSettings, TrainerSettings
@@ -103,6 +106,8 @@ class Trainer:
         self.device = context.device
         self.state = TrainerState()
         self.last_grad_norm = torch.zeros(())
+        # trainer.ema: the weights' average is what is validated and kept.
+        self.ema = WeightAverage(model, settings.ema) if settings.ema is not None else None
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
@@ -184,10 +189,18 @@ class Trainer:
         )
 
     # -- checkpoints -------------------------------------------------------------------------
+    @property
+    def validated_model(self) -> nn.Module:
+        """What validation scores and the kept checkpoints hold: the weights' average with
+        ``trainer.ema``, else the model being trained."""
+        return self.model if self.ema is None else self.ema.model
+
     def checkpoint_payload(self, *, with_training_state: bool = True) -> dict:
+        """last.pt's payload (the model being trained, and all it needs to resume), or with
+        ``with_training_state=False`` a kept checkpoint's (the validated model)."""
         payload = {
             "format_version": FORMAT_VERSION,
-            "model": self.model.state_dict(),
+            "model": (self.model if with_training_state else self.validated_model).state_dict(),
             "config": self.config,
             "tokenizers": tokenizers_to_payload(self.tokenizers),
             "trainer_state": self.state.state_dict(),
@@ -201,6 +214,8 @@ class Trainer:
                 sampler=self.sampler.state_dict(batches_consumed=self.state.batches_in_epoch),
                 rng=capture_rng_state(),
             )
+            if self.ema is not None:
+                payload["ema"] = self.ema.state_dict()
         return payload
 
     def save_last(self) -> None:
@@ -226,6 +241,20 @@ class Trainer:
         self.scaler.load_state_dict(checkpoint["scaler"])
         self.state.load_state_dict(checkpoint["trainer_state"])
         self.sampler.load_state_dict(checkpoint["sampler"])
+        saved = checkpoint.get("ema")
+        if self.ema is not None and saved is not None:
+            if saved.get("decay") != self.ema.decay:
+                log.info("trainer.ema=%g: the checkpoint's average was made with decay %s; it "
+                         "goes on with %g", self.ema.decay, saved.get("decay"), self.ema.decay)
+            self.ema.load_state_dict(saved)
+        elif self.ema is not None:  # a run resumed with trainer.ema newly set
+            self.ema = WeightAverage(self.model, self.ema.decay)
+            log.info("trainer.ema: the checkpoint has no average of the weights; it starts "
+                     "from the resumed weights")
+        elif saved is not None:
+            log.warning("the checkpoint has an average of the weights (trainer.ema=%s), which "
+                        "this run without trainer.ema drops: it validates and keeps the trained "
+                        "weights", saved.get("decay"))
         seen = checkpoint.get("corpus_pairs_seen")
         if (self.pairs_seen is not None and self.context.is_main and seen is not None
                 and len(seen) == len(self.pairs_seen.counts)):
@@ -246,7 +275,7 @@ class Trainer:
         state = self.state
         bleu = 0.0
         if self.context.is_main:
-            scores = self.validator(self.model, device=self.device, step=state.step,
+            scores = self.validator(self.validated_model, device=self.device, step=state.step,
                                     epoch=state.epoch + 1, minutes=state.train_seconds / 60)
             bleu = scores["bleu"]
         bleu = self.context.broadcast(bleu)  # the other ranks wait here while rank 0 validates
@@ -385,7 +414,8 @@ class Trainer:
         if state.last_validated_step != state.step:
             self._validate_and_keep()
         # trainer.average_last: checkpoints/averaged.pt, validated
-        average_recent(state, self.checkpoints, model=self.model, validator=self.validator,
+        average_recent(state, self.checkpoints, model=self.validated_model,
+                       validator=self.validator,
                        context=self.context, writer=self.writer)
         self.save_last()
         if self.context.is_distributed:
@@ -442,6 +472,8 @@ class Trainer:
         self.scaler.step(self.optimizer)  # a plain optimizer.step() when the scaler is off
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         state.nonfinite_in_row = 0
         state.step += 1
         state.tokens_seen += tokens
