@@ -4,8 +4,8 @@ by the real client.
 Every comparison is between implementations on fixed random weights: the folder loaded by
 ``transformers`` in a fresh interpreter that imports no seq2seq module, against our greedy
 search and translate.py on the checkpoint it was exported from. The three checkpoints cover
-a tied and an untied output layer, a pruned and a whole target vocabulary, and joint and
-separate tokenizers.
+a tied and an untied output layer, a pruned and a whole target vocabulary, joint and separate
+tokenizers, and one table for source, target and output (model.share_all_embeddings).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from seq2seq.checkpoint import (  # noqa: E402
     tokenizers_to_payload,
 )
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers  # noqa: E402
-from seq2seq.data.vocab import EOS_ID  # noqa: E402
+from seq2seq.data.vocab import EOS_ID, UNK_ID  # noqa: E402
 from seq2seq.export import huggingface  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.inference.search import greedy_search  # noqa: E402
@@ -87,24 +87,27 @@ def pruned_tokenizers() -> Tokenizers:
                       joint=True)
 
 
-VARIANTS = {  # name: (tokenizers, tied output layer)
-    "joint-untied": (copy_tokenizers, False),
-    "pruned-tied": (pruned_tokenizers, True),
-    "separate-tied": (separate_tokenizers, True),
+VARIANTS = {  # name: (tokenizers, output layer: untied, tied or one table for all three)
+    "joint-untied": (copy_tokenizers, "untied"),
+    "pruned-tied": (pruned_tokenizers, "tied"),
+    "separate-tied": (separate_tokenizers, "tied"),
+    "shared-all": (copy_tokenizers, "shared"),
 }
 
 
 def write_checkpoint(directory: Path, name: str) -> Path:
     """A random tiny Transformer over the variant's tokenizers, saved as ``directory/name.pt``."""
-    make_tokenizers, tied = VARIANTS[name]
+    make_tokenizers, output = VARIANTS[name]
     tokenizers = make_tokenizers()
     torch.manual_seed(3)
-    model_cfg = transformer_model_config(tie_embeddings=tied)
+    model_cfg = {**transformer_model_config(tie_embeddings=output == "tied"),
+                 "share_all_embeddings": output == "shared"}
     model = build_model(model_cfg, src_vocab_size=tokenizers.src.vocab_size,
                         tgt_vocab_size=tokenizers.tgt.vocab_size).eval()
     with torch.no_grad():  # flatter outputs: many near-competitive continuations, and </s>
         model.generator.weight.mul_(3.0)  # less likely than the rest (shorter and longer ones)
         model.generator.weight[EOS_ID].mul_(0.3)
+        model.generator.weight[UNK_ID].mul_(0.3)  # few <unk>: texts to compare
     directory.mkdir(parents=True, exist_ok=True)
     files = write_copy_corpus(directory)
     payload = {"format_version": FORMAT_VERSION, "model": model.state_dict(),
@@ -166,7 +169,8 @@ def test_transformers_alone_translates_as_translate_py(exported, name, tmp_path,
     assert result.returncode == 0, result.stderr
     # A generated <unk> is one of skip_special_tokens' (docs/export.md): compared without it.
     texts = [(ours, theirs) for ours, theirs, ids in
-             zip(result.stdout.splitlines(), got["texts"], want_ids, strict=True) if 1 not in ids]
+             zip(result.stdout.splitlines(), got["texts"], want_ids, strict=True)
+             if UNK_ID not in ids]
     assert len(texts) >= 3 and all(ours == theirs for ours, theirs in texts)
 
 

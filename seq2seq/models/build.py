@@ -40,7 +40,8 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
     the scorer, so it is taken out of the node before the scorer is instantiated; any scorer
     class, a user's included, works with either normalizer.
     """
-    tie = bool(model_cfg.get("tie_embeddings", False))
+    # One table for source, target and output ties the target's to the output too.
+    tie = bool(model_cfg.get("tie_embeddings", False) or model_cfg.get("share_all_embeddings"))
     encoder = _instantiate(resolve_targets(model_cfg["encoder"], ENCODER, "model.encoder"),
                            "model.encoder", vocab_size=src_vocab_size, padding_idx=PAD_ID)
     decoder_cfg = model_cfg["decoder"]
@@ -67,7 +68,9 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
         **extra,
     )
     word_dropout = float(model_cfg.get("word_dropout", 0.0))
-    return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie, word_dropout=word_dropout)
+    return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie,
+                   share_all_embeddings=bool(model_cfg.get("share_all_embeddings", False)),
+                   word_dropout=word_dropout)
 
 
 def _instantiate(node: Mapping, key: str, **arguments):

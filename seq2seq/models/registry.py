@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from seq2seq.config_types import ConfigError
 
@@ -145,6 +146,16 @@ def _name_built_in_classes(node):
     if isinstance(node, list):
         return [_name_built_in_classes(value) for value in node]
     return node
+
+
+# Model options added since the last format version, at the value the configs written before
+# them built with: a config without one reads as one with this value (resuming, the study).
+ADDED_MODEL_OPTIONS: dict[str, Any] = {"share_all_embeddings": False}
+
+
+def with_added_model_options(model_cfg: dict) -> dict:
+    """``model_cfg`` (a ``model`` node) with :data:`ADDED_MODEL_OPTIONS` it lacks (a new dict)."""
+    return {**ADDED_MODEL_OPTIONS, **model_cfg}
 
 
 def upgrade_config(config: dict, version: int) -> dict:

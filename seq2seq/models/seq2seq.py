@@ -48,6 +48,9 @@ class Seq2Seq(nn.Module, DecodingModel):
             source batch.
         tie_embeddings: share the decoder's embedding matrix with the output projection
             (requires ``decoder.output_dim == decoder.embed_dim``).
+        share_all_embeddings: one matrix for the source embeddings, the target embeddings and
+            the output projection (Press & Wolf, 2017): ``tie_embeddings`` and the encoder's
+            table too, which needs one vocabulary and one size on both sides.
         word_dropout: in training, the probability that a source or target input piece is
             replaced by ``<unk>`` (:func:`drop_words`); 0 turns it off.
 
@@ -63,6 +66,7 @@ class Seq2Seq(nn.Module, DecodingModel):
         encoder: RNNEncoder | TransformerEncoder,
         decoder: AttentionDecoder | TransformerDecoder,
         tie_embeddings: bool = False,
+        share_all_embeddings: bool = False,
         word_dropout: float = 0.0,
     ) -> None:
         super().__init__()
@@ -72,6 +76,7 @@ class Seq2Seq(nn.Module, DecodingModel):
         self.decoder = decoder
         self.word_dropout = word_dropout
         vocab_size = decoder.embedding.num_embeddings
+        tie_embeddings = tie_embeddings or share_all_embeddings
         self.generator = nn.Linear(decoder.output_dim, vocab_size, bias=not tie_embeddings)
         if tie_embeddings:
             if decoder.output_dim != decoder.embed_dim:
@@ -87,6 +92,14 @@ class Seq2Seq(nn.Module, DecodingModel):
             if embedding.padding_idx is not None:
                 with torch.no_grad():
                     embedding.weight[embedding.padding_idx].zero_()
+        if share_all_embeddings:
+            source, target = encoder.embedding.weight, decoder.embedding.weight
+            if source.shape != target.shape:
+                raise ValueError(
+                    "share_all_embeddings needs one vocabulary and one size on both sides: the "
+                    f"source table is {tuple(source.shape)}, the target's {tuple(target.shape)} "
+                    "(a joint tokenizer whose target side is not pruned)")
+            encoder.embedding.weight = decoder.embedding.weight
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncodedSource:
         memory, mask, final = self.encoder(src, src_lengths)

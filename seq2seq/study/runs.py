@@ -122,7 +122,11 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
     """``flat`` without the options of :data:`ADDED_OPTIONS` that are set to the value the runs
-    before them computed with (a multi-head scorer's inner scorer included)."""
+    before them computed with (a multi-head scorer's inner scorer included), nor the model
+    options of :data:`~seq2seq.models.registry.ADDED_MODEL_OPTIONS` set to theirs."""
+    for option, default in registry.ADDED_MODEL_OPTIONS.items():
+        if f"model.{option}" in flat and repr(flat[f"model.{option}"]) == repr(default):
+            del flat[f"model.{option}"]
     for key, value in list(flat.items()):
         if key.endswith("._target_") and isinstance(value, str) and value in ADDED_OPTIONS:
             node = key.removesuffix("_target_")

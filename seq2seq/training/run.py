@@ -25,6 +25,7 @@ from seq2seq.config_types import ConfigError, check_config
 from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
+from seq2seq.models.registry import with_added_model_options
 from seq2seq.ops import speed_up
 from seq2seq.training import averaging, finetune
 from seq2seq.training.distributed import cleanup_distributed, init_distributed
@@ -65,9 +66,10 @@ def check_resume_compatible(checkpoint: dict, config: dict, tokenizers, path: Pa
     """Stop with a message that says what differs when a checkpoint does not fit this run."""
     differences = []
     for key in RESUME_MUST_MATCH:
-        differences += config_differences(
-            _lookup(checkpoint["config"], key), _lookup(config, key), key
-        )
+        old, new = _lookup(checkpoint["config"], key), _lookup(config, key)
+        if key == "model" and isinstance(old, dict):  # written before an option was added
+            old = with_added_model_options(old)
+        differences += config_differences(old, new, key)
     ours = tokenizers_to_payload(tokenizers)
     theirs = checkpoint["tokenizers"]
     if set(ours) != set(theirs) or any(not torch.equal(ours[k], theirs[k]) for k in ours
@@ -152,8 +154,12 @@ def check_train_config(config: dict, overrides: Sequence[str] = (),
         parent = finetune.read_parent(settings.init_from, mmap=True)
         model_cfg = finetune.parent_model_config(config, parent, overrides)
         finetune.check_outside_run_folder(parent, run_dir)
-    check_model_config(model_cfg,
-                       vocab_size=(config.get("tokenizer") or {}).get("vocab_size") or 1000)
+    tokenizer = config.get("tokenizer") or {}
+    if model_cfg.get("share_all_embeddings") and settings.init_from is None and (
+            not tokenizer.get("joint") or tokenizer.get("prune_target_vocabulary", True)):
+        raise ConfigError("model.share_all_embeddings=true needs one vocabulary on both sides: "
+                          "tokenizer.joint=true and tokenizer.prune_target_vocabulary=false")
+    check_model_config(model_cfg, vocab_size=tokenizer.get("vocab_size") or 1000)
     _check_train_corpora(config)
     return settings, batch
 
