@@ -190,7 +190,16 @@ def rewritten(package: Path, path: Path, change) -> Path:
      r"^the package's sentencepiece.model is not the model's source vocabulary$"),
     (lambda name, data: None if name.endswith("model.bin") else (name, data),
      r"^CTranslate2 cannot load the package's model: "),
-], ids=["two-top-entries", "not-a-translation", "another-source-model", "no-model-bin"])
+    (lambda name, data: None if name.endswith("metadata.json") else (name, data),
+     r"^the package lacks translate-de_en-1_0/metadata.json$"),
+    (lambda name, data: (name, b"{not json") if name.endswith("metadata.json") else (name, data),
+     r"^Argos cannot read the package: Expecting property name"),
+    (lambda name, data: None if name.endswith("sentencepiece.model") else (name, data),
+     r"^the package lacks translate-de_en-1_0/sentencepiece.model$"),
+    (lambda name, data: None if name.endswith("_vocabulary.json") else (name, data),
+     r"^the package's model/ lacks source_vocabulary.json and shared_vocabulary.json$"),
+], ids=["two-top-entries", "not-a-translation", "another-source-model", "no-model-bin",
+        "no-metadata", "metadata-not-json", "no-sentencepiece-model", "no-vocabulary"])
 def test_a_package_argos_would_read_wrong_is_refused(packaged, tmp_path, change, message):
     """check_package, which runs before a package is published, on damaged copies."""
     _, folder = packaged
@@ -288,10 +297,11 @@ def test_export_py_writes_the_package_or_names_the_missing_language(packaged, tm
     assert not (tmp_path / "out").exists()
     result = run_python([ROOT / "export.py", f"checkpoint={checkpoint}",
                          f"output={tmp_path / 'out'}", "format=argos", "from_code=de",
-                         "to_code=en", "from_name=Deutsch", "package_version=2.5"],
+                         "to_code=en", "from_name=Deutsch", "package_version=2.10"],
                         cwd=tmp_path, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    with zipfile.ZipFile(tmp_path / "out" / "translate-de_en-2_5.argosmodel") as archive:
-        metadata = json.loads(archive.read("translate-de_en-2_5/metadata.json"))
+    # As written: not the number 2.1 Hydra would read.
+    with zipfile.ZipFile(tmp_path / "out" / "translate-de_en-2_10.argosmodel") as archive:
+        metadata = json.loads(archive.read("translate-de_en-2_10/metadata.json"))
         assert not [name for name in archive.namelist() if "/minisbd/" in name]
-    assert (metadata["from_name"], metadata["package_version"]) == ("Deutsch", "2.5")
+    assert (metadata["from_name"], metadata["package_version"]) == ("Deutsch", "2.10")

@@ -24,6 +24,7 @@ from seq2seq.models.interfaces import EncodedSource
 from seq2seq.ops import KERNELS, speed_up
 from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
 from seq2seq.ops.contiguous_state import ContiguousState
+from seq2seq.ops.mask_dropout import MaskDropout
 
 VOCAB = 12
 
@@ -216,3 +217,17 @@ def test_mask_dropout_keeps_each_element_with_one_minus_p_and_scales_it(dtype):
     assert torch.equal(out[kept], (x * (1 / 0.7)).to(dtype)[kept])
     dropout.eval()
     assert dropout(x) is x
+
+
+def test_a_dropout_subclass_with_its_own_forward_keeps_it():
+    """mask_dropout computes forward anew: a subclass that computes its own is left alone."""
+    class Halving(torch.nn.Dropout):
+        def forward(self, x):
+            return x / 2
+
+    class Renamed(torch.nn.Dropout):
+        pass
+
+    model = speed_up(torch.nn.Sequential(Halving(0.3), Renamed(0.3)), ["mask_dropout"])
+    assert type(model[0]) is Halving and isinstance(model[1], MaskDropout)
+    assert torch.equal(model[0](torch.ones(3)), torch.full((3,), 0.5))

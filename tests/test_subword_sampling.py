@@ -78,6 +78,22 @@ def test_a_target_drawn_with_a_piece_outside_the_output_layer_keeps_its_stored_p
     assert not any((pair[0] == UNK_ID).any() for pair in drawn)
 
 
+def test_a_draw_longer_than_the_length_filter_keeps_its_stored_pieces(corpus):
+    """data.filter.max_length holds for the draws too: a longer draw keeps the stored pieces
+    (which the data stage filtered), a shorter one is kept."""
+    tokenizers, stored = corpus
+    every = list(range(len(stored)))
+    unlimited = SampledPairs(stored, tokenizers, alpha=1.0, seed=1).__getitems__(every)
+    limit = int(np.median([len(pair[0]) for pair in unlimited]))  # half the draws are longer
+    limited = SampledPairs(stored, tokenizers, alpha=1.0, seed=1,
+                           max_length=limit).__getitems__(every)
+    for index, (pair, free) in enumerate(zip(limited, unlimited, strict=True)):
+        for side in (0, 1):
+            want = stored[index][side] if len(free[side]) > limit else free[side]
+            assert np.array_equal(pair[side], want)
+    assert sum(len(free[0]) > limit for free in unlimited) > 10
+
+
 def test_batching_reads_the_lengths_of_the_draw(corpus):
     tokenizers, stored = corpus
     sampled = SampledPairs(stored, tokenizers, alpha=0.3, seed=1)

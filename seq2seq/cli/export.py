@@ -130,8 +130,10 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """``python export.py``: see the module docstring (``--help`` lists the options)."""
+    # package_version as written: Hydra would read 1.10 as the number 1.1.
     run_hydra_app(_main, config_name="export", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=True)
+                  summary=__doc__.splitlines()[0], strict=True,
+                  literal_keys=("package_version",))
 
 
 if __name__ == "__main__":

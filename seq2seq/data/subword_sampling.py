@@ -13,7 +13,9 @@ way in a resumed run. The whole epoch is drawn before batching, because batching
 pair's length: a batch cut from lengths guessed before the draw came out a third padding on
 Multi30k. Where ours differs from plain sentencepiece sampling: a target sentence drawn with a
 piece outside the output layer (a pruned joint vocabulary) keeps its stored segmentation, so the
-model never learns to write ``<unk>``.
+model never learns to write ``<unk>``; and a sentence drawn longer than the data stage's length
+filter (``data.filter.max_length``) keeps its stored one, so the model trains on no longer
+sentences than it was prepared for (the location scorer's window, for one).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class SampledPairs:
         tokenizers: The run's tokenizers.
         alpha: sentencepiece's sampling parameter (:class:`SubwordSampling`), in (0, 1].
         seed: The run's seed.
+        max_length: The most pieces a drawn sentence may have (``data.filter.max_length``);
+            a longer draw keeps the stored pieces. None: no limit.
 
     ``set_epoch`` draws an epoch (epoch 0 on construction); lengths and items are then that
     draw's, held in memory (the token ids of the corpus, 2 bytes a piece).
@@ -44,13 +48,14 @@ class SampledPairs:
     same_each_epoch = False
 
     def __init__(self, pairs: ParallelDataset, tokenizers: Tokenizers, *, alpha: float,
-                 seed: int) -> None:
+                 seed: int, max_length: int | None = None) -> None:
         if not 0 < alpha <= 1:
             raise ValueError(f"subword sampling alpha must be in (0, 1], got {alpha}")
         self.pairs = pairs
         self.tokenizers = tokenizers
         self.alpha = float(alpha)
         self.seed = int(seed)
+        self.max_length = max_length
         self.epoch: int | None = None
         self.drawn = pairs
         self.set_epoch(0)
@@ -79,12 +84,12 @@ class SampledPairs:
                                                else np.int32),
                           offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
-    @staticmethod
-    def _checked(ids: list[int], stored: np.ndarray) -> np.ndarray:
+    def _checked(self, ids: list[int], stored: np.ndarray) -> np.ndarray:
         """The drawn ids, or the stored ones where the draw reads ``<unk>`` and they do not
-        (a piece outside a pruned output layer)."""
+        (a piece outside a pruned output layer), or is longer than ``max_length``."""
         drawn = np.asarray(ids, dtype=np.int64)
-        if (drawn == UNK_ID).any() and not (stored == UNK_ID).any():
+        if ((drawn == UNK_ID).any() and not (stored == UNK_ID).any()) or (
+                self.max_length is not None and len(drawn) > self.max_length):
             return np.asarray(stored, dtype=np.int64)
         return drawn
 
@@ -107,9 +112,10 @@ class SampledPairs:
 
 
 def sampled_training_pairs(pairs: ParallelDataset, tokenizers: Tokenizers, *, alpha: float,
-                           seed: int) -> ParallelDataset | SampledPairs:
-    """``pairs`` with subword sampling at ``alpha`` (``trainer.subword_sampling``); 0: as
-    stored."""
+                           seed: int, max_length: int | None = None
+                           ) -> ParallelDataset | SampledPairs:
+    """``pairs`` with subword sampling at ``alpha`` (``trainer.subword_sampling``), no draw
+    longer than ``max_length`` pieces; 0: as stored."""
     if alpha == 0:
         return pairs
-    return SampledPairs(pairs, tokenizers, alpha=alpha, seed=seed)
+    return SampledPairs(pairs, tokenizers, alpha=alpha, seed=seed, max_length=max_length)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -130,34 +131,55 @@ def write_package(folder: Path, path: Path, metadata: dict[str, Any], source_mod
 
 def check_package(path: Path, tokenizers) -> None:
     """Read the package back as Argos reads it: one top folder, ``metadata.json``, the
-    CTranslate2 model (loaded from the zip and run once), the source model's pieces as the
-    model's source vocabulary and every target piece decoded as our target model decodes it.
+    CTranslate2 model (extracted, loaded and run once, as Argos extracts a package it installs),
+    the source model's pieces as the model's source vocabulary and every target piece decoded
+    as our target model decodes it.
 
     Raises:
-        ExportError: naming what Argos would read wrong.
+        ExportError: naming what Argos would read wrong, or what the package lacks.
     """
+    try:
+        with zipfile.ZipFile(path) as archive, tempfile.TemporaryDirectory() as extracted:
+            _check_archive(archive, Path(extracted), tokenizers)
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ExportError(f"Argos cannot read the package: {error_reason(error)}") from None
+
+
+def _member(archive: zipfile.ZipFile, name: str) -> bytes:
+    """The bytes of the package's file ``name``; an ExportError naming it where it is absent."""
+    if name not in archive.namelist():
+        raise ExportError(f"the package lacks {name}")
+    return archive.read(name)
+
+
+def _check_archive(archive: zipfile.ZipFile, extracted: Path, tokenizers) -> None:
+    """:func:`check_package` on the open ``archive``, its model extracted under ``extracted``."""
     import ctranslate2
     import sentencepiece
 
-    with zipfile.ZipFile(path) as archive:
-        names = [name for name in archive.namelist() if not name.endswith("/")]
-        tops = {name.split("/", 1)[0] for name in names}
-        if len(tops) != 1 or any("/" not in name for name in names):
-            raise ExportError(f"the package holds {sorted(tops)}, not one top folder")
-        top = tops.pop()
-        metadata = json.loads(archive.read(f"{top}/{METADATA_NAME}"))
-        keys = ("package_version", "argos_version", "from_code", "to_code", "from_name",
-                "to_name", "type")
-        if not all(isinstance(metadata.get(key), str) for key in keys) or \
-                metadata["type"] != "translate":
-            raise ExportError(f"the package's {METADATA_NAME} lacks one of {', '.join(keys)}")
-        model_files = {name.removeprefix(f"{top}/model/"): archive.read(name)
-                       for name in names if name.startswith(f"{top}/model/")}
-        source_model = sentencepiece.SentencePieceProcessor(
-            model_proto=archive.read(f"{top}/sentencepiece.model"))
-    vocabularies = {side: json.loads(model_files.get(f"{side}_vocabulary.json")
-                                     or model_files["shared_vocabulary.json"])
-                    for side in ("source", "target")}
+    names = [name for name in archive.namelist() if not name.endswith("/")]
+    tops = {name.split("/", 1)[0] for name in names}
+    if len(tops) != 1 or any("/" not in name for name in names):
+        raise ExportError(f"the package holds {sorted(tops)}, not one top folder")
+    top = tops.pop()
+    metadata = json.loads(_member(archive, f"{top}/{METADATA_NAME}"))
+    keys = ("package_version", "argos_version", "from_code", "to_code", "from_name",
+            "to_name", "type")
+    if not isinstance(metadata, dict) or not all(
+            isinstance(metadata.get(key), str) for key in keys) or metadata["type"] != "translate":
+        raise ExportError(f"the package's {METADATA_NAME} lacks one of {', '.join(keys)}")
+    source_model = sentencepiece.SentencePieceProcessor(
+        model_proto=_member(archive, f"{top}/sentencepiece.model"))
+    archive.extractall(extracted, [name for name in names if name.startswith(f"{top}/model/")])
+    model = extracted / top / "model"
+    vocabularies = {}
+    for side in ("source", "target"):
+        own = model / f"{side}_vocabulary.json"
+        file = own if own.is_file() else model / "shared_vocabulary.json"
+        if not file.is_file():
+            raise ExportError(f"the package's model/ lacks {own.name} and "
+                              "shared_vocabulary.json")
+        vocabularies[side] = json.loads(file.read_text(encoding="utf-8"))
     source_pieces = [source_model.id_to_piece(i) for i in range(source_model.get_piece_size())]
     if vocabularies["source"] != source_pieces:
         raise ExportError("the package's sentencepiece.model is not the model's source "
@@ -169,8 +191,7 @@ def check_package(path: Path, tokenizers) -> None:
                 f"{argos_text(source_model, [piece])!r}: it decodes target pieces with the "
                 "source model, which lacks the target model's byte fallback")
     try:
-        translator = ctranslate2.Translator(f"{top}/model", device="cpu", intra_threads=1,
-                                            files=model_files)
+        translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=1)
         translator.translate_batch([source_pieces[FIRST_ORDINARY_ID:FIRST_ORDINARY_ID + 1]],
                                    max_decoding_length=2)
     except Exception as error:  # ctranslate2's own errors

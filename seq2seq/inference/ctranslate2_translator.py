@@ -3,7 +3,9 @@
 :class:`CTranslate2Translator` is a :class:`~seq2seq.inference.translator.BaseTranslator`: the
 tokenization, batching, empty sentences, checks of the request and the conversion to
 ``Translation`` s are the shared part's; CTranslate2 runs the search, on its own terms, with
-one ``translate_batch`` call per batch. What that means for the options
+one ``translate_batch`` call per batch (two for a beam search with attention below
+CTranslate2 4.9, whose first attention row is another sentence's: a greedy first step gives
+the right one). What that means for the options
 (docs/export.md says the same):
 
 - Sources: cut to ``max_source_length`` pieces with a warning, EOS appended by CTranslate2 (the
@@ -230,8 +232,9 @@ class CTranslate2Translator(BaseTranslator):
     def _search(self, sources: list[np.ndarray], options: DecodeOptions, engine, *,
                 return_attention: bool, prefixes: list[list[int]] | None,
                 constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
-        """One ``translate_batch`` call over a batch of non-empty sources; each hypothesis cut
-        to its sentence's limit, scored under our length penalty, the n-best re-ranked."""
+        """One ``translate_batch`` call over a batch of non-empty sources (and a one-step one
+        for the first attention rows, below CTranslate2 4.9); each hypothesis cut to its
+        sentence's limit, scored under our length penalty, the n-best re-ranked."""
         forced = prefixes or [[] for _ in sources]
         for prefix in forced:
             if len(prefix) + 1 > self.max_positions:

@@ -30,7 +30,7 @@ KERNELS: dict[str, tuple[type[nn.Module], type, tuple[str, ...]]] = {
     "additive_energies": (AdditiveScorer, ChunkedAdditiveScorer, ("score",)),
     "contiguous_state": (AttentionDecoder, ContiguousState, ()),  # wraps _rnn: any subclass
     "float32_attention": (MultiHeadAttention, Float32Attention, ()),  # wraps attend
-    "mask_dropout": (nn.Dropout, MaskDropout, ()),  # wraps forward
+    "mask_dropout": (nn.Dropout, MaskDropout, ("forward",)),
 }
 
 

@@ -265,8 +265,9 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
             model=model,
             optimizer=optimizer,
             schedule=schedule,
-            train_data=sampled_training_pairs(train_pairs, tokenizers,
-                                              alpha=settings.subword_sampling, seed=settings.seed),
+            train_data=sampled_training_pairs(
+                train_pairs, tokenizers, alpha=settings.subword_sampling, seed=settings.seed,
+                max_length=((config.get("data") or {}).get("filter") or {}).get("max_length")),
             valid_data=prepared.splits["valid"],
             valid_sources=read_lines(valid_src),
             valid_references=read_lines(valid_ref),
