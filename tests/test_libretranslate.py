@@ -199,6 +199,10 @@ def test_bad_requests_are_400_with_one_line(client, fields, message):
     ({"q": ["red", 3], "source": "de", "target": "en"}, "q: a string or a list of strings"),
     ({"q": "red", "source": "de", "target": "en", "alternatives": [1]},
      "alternatives: [1] is not a whole number"),
+    ({"q": "red", "source": "de", "target": "en", "alternatives": True},
+     "alternatives: True is not a whole number"),
+    ({"q": "red", "source": "de", "target": "en", "alternatives": 2.9},
+     "alternatives: 2.9 is not a whole number"),
     (["red"], "invalid JSON: the body must be an object"),
 ])
 def test_bad_json_is_400_with_one_line(client, body, message):
@@ -210,19 +214,28 @@ def test_bad_json_is_400_with_one_line(client, body, message):
 
 
 def test_the_limits_of_v1_translate_apply(client):
-    """The same limits and messages as /v1/translate (max_lines 8, max_chars 200 here); too
-    many alternatives for the beam is /v1/translate's nbest check, answered with 400."""
+    """The same limits and messages as /v1/translate (max_lines 8, max_chars 200 here); more
+    alternatives than the model's beam widen it, more than the largest beam are refused."""
     for texts in (["red"] * 9, ["red cat " * 30]):
         v1 = client.post("/v1/translate", json={"text": texts})
         ours = client.post("/translate", json={"q": texts, "source": "de", "target": "en"})
         assert v1.status_code == ours.status_code == 413
         assert ours.json() == v1.json()
     v1 = client.post("/v1/translate", json={"text": ["red"], "nbest": 4})  # beam_size 3
+    assert (v1.status_code, v1.json()) == (422, {
+        "error": "nbest must be between 1 and beam_size (3), got 4"})
+    # More alternatives than the beam holds widen the beam, as Argos Translate does.
     ours = client.post("/translate", json={"q": "red", "source": "de", "target": "en",
                                            "alternatives": 3})
-    assert (v1.status_code, ours.status_code) == (422, 400)
-    assert ours.json() == v1.json() == {
-        "error": "nbest must be between 1 and beam_size (3), got 4"}
+    assert ours.status_code == 200, ours.text
+    wider = v1_translations(client, ["red"], beam_size=4, nbest=4)[0]
+    assert ours.json() == {"translatedText": wider[0], "alternatives": [
+        t for t in dict.fromkeys(wider[1:]) if t and t != wider[0]]}
+    # Past the server's largest beam (16), the refusal names the option the client sent.
+    too_many = client.post("/translate", json={"q": "red", "source": "de", "target": "en",
+                                               "alternatives": 16})
+    assert (too_many.status_code, too_many.json()) == (
+        400, {"error": "alternatives: at most 15, got 16"})
     assert client.post("/translate", json={"q": "red", "source": "de", "target": "en"}).json()[
         "translatedText"] == v1_translations(client, ["red"])[0][0]  # serving on as before
 

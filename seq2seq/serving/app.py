@@ -298,7 +298,9 @@ def create_app(
             "translations": [_sentence(n_best, request.attention) for n_best in results],
         }
 
-    add_libretranslate_routes(app, translate, languages or {})
+    add_libretranslate_routes(
+        app, translate, languages or {}, max_beam_size=max_beam_size,
+        beam_sizes={name: model.options.beam_size for name, model in served.items()})
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

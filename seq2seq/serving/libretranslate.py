@@ -4,7 +4,9 @@
 
 - ``POST /translate``, a JSON object or a form: ``q`` (a text, or a list of texts), ``source``,
   ``target``, ``format`` (``text``; ``html`` is refused), ``alternatives`` (how many other
-  translations to add), ``api_key`` (accepted, not checked)
+  translations to add: a whole number, up to the server's largest beam less one; above the
+  model's beam size the beam is widened to fit, as Argos Translate does), ``api_key``
+  (accepted, not checked)
   -> ``{"translatedText": ..., "alternatives"?: ..., "detectedLanguage"?: ...}``, each a list
   where ``q`` is one.
 - ``POST /detect``: ``q`` -> ``[{"confidence": 100.0, "language": CODE}]``.
@@ -68,14 +70,20 @@ def _required(fields: dict, name: str) -> str:
     return value
 
 
-def _alternatives(value) -> int:
-    """``alternatives``: a whole number, 0 where absent (and, as LibreTranslate, where negative)."""
+def _alternatives(value, most: int) -> int:
+    """``alternatives``: a whole number up to ``most``, 0 where absent (and, as LibreTranslate,
+    where negative). A JSON ``true`` or ``2.9`` is no count."""
     if value is None or value == "":
         return 0
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ApiError(400, f"alternatives: {value!r} is not a whole number")
     try:
-        return max(0, int(value))
+        count = max(0, int(value))
     except (TypeError, ValueError):
         raise ApiError(400, f"alternatives: {value!r} is not a whole number") from None
+    if count > most:
+        raise ApiError(400, f"alternatives: at most {most}, got {count}")
+    return count
 
 
 def _only_source(pairs: Mapping[str, tuple[str, str]]) -> str:
@@ -101,12 +109,14 @@ def _model_for(pairs: Mapping[str, tuple[str, str]], source: str, target: str) -
 
 
 async def _translations(translate: Translate, model: str, texts: list[str],
-                        alternatives: int) -> list[list[str]]:
+                        alternatives: int, beam_size: int) -> list[list[str]]:
     """Each text's translations, best first (the best and up to ``alternatives`` more), from
-    ``/v1/translate``'s handler: its limits, batcher, defaults and glossary. The one place this
-    module asks for translations."""
-    request = TranslateRequest(text=texts, model=model,
-                               nbest=alternatives + 1 if alternatives else None)
+    ``/v1/translate``'s handler: its limits, batcher, defaults and glossary; ``beam_size``: the
+    model's, widened to the translations asked for. The one place this module asks for
+    translations."""
+    wanted = alternatives + 1
+    request = TranslateRequest(text=texts, model=model, nbest=wanted if alternatives else None,
+                               beam_size=wanted if wanted > beam_size else None)
     try:
         reply = await translate(request)
     except ApiError as error:
@@ -118,7 +128,8 @@ async def _translations(translate: Translate, model: str, texts: list[str],
 
 
 def add_libretranslate_routes(app: FastAPI, translate: Translate,
-                              languages: Mapping[str, tuple[str, str]]) -> None:
+                              languages: Mapping[str, tuple[str, str]], *,
+                              beam_sizes: Mapping[str, int], max_beam_size: int) -> None:
     """Add LibreTranslate's ``/translate``, ``/detect`` and ``/languages`` to ``app``.
 
     Args:
@@ -127,6 +138,8 @@ def add_libretranslate_routes(app: FastAPI, translate: Translate,
         translate: its ``/v1/translate`` handler, ``await translate(TranslateRequest)``.
         languages: model name -> (source code, target code) of the models whose languages are
             known, in the order served; the others are not reachable here.
+        beam_sizes: model name -> its default beam size, widened for more ``alternatives``.
+        max_beam_size: the largest beam a request may have (``alternatives`` up to one less).
     """
     pairs = dict(languages)
     router = APIRouter(tags=["LibreTranslate"])
@@ -155,7 +168,7 @@ def add_libretranslate_routes(app: FastAPI, translate: Translate,
         fields = await _fields(request)
         q = _text(fields)
         source, target = _required(fields, "source"), _required(fields, "target")
-        alternatives = _alternatives(fields.get("alternatives"))
+        alternatives = _alternatives(fields.get("alternatives"), max_beam_size - 1)
         text_format = fields.get("format") or "text"
         if text_format != "text":
             raise ApiError(400, f"format {text_format!r} is not supported: this server "
@@ -163,7 +176,7 @@ def add_libretranslate_routes(app: FastAPI, translate: Translate,
         language = _only_source(pairs) if source == AUTO else source
         model = _model_for(pairs, language, target)
         texts = q if isinstance(q, list) else [q]
-        found = await _translations(translate, model, texts, alternatives)
+        found = await _translations(translate, model, texts, alternatives, beam_sizes[model])
         best = [translations[0] for translations in found]
         # As LibreTranslate: each alternative once, neither empty nor the best itself.
         others = [[t for t in dict.fromkeys(translations[1:]) if t and t != translations[0]]
