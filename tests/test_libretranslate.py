@@ -240,6 +240,18 @@ def test_the_limits_of_v1_translate_apply(client):
         "translatedText"] == v1_translations(client, ["red"])[0][0]  # serving on as before
 
 
+def test_a_form_of_cjk_text_meets_the_character_limit_not_the_body_limit(translator):
+    """A form percent-encodes each CJK character as 9 bytes: a text over max_chars is refused
+    for its characters (the message a client can act on), not for the body's size."""
+    app = create_app({"copy": translator}, max_lines=1, max_chars=2000,
+                     languages={"copy": ("de", "en")})
+    with TestClient(app) as client:
+        response = client.post("/translate", data={"q": "\u6f22" * 2001, "source": "de",
+                                                   "target": "en"})
+    assert (response.status_code, response.json()) == (
+        413, {"error": "2001 characters: at most 2000 per request"})
+
+
 def test_a_server_that_knows_no_languages_says_how_to_give_them(translator):
     with TestClient(create_app({"copy": translator})) as client:
         for response in (

@@ -226,9 +226,10 @@ def create_app(
     )
     app.state.served = served
     app.state.shutting_down = False
-    # A JSON body of max_chars characters of UTF-8 (up to 4 bytes, or 6 as \\u escapes) and
-    # max_lines strings fits well within this.
-    app.add_middleware(BodyLimit, max_bytes=6 * max_chars + 64 * max_lines + 4096)
+    # A body of max_chars characters fits within this, however it is written: a character is
+    # at most 12 bytes, as a form's percent-encoded UTF-8 (4 bytes, %XX each) or JSON's \\u
+    # escapes of a surrogate pair; plus max_lines strings' quoting and the other fields.
+    app.add_middleware(BodyLimit, max_bytes=12 * max_chars + 64 * max_lines + 4096)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
