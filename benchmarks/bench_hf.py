@@ -10,7 +10,10 @@ Greedy and beam 5, each side batched its own way: ours by its token budget (tran
 as ours sorts), with the batch's longest limit of ``floor(1.5 n + 10)`` new pieces. Beam 5 uses
 each side's own length penalty at 1.0 (GNMT's ``((5 + len) / 6)`` against ``len``). It prints
 BLEU (the project's sacreBLEU) of each, the share of greedy lines with the same text, and
-sentences per second (the model loaded, the timing of translation only).
+sentences per second (the model loaded, the timing of translation only). Then, where
+``ctranslate2`` is installed and the tokenizers are joint, CTranslate2's own
+``ct2-transformers-converter`` (its Python API) converts the folder, and its greedy translations
+of the validation set are compared with those of our ``format=ctranslate2`` export.
 """
 
 from __future__ import annotations
@@ -99,6 +102,44 @@ def main() -> None:
         same = sum(a == b for a, b in zip(mine, theirs, strict=True))
         print(f"beam {beams}: the same text in {same} of {len(sources)} lines "
               f"({100 * same / len(sources):.1f} %)")
+    compare_ctranslate2(args.checkpoint, folder, work)
+
+
+def compare_ctranslate2(checkpoint: str, folder: Path, work: Path) -> None:
+    """ct2-transformers-converter on the folder against format=ctranslate2 on the checkpoint:
+    greedy translations of the validation set, the same text or not."""
+    try:
+        import ctranslate2
+    except ImportError:
+        print("ctranslate2 is not installed: no CTranslate2 comparison")
+        return
+    from transformers import AutoTokenizer
+
+    from seq2seq.export.ctranslate2_export import convert_checkpoint
+    from seq2seq.export.folder import load_for_export
+
+    _, tokenizers, _, _ = load_for_export(checkpoint)
+    if not tokenizers.joint:
+        print("separate tokenizers: ct2-transformers-converter registers one vocabulary")
+        return
+    ctranslate2.converters.TransformersConverter(str(folder)).convert(
+        str(work / "hf-ct2"), force=True)
+    convert_checkpoint(checkpoint, work / "ct2", overwrite=True)
+    sources = read(DATA / "val.de.gz")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    options = {"beam_size": 1, "max_decoding_length": 256,
+               "suppress_sequences": [["<pad>"], ["<s>"]]}
+    texts = []
+    for side, pieces in (
+            ("hf-ct2", [tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"])
+                        for line in sources]),  # with </s>: the converter adds none
+            ("ct2", [tokenizers.src.pieces(ids) for ids in tokenizers.src.encode(sources)])):
+        translator = ctranslate2.Translator(str(work / side), device="cpu", intra_threads=2)
+        results = translator.translate_batch(pieces, **options)
+        texts.append(tokenizers.tgt.decode_pieces([r.hypotheses[0] for r in results]))
+    same = sum(a == b for a, b in zip(*texts, strict=True))
+    print(f"ct2-transformers-converter on the folder against format=ctranslate2, greedy on val: "
+          f"the same text in {same} of {len(sources)} lines")
 
 
 if __name__ == "__main__":

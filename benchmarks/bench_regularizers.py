@@ -7,7 +7,7 @@ the same synthetic Multi30k-like batches of its ``batch.max_tokens`` in float32
 (:func:`benchmarks.profile_training.preset_training`); ``ema`` adds the weights' average
 (:class:`seq2seq.training.ema.WeightAverage`) after each step. The variants alternate, round by
 round, so a slower minute of the machine falls on all of them; it prints milliseconds a step
-per round and each variant's median against the preset's.
+per round and each variant's median against the preset's, then the average's update alone.
 """
 
 from __future__ import annotations
@@ -60,6 +60,13 @@ def main() -> None:
         print(f"{name}: {' '.join(f'{t:.0f}' for t in rounds)} ms a step; median "
               f"{statistics.median(rounds) / base:.2f}x the preset's ({args.threads} threads, "
               "fp32)")
+    objective, _, _, average = built["dropout 0.3, trainer.ema=0.999"]
+    started = time.perf_counter()
+    for _ in range(100):
+        average.update(objective.model)
+    update = (time.perf_counter() - started) * 10  # ms: 100 updates
+    print(f"the average's update alone: {update:.1f} ms ({100 * update / base:.1f} % of the "
+          f"preset's step; {sum(p.numel() for p in objective.model.parameters()):,} parameters)")
 
 
 if __name__ == "__main__":
