@@ -143,7 +143,7 @@ def our_greedy_ids(checkpoint: Path, lines: list[str]) -> list[list[int]]:
     """Our greedy search's output ids, as the target model's ids (a pruned target's compact
     ids mapped back), each line alone with translate.py's default limit."""
     model, tokenizers, _ = model_from_checkpoint(load_checkpoint(checkpoint))
-    to_target = huggingface.target_ids(tokenizers)
+    to_target = torch.as_tensor(tokenizers.target_ids)
     outputs = []
     for ids in tokenizers.src.encode(lines):
         src = torch.tensor([[*ids, EOS_ID]])

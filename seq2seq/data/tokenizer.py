@@ -467,3 +467,15 @@ class Tokenizers:
     src: SentencePieceTokenizer
     tgt: SentencePieceTokenizer | SubsetTokenizer
     joint: bool
+
+    @property
+    def target_model(self) -> SentencePieceTokenizer:
+        """The target side's whole sentencepiece model (the base of a pruned one)."""
+        return self.tgt.base if isinstance(self.tgt, SubsetTokenizer) else self.tgt
+
+    @property
+    def target_ids(self) -> np.ndarray:
+        """The target model's id of each output id: a pruned target's ``kept_ids``, else all."""
+        if isinstance(self.tgt, SubsetTokenizer):
+            return self.tgt.kept_ids
+        return np.arange(self.tgt.vocab_size)

@@ -60,6 +60,7 @@ from seq2seq.export.folder import (
     transformer_parts,
 )
 from seq2seq.export.manifest import build_manifest, write_manifest
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.export_format import HUGGINGFACE_FORMAT_NAME
 from seq2seq.inference.search import greedy_search, max_output_lengths
 from seq2seq.models.transformer import sinusoidal_positions
@@ -82,6 +83,8 @@ SUPPRESSED_IDS = [PAD_ID, BOS_ID]
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 SOURCE_VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"
 WEIGHTS_NAME = "model.safetensors"
+# The gate's length limit: translate.py's default, floor(a * n + b).
+LIMIT = DecodeOptions()
 
 
 def pegasus_dimensions(d_model: int) -> Tensor:
@@ -89,17 +92,6 @@ def pegasus_dimensions(d_model: int) -> Tensor:
     interleaved ``[sin 0, cos 0, sin 1, cos 1, ...]``; ``vector[pegasus_dimensions(d)]`` is the
     same position's vector in Pegasus's layout."""
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
-
-
-def target_ids(tokenizers) -> Tensor:
-    """The target model's id of each of our output ids (a pruned target keeps a subset)."""
-    kept = getattr(tokenizers.tgt, "kept_ids", None)
-    return torch.arange(tokenizers.tgt.vocab_size) if kept is None else torch.as_tensor(kept)
-
-
-def target_model(tokenizers):
-    """The target side's whole sentencepiece tokenizer (the base of a pruned one)."""
-    return getattr(tokenizers.tgt, "base", tokenizers.tgt)
 
 
 def pegasus_state_dict(model: nn.Module, tokenizers) -> tuple[dict[str, Tensor], int]:
@@ -110,8 +102,8 @@ def pegasus_state_dict(model: nn.Module, tokenizers) -> tuple[dict[str, Tensor],
     """
     encoder, decoder = transformer_parts(model, "huggingface")
     order = pegasus_dimensions(encoder.output_size)
-    vocab_size = max(tokenizers.src.vocab_size, target_model(tokenizers).vocab_size)
-    output_ids = target_ids(tokenizers)
+    vocab_size = max(tokenizers.src.vocab_size, tokenizers.target_model.vocab_size)
+    output_ids = torch.as_tensor(tokenizers.target_ids)
     weights: dict[str, Tensor] = {}
 
     def table(rows: Tensor, ids: Tensor) -> Tensor:  # (len(ids), D) -> (vocab_size, D)
@@ -228,7 +220,7 @@ def _vocabulary(tokenizer) -> dict[str, int]:
 def write_tokenizer(folder: Path, tokenizers, config: dict[str, Any]) -> None:
     """``MarianTokenizer``'s files: both sentencepiece models (Marian reads two even when they
     are one), the source vocabulary and, for separate models, the target's."""
-    source, target = tokenizers.src, target_model(tokenizers)
+    source, target = tokenizers.src, tokenizers.target_model
     separate = not tokenizers.joint
     if not separate:  # the manifest's writer wrote SOURCE_SPM, and TARGET_SPM if separate
         write_bytes(folder / TARGET_SPM, target.to_bytes())
@@ -327,14 +319,15 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path) -> float:
         if bars:
             hf_logging.enable_progress_bar()
     sources, targets = random_pairs(tokenizers)
-    output_ids = target_ids(tokenizers)
+    output_ids = torch.as_tensor(tokenizers.target_ids)
     with torch.no_grad():
         for number, source in enumerate(sources):
             src = torch.tensor([[*source, EOS_ID]])
             lengths = torch.tensor([src.size(1)])
-            limit = int(max_output_lengths(lengths, max_len_a=1.5, max_len_b=10.0)[0])
-            ours = output_ids[greedy_search(model, src, lengths, max_len_a=1.5,
-                                            max_len_b=10.0)[0][0].tokens].tolist()
+            limit = int(max_output_lengths(lengths, max_len_a=LIMIT.max_len_a,
+                                           max_len_b=LIMIT.max_len_b)[0])
+            ours = output_ids[greedy_search(model, src, lengths, max_len_a=LIMIT.max_len_a,
+                                            max_len_b=LIMIT.max_len_b)[0][0].tokens].tolist()
             theirs = _hf_greedy(hf_model, src[0].tolist(), limit)
             if ours != theirs:
                 raise ExportError(f"transformers' greedy translation of check sentence "

@@ -32,14 +32,11 @@ TOKENIZER_FILES = ("source.model", "target.model")
 
 def vocabulary_entry(tokenizers) -> dict[str, Any]:
     """The manifest's ``vocabulary``: the sizes, the special ids and ``target_ids``."""
-    target_size = tokenizers.tgt.vocab_size
-    kept_ids = getattr(tokenizers.tgt, "kept_ids", None)
-    return {"source_size": tokenizers.src.vocab_size, "target_size": target_size,
+    return {"source_size": tokenizers.src.vocab_size, "target_size": tokenizers.tgt.vocab_size,
             "pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,
             # An output column (and a prev_tokens value) is an index into this list of the
             # target model's sentencepiece ids (a pruned target keeps a subset).
-            "target_ids": (kept_ids.tolist() if kept_ids is not None
-                           else list(range(target_size)))}
+            "target_ids": tokenizers.target_ids.tolist()}
 
 
 def write_tokenizers(folder: Path, tokenizers, names: tuple[str, str] = TOKENIZER_FILES
