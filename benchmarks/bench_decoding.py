@@ -83,7 +83,6 @@ def bench_one(
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations
     from seq2seq.inference.runtimes import load_translator
-    from seq2seq.inference.translator import Translator
 
     options = DecodeOptions(beam_size=beam_size)
     started = time.perf_counter()
@@ -106,7 +105,7 @@ def bench_one(
 
         # The counter cannot run under autocast (it decomposes the GRU into products of mixed
         # dtypes), so every row is counted on the fp32 search.
-        counted = Translator.from_checkpoint(checkpoint, device, max_tokens=max_tokens)
+        counted = load_translator(checkpoint, device, max_tokens=max_tokens)
         with FlopCounterMode(display=False) as counter:
             counted.translate(sources, options, return_attention=False)
         flops_per_sentence = counter.get_total_flops() / max(len(sources), 1)

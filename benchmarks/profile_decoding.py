@@ -20,7 +20,7 @@ from benchmarks.product_table import add_product_options, print_products
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.evaluation import read_parallel, split_files
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.onednn_caches import bound_onednn_caches
 
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = build_parser().parse_args()
     bound_onednn_caches(kernels=None)  # as seq2seq-translate does
-    translator = Translator.from_checkpoint(args.checkpoint, precision=args.precision)
+    translator = load_translator(args.checkpoint, precision=args.precision)
     options = DecodeOptions(beam_size=args.beam_size)
     config = load_checkpoint(args.checkpoint)["config"]
     sources, _ = read_parallel(*split_files(config, "test"))

@@ -542,6 +542,24 @@ def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "checkpoints" / "best.pt"
 
 
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    """(checkpoint, its CTranslate2 folder): a random copy-task Transformer
+    (:func:`write_copy_transformer_checkpoint`) and its ``format=ctranslate2`` export, with the
+    copy corpus beside them (relative paths, for evaluate.py run there); made once for all test
+    workers, to be read, not changed. Skips without ctranslate2."""
+    pytest.importorskip("ctranslate2")
+    from seq2seq.export.ctranslate2_export import convert_checkpoint
+
+    def make(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        write_copy_transformer_checkpoint(folder)
+        convert_checkpoint(folder / "transformer.pt", folder / "ct2")
+
+    folder = made_once(tmp_path_factory, "ctranslate2_runtime", make)
+    return folder / "transformer.pt", folder / "ct2"
+
+
 def write_copy_transformer_checkpoint(folder: Path) -> Path:
     """A random copy-task Transformer (untied output layer, PAD and BOS never written, as
     training leaves them) saved as ``folder/transformer.pt`` beside its copy corpus."""
@@ -637,11 +655,11 @@ def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) 
 
     from seq2seq.cli.translate import format_translations
     from seq2seq.inference.decode_options import DecodeOptions
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
     decoding = {field.name for field in fields(DecodeOptions)}
     request = DecodeOptions(nbest=nbest, **{k: v for k, v in options.items() if k in decoding})
-    translator = Translator.from_checkpoint(
+    translator = load_translator(
         checkpoint, **{k: v for k, v in options.items() if k not in decoding})
     return [line for n_best in translator.translate(lines, request, return_attention=False)
             for line in format_translations(n_best, nbest=nbest)]

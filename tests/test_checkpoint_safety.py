@@ -21,7 +21,7 @@ from seq2seq.checkpoint import (
     save_checkpoint,
 )
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.runtimes import load_translator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path):
     with pytest.raises(CheckpointError, match="refusing to load .* could run code"):
         load_checkpoint(path)
     with pytest.raises(CheckpointError, match="refusing to load"):
-        Translator.from_checkpoint(path)
+        load_translator(path)
     assert not marker.exists()
     # The file really is dangerous: an unsafe load runs the payload.
     torch.load(path, weights_only=False)
@@ -190,7 +190,7 @@ def test_checkpoint_naming_an_untrusted_class_is_refused_before_importing_it(
     with pytest.raises(CheckpointError, match=rf"{PLUGIN_CLASS}.*SEQ2SEQ_TRUSTED_TARGETS"):
         model_from_checkpoint(load_checkpoint(plugin_checkpoint))
     with pytest.raises(CheckpointError, match=PLUGIN_CLASS):
-        Translator.from_checkpoint(plugin_checkpoint)
+        load_translator(plugin_checkpoint)
     monkeypatch.setenv("SEQ2SEQ_TRUSTED_TARGETS", "some_other_module.")
     with pytest.raises(CheckpointError, match=PLUGIN_CLASS):
         model_from_checkpoint(load_checkpoint(plugin_checkpoint))
@@ -206,8 +206,8 @@ def test_checkpoint_naming_a_trusted_class_loads_and_translates(
     assert config["model"]["attention"]["_target_"] == PLUGIN_CLASS
     inputs = ["red cat", "one two big house", "moon"]
     beam2 = DecodeOptions(beam_size=2)
-    plugin = Translator.from_checkpoint(plugin_checkpoint).translate(inputs, beam2)
-    plain = Translator.from_checkpoint(trained_checkpoint).translate(inputs, beam2)
+    plugin = load_translator(plugin_checkpoint).translate(inputs, beam2)
+    plain = load_translator(trained_checkpoint).translate(inputs, beam2)
     assert [n[0].text for n in plugin] == [n[0].text for n in plain]
 
 

@@ -21,6 +21,7 @@ from conftest import api_lines
 
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,7 +307,7 @@ def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, tra
     model, tokenizers, _ = model_from_checkpoint(load_checkpoint(first))
     model.load_state_dict(expected)
     inputs = copy_sentences(10, seed=11)
-    translated = Translator.from_checkpoint(output).translate(inputs)
+    translated = load_translator(output).translate(inputs)
     want = Translator(model, tokenizers, device="cpu").translate(inputs)
     assert [n[0].text for n in translated] == [n[0].text for n in want]
 
@@ -370,7 +371,7 @@ def test_translate_constraints_prefix_and_terms_keep_to_their_lines(run_tool, wo
     write_lines(workdir / "p.txt", STEERED_PREFIXES)
     (workdir / "t.tsv").write_text(TERMS, encoding="utf-8")
     phrases = [["moon", "dog"], [], ["fish", "small tree"], [], ["dog", "bird"]]
-    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt")
+    translator = load_translator(workdir / "run/checkpoints/best.pt")
     expected = [n_best[0].text for n_best in translator.translate(
         STEERED, DecodeOptions(beam_size=2), prefixes=STEERED_PREFIXES, constraints=phrases,
         return_attention=False)]
@@ -454,7 +455,7 @@ def test_evaluate_scores_the_steered_split_and_its_term_use(run_tool, workdir):
     terms = Glossary.load(workdir / "t.tsv").constraints_for(sources)
     phrases = [list(dict.fromkeys(([c] if c else []) + t))
                for c, t in zip(constraints, terms, strict=True)]
-    translator = Translator.from_checkpoint(workdir / "run/checkpoints/best.pt")
+    translator = load_translator(workdir / "run/checkpoints/best.pt")
     expected = [n[0].text for n in translator.translate(sources, DecodeOptions(beam_size=2),
                                                         constraints=phrases,
                                                         return_attention=False)]

@@ -8,9 +8,17 @@ import torch
 from test_search import random_sources, tiny_model
 
 from seq2seq.data.vocab import EOS_ID
-from seq2seq.inference.constraints import constrained_beam_search, pad_phrases
+from seq2seq.inference.constraints import Grid, pad_phrases
 from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.search import beam_search, pad_prefixes
+from seq2seq.inference.forcing import pad_prefixes
+from seq2seq.inference.search import beam_search, run_search
+
+
+def grid_search(model, src, src_lengths, *, constraints, beam_size, nbest=1, **options):
+    """``run_search`` with the grid: what ``search=beam`` runs for a batch with constraints."""
+    return run_search(model, src, src_lengths, Grid(constraints, beam_size, src.device),
+                      nbest=nbest, **options)
+
 
 OPTIONS = {"max_len_a": 1.0, "max_len_b": 2}
 CONSTRAINTS = [[[5, 6]], [], [[9], [7, 8, 10]], [[12, 12], [4]]]
@@ -27,15 +35,15 @@ def test_every_output_holds_every_phrase_and_a_batch_decodes_as_alone(beam_size,
     model = tiny_model(*family, table_seed=4)
     src, src_lengths = random_sources(4, seed=9)
     nbest = min(2, beam_size)
-    results = constrained_beam_search(model, src, src_lengths, constraints=CONSTRAINTS,
-                                      beam_size=beam_size, nbest=nbest, **OPTIONS)
+    results = grid_search(model, src, src_lengths, constraints=CONSTRAINTS,
+                          beam_size=beam_size, nbest=nbest, **OPTIONS)
     for phrases, n_best in zip(CONSTRAINTS, results, strict=True):
         assert n_best and all(contains(h.tokens, phrase) for h in n_best for phrase in phrases)
         assert [h.score for h in n_best] == sorted((h.score for h in n_best), reverse=True)
     for row in range(4):
-        alone = constrained_beam_search(model, src[row: row + 1], src_lengths[row: row + 1],
-                                        constraints=CONSTRAINTS[row: row + 1],
-                                        beam_size=beam_size, nbest=nbest, **OPTIONS)
+        alone = grid_search(model, src[row: row + 1], src_lengths[row: row + 1],
+                            constraints=CONSTRAINTS[row: row + 1],
+                            beam_size=beam_size, nbest=nbest, **OPTIONS)
         assert [h.tokens for h in alone[0]] == [h.tokens for h in results[row]]
 
 
@@ -44,8 +52,8 @@ def test_no_constraints_is_beam_search():
     src, src_lengths = random_sources(5, seed=2)
     plain = beam_search(model, src, src_lengths, beam_size=3, nbest=2, return_attention=True,
                         **OPTIONS)
-    free = constrained_beam_search(model, src, src_lengths, constraints=[[]] * 5, beam_size=3,
-                                   nbest=2, return_attention=True, **OPTIONS)
+    free = grid_search(model, src, src_lengths, constraints=[[]] * 5, beam_size=3,
+                       nbest=2, return_attention=True, **OPTIONS)
     for a, b in zip(plain, free, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         torch.testing.assert_close([h.score for h in a], [h.score for h in b])
@@ -58,9 +66,9 @@ def test_constraints_beside_a_prefix_and_for_an_ensemble():
     second = tiny_model("gru", "luong", "general", table_seed=2)
     src, src_lengths = random_sources(4, seed=5)
     prefixes = pad_prefixes([[11], [], [4, 4], []], "cpu")
-    results = constrained_beam_search(Ensemble([first, second]), src, src_lengths,
-                                      constraints=CONSTRAINTS, beam_size=2, prefixes=prefixes,
-                                      return_attention=True, **OPTIONS)
+    results = grid_search(Ensemble([first, second]), src, src_lengths,
+                          constraints=CONSTRAINTS, beam_size=2, prefixes=prefixes,
+                          return_attention=True, **OPTIONS)
     for phrases, prefix, n_best in zip(CONSTRAINTS, [[11], [], [4, 4], []], results,
                                        strict=True):
         (best,) = n_best

@@ -103,7 +103,7 @@ def test_a_model_ctranslate2_would_run_differently_is_refused(tmp_path):
 
 def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
     from seq2seq.inference.decode_options import DecodeOptions
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
     checkpoint = transformer_checkpoint(tmp_path)
     output = tmp_path / "ct2"
@@ -114,7 +114,7 @@ def test_export_py_converts_a_transformer_checkpoint(tmp_path, run_python):
     assert f"decode it with translate.py checkpoint={output}" in result.stderr
     # The Translator on the checkpoint and CTranslate2 on the folder: the same translations.
     lines = ["red cat", "one two big house", "blue bird sun"]
-    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    translator = load_translator(checkpoint, device="cpu")
     greedy = DecodeOptions(beam_size=1, max_len_a=0.0, max_len_b=12.0)
     want = [best[0].target_pieces for best in translator.translate(lines, greedy)]
     tokenizer = copy_tokenizers().src

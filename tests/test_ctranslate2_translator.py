@@ -22,12 +22,7 @@ import torch
 
 pytest.importorskip("ctranslate2")
 
-from conftest import (  # noqa: E402
-    api_lines,
-    made_once,
-    transformer_checkpoint,
-    write_copy_transformer_checkpoint,
-)
+from conftest import api_lines, transformer_checkpoint  # noqa: E402
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.cli.translate import format_translations  # noqa: E402
@@ -38,6 +33,7 @@ from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
     CTranslate2Translator,
 )
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
+from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
 from seq2seq.inference.runtimes import load_translator  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -46,20 +42,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 # The last two reach the output limit of max_len_b=4 below.
 LINES = ["red cat", "", "one two big house", "blue bird sun", "moon", "small tree green dog",
          "fish car two", "big big big house tree"]
-
-
-@pytest.fixture(scope="session")
-def exported(tmp_path_factory) -> tuple[Path, Path]:
-    """(checkpoint, its CTranslate2 folder), with the copy corpus beside them (relative paths,
-    for evaluate.py run there); made once for all test workers, to be read, not changed."""
-
-    def make(folder: Path) -> None:
-        folder.mkdir(parents=True)
-        write_copy_transformer_checkpoint(folder)
-        convert_checkpoint(folder / "transformer.pt", folder / "ct2")
-
-    folder = made_once(tmp_path_factory, "ctranslate2_runtime", make)
-    return folder / "transformer.pt", folder / "ct2"
 
 
 def both(exported, **settings) -> tuple[Translator, CTranslate2Translator]:
@@ -96,10 +78,10 @@ def test_the_runtime_is_chosen_where_loading_happens(exported):
     assert isinstance(translator, CTranslate2Translator)
     assert translator.device == torch.device("cpu") and translator.quantize == "none"
     assert translator.parameter_count == load_translator(checkpoint).parameter_count
-    # Tools that build a Translator themselves name the folder in one line.
+    # What makes one of our models of a payload names the folder in one line.
     with pytest.raises(CheckpointError, match=r"ct2 is a CTranslate2 folder: it decodes alone, "
                                               r"in translate.py, evaluate.py and serve.py"):
-        Translator.from_checkpoint(folder)
+        model_from_payload(load_model_payload(folder), "cpu")
 
 
 @pytest.mark.parametrize("options", [

@@ -17,6 +17,7 @@ from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
 from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
 from seq2seq.models.build import build_model
@@ -126,12 +127,12 @@ def weak_members(tmp_path_factory, make_checkpoint) -> list[Path]:
 
 def test_translator_of_a_list_of_checkpoints_decodes_their_ensemble(weak_members,
                                                                      copy_sentences):
-    """``Translator.from_checkpoint([a, b])`` translates as the Ensemble of a's and b's models
+    """``load_translator([a, b])`` translates as the Ensemble of a's and b's models
     does, and unlike either member alone."""
     sources = copy_sentences(12, seed=11)
-    ensemble = Translator.from_checkpoint(weak_members)
+    ensemble = load_translator(weak_members)
     assert isinstance(ensemble.model, Ensemble)
-    members = [Translator.from_checkpoint(path) for path in weak_members]
+    members = [load_translator(path) for path in weak_members]
     by_hand = Translator(Ensemble([m.model for m in members]), members[0].tokenizers,
                          device="cpu")
 
@@ -169,8 +170,8 @@ def test_mismatched_vocabularies_are_refused(tmp_path, trained_checkpoint, run_p
     with pytest.raises(ValueError, match=r"cannot ensemble .*best\.pt and .*other\.pt: their "
                                          r"source vocabularies differ \(39 vs \d+ pieces; first "
                                          r"difference at id 4: '▁fish' vs"):
-        Translator.from_checkpoint([trained_checkpoint, other])
-    same = Translator.from_checkpoint(trained_checkpoint).tokenizers
+        load_translator([trained_checkpoint, other])
+    same = load_translator(trained_checkpoint).tokenizers
     check_same_vocabularies([same, same], ["a", "b"])  # no error
 
     result = run_python(
@@ -195,7 +196,7 @@ def test_evaluate_and_translate_take_a_list_of_checkpoints(tmp_path, weak_member
     summary = json.loads(summary_path.read_text())
     assert summary["checkpoints"] == [str(p) for p in weak_members]
     hypotheses = Path(summary["hypotheses"]).read_text(encoding="utf-8").splitlines()
-    ensemble = Translator.from_checkpoint(weak_members)
+    ensemble = load_translator(weak_members)
     sources = (tmp_path / "corpus" / "test.src").read_text(encoding="utf-8").splitlines()
     expected = [n_best[0].text for n_best in ensemble.translate(
         sources, DecodeOptions(beam_size=2), return_attention=False)]

@@ -43,8 +43,8 @@ from seq2seq.inference.ensemble import Ensemble  # noqa: E402
 from seq2seq.inference.export_format import ENCODER_FILE, MANIFEST_NAME  # noqa: E402
 from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
 from seq2seq.inference.onnx_model import OnnxModel  # noqa: E402
+from seq2seq.inference.runtimes import load_translator  # noqa: E402
 from seq2seq.inference.search import beam_search, greedy_search  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.models.attention import Scorer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_ensembles_with_exported_members_are_the_ensembles_of_the_models(exporte
     src, src_lengths = padded_random_sources(5, vocab=VOCAB, max_len=8, seed=2)
     options = {"beam_size": 3, "nbest": 2, "return_attention": True, **SEARCH}
     # Two exported members, through the Translator as the tools load them.
-    translator = Translator.from_checkpoint([folder, folder], device="cpu")
+    translator = load_translator([folder, folder], device="cpu")
     assert isinstance(translator.model, Ensemble)
     want = beam_search(Ensemble([first, first]).eval(), src, src_lengths, **options)
     assert_same_hypotheses(beam_search(translator.model, src, src_lengths, **options), want,
@@ -164,22 +164,22 @@ def test_int8_export_quantizes_the_products_and_stays_close(exported_random):
     assert 0 < difference < 0.1  # quantized, and still the same model
     # The Translator takes quantize=int8 for it, and refuses it for anything else in one line;
     # without the option it still reports what runs.
-    assert Translator.from_checkpoint(int8_folder, quantize="int8", device="cpu").quantize == "int8"
-    assert Translator.from_checkpoint(int8_folder, device="cpu").quantize == "int8"
+    assert load_translator(int8_folder, quantize="int8", device="cpu").quantize == "int8"
+    assert load_translator(int8_folder, device="cpu").quantize == "int8"
     for other in (fp32_folder,):
         with pytest.raises(ValueError, match="seq2seq-export .* quantize=int8"):
-            Translator.from_checkpoint(other, quantize="int8", device="cpu")
+            load_translator(other, quantize="int8", device="cpu")
 
 
 def test_exported_folder_refuses_other_precisions_devices_and_shortlists(exported_random):
     _, folder = exported_random()
     with pytest.raises(ValueError, match="precision=fp32"):
-        Translator.from_checkpoint(folder, precision="bf16", device="cpu")
+        load_translator(folder, precision="bf16", device="cpu")
     with pytest.raises(ValueError, match="device=cpu"):
         model_from_payload(load_model_payload(folder), torch.device("meta"))
-    assert Translator.from_checkpoint(folder, precision="auto", device="cpu").precision == "fp32"
+    assert load_translator(folder, precision="auto", device="cpu").precision == "fp32"
     # device=auto (the tools' default) is the CPU for an exported model, even beside a GPU.
-    translator = Translator.from_checkpoint(folder, device="auto")
+    translator = load_translator(folder, device="auto")
     assert translator.device.type == "cpu"
     manifest = json.loads((folder / MANIFEST_NAME).read_text())
     assert translator.parameter_count == manifest["parameters"] > 1000
@@ -349,7 +349,7 @@ def test_damaged_folder_gives_one_line_error(exported_copy_model, tmp_path, run_
         (folder / ENCODER_FILE).unlink()
         expected = f"lacks its file {ENCODER_FILE}"
     with pytest.raises(CheckpointError, match=expected):
-        Translator.from_checkpoint(folder, device="cpu")
+        load_translator(folder, device="cpu")
     result = run_python([ROOT / "translate.py", f"checkpoint={folder}", "text=red cat",
                          "device=cpu"], cwd=tmp_path, env=ENV, timeout=120)
     assert result.returncode == 1
@@ -493,7 +493,7 @@ def test_pruned_target_manifest_maps_logits_to_the_pieces(exported_pruned_gru, t
     assert manifest["vocabulary"]["target_ids"] == kept
     assert manifest["vocabulary"]["target_size"] == len(kept)
     # Our tools translate the pieces of the kept ids (not the logits' own indices)...
-    translator = Translator.from_checkpoint(exported_pruned_gru, device="cpu")
+    translator = load_translator(exported_pruned_gru, device="cpu")
     greedy = DecodeOptions(beam_size=1)
     translations = [n_best[0] for n_best in translator.translate(CLIENT_LINES, greedy)]
     tokens = [token for translation in translations
@@ -504,7 +504,7 @@ def test_pruned_target_manifest_maps_logits_to_the_pieces(exported_pruned_gru, t
     shutil.copytree(exported_pruned_gru, old)
     del manifest["vocabulary"]["target_ids"]
     (old / MANIFEST_NAME).write_text(json.dumps(manifest))
-    old_translator = Translator.from_checkpoint(old, device="cpu")
+    old_translator = load_translator(old, device="cpu")
     assert [n_best[0].text for n_best in old_translator.translate(CLIENT_LINES, greedy)] == \
         [translation.text for translation in translations]
 
@@ -566,13 +566,13 @@ def test_an_exported_model_keeps_to_constraints_and_prefixes(trained_checkpoint,
     as the checkpoint's own Translator writes them."""
     prefixes = ["green", "", "sun", "", "", "red"]
     constraints = [["moon"], [], ["fish", "small tree"], [], ["dog"], []]
-    exported = Translator.from_checkpoint(exported_copy_model, device="cpu")
+    exported = load_translator(exported_copy_model, device="cpu")
     beam2 = DecodeOptions(beam_size=2)
     steered = exported.translate(LINES, beam2, prefixes=prefixes, constraints=constraints)
     for line, n_best, prefix, phrases in zip(LINES, steered, prefixes, constraints, strict=True):
         text = n_best[0].text
         assert not line and text == "" or text.startswith(prefix) and all(
             phrase in text for phrase in phrases)
-    checkpoint = Translator.from_checkpoint(trained_checkpoint, device="cpu")
+    checkpoint = load_translator(trained_checkpoint, device="cpu")
     assert [n[0].text for n in steered] == [n[0].text for n in checkpoint.translate(
         LINES, beam2, prefixes=prefixes, constraints=constraints)]

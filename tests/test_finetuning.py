@@ -21,7 +21,7 @@ from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Toke
 from seq2seq.data.vocab import UNK_ID
 from seq2seq.data.vocabulary_coverage import extend_tokenizers, measure_coverage
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.training.run import check_train_config, train
 from seq2seq.training.settings import TrainerSettings
 
@@ -64,7 +64,7 @@ def new_corpus(folder: Path, *, words=LEXICON_WORDS, seed: int = 7) -> dict:
 
 
 def translations(checkpoint: Path, sentences: list[str], beam_size: int) -> list[list[str]]:
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = load_translator(checkpoint)
     return [best[0].target_pieces for best in translator.translate(
         sentences, DecodeOptions(beam_size=beam_size), return_attention=False)]
 

@@ -20,7 +20,7 @@ import torch
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.device import resolve_precision
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_cuda_training_in_half_precision_writes_a_checkpoint_the_cpu_reads(
     for tensor in checkpoint["model"].values():
         assert tensor.device.type == "cpu"
         assert tensor.dtype == torch.float32 and torch.isfinite(tensor).all()
-    translator = Translator.from_checkpoint(run_dir / "checkpoints" / "last.pt", device="cpu")
+    translator = load_translator(run_dir / "checkpoints" / "last.pt", device="cpu")
     assert len(translator.translate(["ka lo mi"])) == 1
 
 
@@ -137,7 +137,7 @@ def test_cuda_search_gives_the_cpus_translations(trained_checkpoint, tmp_path, b
     for path in (trained_checkpoint, transformer_checkpoint(tmp_path)):
         results = {}
         for device in ("cpu", "cuda"):
-            translator = Translator.from_checkpoint(path, device=device)
+            translator = load_translator(path, device=device)
             results[device] = [n_best[0] for n_best in translator.translate(lines, options)]
         for cpu, gpu in zip(results["cpu"], results["cuda"], strict=True):
             if path == trained_checkpoint:
@@ -145,8 +145,8 @@ def test_cuda_search_gives_the_cpus_translations(trained_checkpoint, tmp_path, b
             else:
                 assert gpu.target_pieces == cpu.target_pieces or gpu.score == pytest.approx(
                     cpu.score, abs=1e-3)
-    bf16 = Translator.from_checkpoint(trained_checkpoint, device="cuda", precision="bf16")
-    fp32 = Translator.from_checkpoint(trained_checkpoint, device="cuda")
+    bf16 = load_translator(trained_checkpoint, device="cuda", precision="bf16")
+    fp32 = load_translator(trained_checkpoint, device="cuda")
     same = sum(a[0].text == b[0].text for a, b in zip(bf16.translate(lines, options),
                                                        fp32.translate(lines, options),
                                                        strict=True))

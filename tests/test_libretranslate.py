@@ -27,10 +27,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from seq2seq.checkpoint import LANGUAGE_NAMES  # noqa: E402
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
 from seq2seq.serving.libretranslate import NO_LANGUAGES  # noqa: E402
-from seq2seq.serving.models import ServedModel  # noqa: E402
+from seq2seq.serving.models import ServedModel, load_model  # noqa: E402
 
 LINES = ["red cat", "one two big house", "blue bird sun", "moon", "small tree green dog"]
 HANG = 30  # seconds: a bounded wait fails only when something hangs
@@ -39,8 +38,7 @@ HANG = 30  # seconds: a bounded wait fails only when something hangs
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint) -> ServedModel:
     """The copy model, served at beam 3 unless a request says otherwise."""
-    return ServedModel.wrap(Translator.from_checkpoint(trained_checkpoint, device="cpu"),
-                            DecodeOptions(beam_size=3))
+    return load_model(trained_checkpoint, device="cpu", options=DecodeOptions(beam_size=3))
 
 
 @pytest.fixture
@@ -147,8 +145,7 @@ def test_auto_and_detect_name_the_one_source_language(client):
 
 
 def test_several_models_each_serve_their_pair(translator, make_checkpoint, tmp_path):
-    other = ServedModel.wrap(Translator.from_checkpoint(make_checkpoint(tmp_path), device="cpu"),
-                             DecodeOptions(beam_size=2))
+    other = load_model(make_checkpoint(tmp_path), device="cpu", options=DecodeOptions(beam_size=2))
     app = create_app({"de-en": translator, "fr-en": other, "unknown": other},
                      languages={"de-en": ("de", "en"), "fr-en": ("fr", "en")})
     with TestClient(app) as client:

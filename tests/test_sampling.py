@@ -8,8 +8,9 @@ import pytest
 import torch
 from test_search import random_sources, tiny_model
 
+from seq2seq.inference.forcing import pad_prefixes
 from seq2seq.inference.sampling import Sampling, sample_search
-from seq2seq.inference.search import greedy_search, pad_prefixes
+from seq2seq.inference.search import greedy_search
 
 OPTIONS = {"max_len_a": 1.0, "max_len_b": 3}
 

@@ -13,16 +13,14 @@ from omegaconf import OmegaConf
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference import search as search_module
+from seq2seq.inference.forcing import forced_tokens, next_token_log_probs, pad_prefixes
 from seq2seq.inference.search import (
     Hypothesis,
     beam_search,
-    forced_tokens,
     greedy_search,
     in_autocast_dtype,
     length_penalty_factor,
     max_output_lengths,
-    next_token_log_probs,
-    pad_prefixes,
 )
 from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
@@ -491,8 +489,9 @@ def teacher_forced_score(model, src, src_lengths, tokens: list[int], alpha: floa
 def test_every_score_is_the_models_teacher_forced_log_probability(architecture, alpha):
     """Greedy, beam, sampling and the grid of constraints (beam 1 and 5), beside prefixes and
     the length limit's forced EOS: each hypothesis' score is what the model gives its tokens."""
-    from seq2seq.inference.constraints import constrained_beam_search
+    from seq2seq.inference.constraints import Grid
     from seq2seq.inference.sampling import Sampling, sample_search
+    from seq2seq.inference.search import run_search
 
     model = tiny_model(*architecture[:3], table_seed=architecture[3])
     src, src_lengths = random_sources(4, seed=11)
@@ -504,8 +503,8 @@ def test_every_score_is_the_models_teacher_forced_log_probability(architecture, 
         "beam": beam_search(model, src, src_lengths, beam_size=5, nbest=3, **options),
         "sample": sample_search(model, src, src_lengths, sampling=Sampling(temperature=2.0),
                                 nbest=2, generator=torch.Generator().manual_seed(0), **options),
-        **{f"grid{k}": constrained_beam_search(model, src, src_lengths, constraints=constraints,
-                                               beam_size=k, nbest=min(k, 2), **options)
+        **{f"grid{k}": run_search(model, src, src_lengths, Grid(constraints, k, src.device),
+                                  nbest=min(k, 2), **options)
            for k in (1, 5)},
     }
     # Each sentence's length limit, raised to its prefix (the grid's also holds its phrases).

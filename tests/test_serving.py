@@ -29,6 +29,7 @@ pytest.importorskip("httpx", reason="FastAPI's test client needs httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
+from seq2seq.inference.runtimes import load_translator  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher  # noqa: E402
@@ -44,12 +45,18 @@ BEAM3 = DecodeOptions(beam_size=3)  # the test server's defaults
 
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint) -> Translator:
-    return Translator.from_checkpoint(trained_checkpoint, device="cpu")
+    return load_translator(trained_checkpoint, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def served(trained_checkpoint) -> ServedModel:
+    """The copy model as serve.py loads it, at beam 3 unless a request says otherwise."""
+    return load_model(trained_checkpoint, device="cpu", options=BEAM3)
 
 
 @pytest.fixture
-def client(translator):
-    app = create_app({"copy": ServedModel.wrap(translator, BEAM3)}, max_lines=8, max_chars=200,
+def client(served):
+    app = create_app({"copy": served}, max_lines=8, max_chars=200,
                      max_beam_size=6)
     with TestClient(app) as test_client:
         yield test_client
@@ -250,7 +257,7 @@ def test_a_server_with_terms_applies_them_to_every_request(translator):
     from seq2seq.inference.glossary import Glossary
 
     glossary = Glossary.parse(["cat\tmoon", "blue bird\tfish"])
-    app = create_app({"copy": translator}, terms=glossary)
+    app = create_app({"copy": ServedModel(translator)}, terms=glossary)
     texts = ["red cat", "blue bird", "one two"]
     with TestClient(app) as client:
         assert client.get("/v1/models").json()["terms"] == 2
@@ -353,7 +360,7 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(translator,
         for text, option in zip(inputs, options, strict=True)
     ]  # the same as each request alone: a translation does not depend on its batch
     gated = GatedTranslator(translator.model, translator.tokenizers, device="cpu")
-    app = create_app({"copy": gated})
+    app = create_app({"copy": ServedModel(gated)})
     # One client thread per request: every request is waiting in the batcher at once.
     with TestClient(app) as client, ThreadPoolExecutor(len(inputs)) as pool:
         batcher = app.state.batchers["copy"]
@@ -521,7 +528,7 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(trained_checkpoint, t
         assert process.poll() is None  # still running: it waits for the request in flight
         status, body = in_flight.finish()
         assert status == 200, body
-        expected = Translator.from_checkpoint(trained_checkpoint)
+        expected = load_translator(trained_checkpoint)
         assert body["translations"][0]["text"] == best_text(expected, "red cat")  # beam 5
         process.wait(timeout=HANG)
         ended = process.result()
@@ -542,7 +549,7 @@ def test_a_transformer_answers_with_every_layer_and_head(translator, tmp_path):
     served = load_model(transformer_checkpoint(tmp_path), device="cpu",
                         options=DecodeOptions(beam_size=3))
     assert served.scorer == "TransformerDecoder"
-    app = create_app({"transformer": served, "copy": translator})
+    app = create_app({"transformer": served, "copy": ServedModel(translator)})
     with TestClient(app) as client:
         for model in ("transformer", "copy"):
             response = translate(client, ["red cat big house", ""], model=model, attention=True,

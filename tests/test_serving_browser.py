@@ -95,9 +95,9 @@ def test_page_translates_and_draws_interactive_attention(server, browser, traine
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from seq2seq.inference.decode_options import DecodeOptions
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
-    translator = Translator.from_checkpoint(trained_checkpoint)
+    translator = load_translator(trained_checkpoint)
     (expected,) = translator.translate(SENTENCES[:1], DecodeOptions(beam_size=3))[0]
     rows = len(expected.target_pieces) + 1  # and </s>
 
@@ -162,9 +162,9 @@ def check_head_picker(panel, checkpoint, Select) -> None:
     from selenium.webdriver.common.by import By
 
     from seq2seq.inference.decode_options import DecodeOptions
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = load_translator(checkpoint)
     (expected,) = translator.translate(SENTENCES[:1], DecodeOptions(beam_size=3),
                                        attention_heads=True)[0]
     heads = expected.attention_heads  # (L, H, T + 1, S + 1)

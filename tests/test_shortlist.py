@@ -15,12 +15,11 @@ from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.cli.build_shortlist import main as build_shortlist
 from seq2seq.data.corpus import read_lines
-from seq2seq.inference import translator as translator_module
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.inference.shortlist import (
     Shortlist,
     ShortlistError,
-    restrict,
     same_pieces,
     vocabulary_fingerprint,
 )
@@ -75,12 +74,16 @@ def test_candidates_are_ranked_by_co_occurrence():
     targets = [[10, 11], [10, 11], [10], [11], [11, 12], [11]]
     shortlist = Shortlist.build(sources, targets, src_vocab_size=20, tgt_vocab_size=20,
                                 per_source=1, frequent=0)
-    assert shortlist.candidates_of(4).tolist() == [10]  # Dice 1 (11: 0.5)
-    assert shortlist.candidates_of(5).tolist() == [11]  # 0.57 (10: 0.4)
+
+    def candidates_of(source_id: int) -> list[int]:  # beside the 4 special pieces
+        return shortlist.for_sources([[source_id]]).tolist()[4:]
+
+    assert candidates_of(4) == [10]  # Dice 1 (11: 0.5)
+    assert candidates_of(5) == [11]  # 0.57 (10: 0.4)
     # 6's best is 12 (0.67); pair 2 needs 11, which goes to its source piece of best Dice
     # for it: 6 (0.57), not 4 (0.5).
-    assert shortlist.candidates_of(6).tolist() == [11, 12]
-    assert shortlist.candidates_of(8).size == 0  # never seen
+    assert candidates_of(6) == [11, 12]
+    assert candidates_of(8) == []  # never seen
     # Frequent pieces are always included and not repeated among the candidates.
     shortlist = Shortlist.build(sources, targets, src_vocab_size=20, tgt_vocab_size=20,
                                 per_source=1, frequent=1)
@@ -182,8 +185,8 @@ def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_mode
     _, tokenizers = copy_model
     inputs = copy_sentences(8, seed=32)
     pair = [trained_checkpoint, trained_checkpoint]
-    plain = Translator.from_checkpoint(pair)
-    restricted = Translator.from_checkpoint(pair, shortlist=everything(tokenizers))
+    plain = load_translator(pair)
+    restricted = load_translator(pair, shortlist=everything(tokenizers))
     beam3 = DecodeOptions(beam_size=3)
     assert_identical(restricted.translate(inputs, beam3), plain.translate(inputs, beam3))
     # Each member's log-probabilities are renormalised over the shortlist, then averaged.
@@ -191,9 +194,9 @@ def test_ensembles_are_restricted_member_by_member(trained_checkpoint, copy_mode
     src, src_lengths = torch.tensor([[5, 7, 8, 2]]), torch.tensor([4])
     prev = torch.tensor([2])  # shortlist position 2: BOS
     with torch.no_grad():
-        wrapped = restrict(ensemble, ids)
-        encoded = wrapped.encode(src, src_lengths)
-        got, _, _ = wrapped.decode_step(prev, wrapped.init_state(encoded), encoded)
+        encoded = ensemble.encode(src, src_lengths)
+        got, _, _ = ensemble.decode_step(ids[prev], ensemble.init_state(encoded), encoded,
+                                         output_ids=ids)
         expected = torch.stack([
             torch.log_softmax(member.decode_step(ids[prev], member.init_state(part), part)[0]
                               [:, ids], dim=-1)
@@ -208,20 +211,14 @@ def test_a_real_shortlist_keeps_the_copies_with_a_smaller_output_layer(
     vocab = tokenizers.tgt.vocab_size
     shortlist = copy_shortlist(trained_checkpoint, tokenizers, per_source=2, frequent=0)
     widths = []
-    real_search = translator_module.beam_search
+    step = model.decode_step
 
-    def spying_search(search_model, *args, **kwargs):
-        step = search_model.decode_step
+    def decode_step(*args, **kwargs):  # the output layer's width at each step
+        logits, weights, state = step(*args, **kwargs)
+        widths.append(logits.size(-1))
+        return logits, weights, state
 
-        def decode_step(*step_args, **step_kwargs):
-            logits, weights, state = step(*step_args, **step_kwargs)
-            widths.append(logits.size(-1))
-            return logits, weights, state
-
-        monkeypatch.setattr(search_model, "decode_step", decode_step)
-        return real_search(search_model, *args, **kwargs)
-
-    monkeypatch.setattr(translator_module, "beam_search", spying_search)
+    monkeypatch.setattr(model, "decode_step", decode_step)
     inputs = copy_sentences(30, seed=123)
     beam4 = DecodeOptions(beam_size=4)
     plain = [n[0].text for n in Translator(model, tokenizers, device="cpu")
@@ -328,7 +325,7 @@ def test_prefix_and_constraint_pieces_join_the_shortlist(trained_checkpoint, cop
     specials_only = Shortlist(offsets=np.zeros(tokenizers.src.vocab_size + 1, np.int64),
                               candidates=[], frequent=[], tgt_vocab_size=vocab,
                               fingerprint=vocabulary_fingerprint(tokenizers))
-    translator = Translator.from_checkpoint(trained_checkpoint, shortlist=specials_only)
+    translator = load_translator(trained_checkpoint, shortlist=specials_only)
     (best,), = translator.translate(["red cat"], DecodeOptions(beam_size=2), prefixes=["blue"],
                                     constraints=[["moon"]])
     assert best.text == "blue moon"

@@ -439,7 +439,7 @@ def test_group_set_to_null_on_the_command_line_is_one_line_error(monkeypatch, ca
     from seq2seq.cli import train as train_cli
 
     monkeypatch.setattr(sys, "argv", ["train.py", *argv])
-    monkeypatch.setattr(train_cli, "_main", lambda: pytest.fail("Hydra was reached"))
+    monkeypatch.setattr(train_cli.train_main, "task", lambda: pytest.fail("Hydra was reached"))
     with pytest.raises(SystemExit) as raised:
         train_cli.main()
     assert raised.value.code == 1

@@ -16,6 +16,7 @@ import torch
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.batching import collate
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.runtimes import load_translator
 from seq2seq.inference.search import Hypothesis, greedy_search
 from seq2seq.inference.translator import Translation, Translator
 
@@ -24,7 +25,7 @@ BEAM4 = DecodeOptions(beam_size=4)
 
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint) -> Translator:
-    return Translator.from_checkpoint(trained_checkpoint)
+    return load_translator(trained_checkpoint)
 
 
 def assert_same_translations(got, want) -> None:
@@ -61,8 +62,8 @@ def test_results_do_not_depend_on_batching(trained_checkpoint, copy_sentences):
     path = trained_checkpoint
     inputs = copy_sentences(12, seed=7) + [""]
     options = DecodeOptions(beam_size=3)
-    big = Translator.from_checkpoint(path, max_tokens=4000).translate(inputs, options)
-    small = Translator.from_checkpoint(path, max_tokens=1).translate(inputs, options)
+    big = load_translator(path, max_tokens=4000).translate(inputs, options)
+    small = load_translator(path, max_tokens=1).translate(inputs, options)
     for a, b in zip(big, small, strict=True):
         assert a[0].text == b[0].text
         assert a[0].score == pytest.approx(b[0].score, abs=1e-5)
@@ -181,8 +182,8 @@ def test_bf16_decoding_agrees_with_fp32(trained_checkpoint, copy_sentences, beam
     inputs = copy_sentences(30, seed=321)
     inputs[7:7] = ["", "moon"]  # an empty line and a one-word line inside the batch
     options = DecodeOptions(beam_size=beam_size)
-    fp32 = Translator.from_checkpoint(trained_checkpoint)
-    bf16 = Translator.from_checkpoint(trained_checkpoint, precision="bf16")
+    fp32 = load_translator(trained_checkpoint)
+    bf16 = load_translator(trained_checkpoint, precision="bf16")
     reference = fp32.translate(inputs, options)
     expected = [n_best[0].text for n_best in reference]
     results = bf16.translate(inputs, options, return_attention=True)
@@ -208,7 +209,7 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
     the search recorded: what the search saw, per layer and head."""
     from conftest import transformer_checkpoint
 
-    translator = Translator.from_checkpoint(transformer_checkpoint(tmp_path))
+    translator = load_translator(transformer_checkpoint(tmp_path))
     options = DecodeOptions(beam_size=3, nbest=2)
     lines = ["red cat big house", "", "blue bird sun moon small tree"]
     results = translator.translate(lines, options, attention_heads=True)
@@ -221,7 +222,7 @@ def test_attention_heads_are_the_transformers_and_average_to_its_attention(tmp_p
         torch.testing.assert_close(heads.mean(dim=(0, 1)), best.attention.float(),
                                    atol=1e-5, rtol=1e-5)
     assert translator.translate(lines[:1], options)[0][0].attention_heads is None  # not asked
-    rnn = Translator.from_checkpoint(trained_checkpoint)
+    rnn = load_translator(trained_checkpoint)
     assert rnn.translate(lines[:1], attention_heads=True)[0][0].attention_heads is None
 
 
@@ -229,7 +230,7 @@ def test_progress_counts_every_sentence_batch_by_batch(trained_checkpoint, copy_
     """What the bars of evaluate.py and compare.py count: each sentence once, empty ones
     included, one call per batch."""
     inputs = copy_sentences(9, seed=5) + ["", "  "]
-    translator = Translator.from_checkpoint(trained_checkpoint, max_tokens=30)
+    translator = load_translator(trained_checkpoint, max_tokens=30)
     counts: list[int] = []
     translator.translate(inputs, DecodeOptions(beam_size=1), progress=counts.append)
     assert sum(counts) == len(inputs)
@@ -260,7 +261,7 @@ def test_constrained_sentences_are_batched_with_as_many_banks(trained_checkpoint
     """A grid beam search decodes every sentence of a batch with the batch's most banks, so
     sentences go only with those of as many, each costing its padded length times its banks;
     how they are batched does not change what they say."""
-    translator = Translator.from_checkpoint(trained_checkpoint, max_tokens=24)
+    translator = load_translator(trained_checkpoint, max_tokens=24)
     sources = [np.arange(1, n + 1) for n in (3, 3, 5, 2, 0, 3)]
     banks = [1, 3, 3, 1, 2, 3]
     batches = translator._batches(sources, banks)
@@ -273,8 +274,8 @@ def test_constrained_sentences_are_batched_with_as_many_banks(trained_checkpoint
         (banks[batch[0]] for batch in batches), reverse=True)
     lines = ["red cat big house", "blue bird", "one two three", "sun", "green bird sun"]
     phrases = [["moon"], [], ["fish", "small tree"], ["tree"], []]
-    together = Translator.from_checkpoint(trained_checkpoint, max_tokens=4000)
-    one_by_one = Translator.from_checkpoint(trained_checkpoint, max_tokens=1)
+    together = load_translator(trained_checkpoint, max_tokens=4000)
+    one_by_one = load_translator(trained_checkpoint, max_tokens=1)
     beam2 = DecodeOptions(beam_size=2)
     assert [n[0].text for n in together.translate(lines, beam2, constraints=phrases)] == \
         [n[0].text for n in one_by_one.translate(lines, beam2, constraints=phrases)]

@@ -69,12 +69,12 @@ def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, wor
     from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import load_translator
 
     monkeypatch.chdir(workdir)
     config = load_checkpoint("run/checkpoints/best.pt")["config"]
     sources, references = read_parallel(*split_files(config, "valid"))
-    translator = Translator.from_checkpoint("run/checkpoints/best.pt")
+    translator = load_translator("run/checkpoints/best.pt")
     options = DecodeOptions(beam_size=best["beam_size"], length_penalty=best["length_penalty"])
     evaluation = evaluate_translations(translator, sources[:SENTENCES], references[:SENTENCES],
                                        options)

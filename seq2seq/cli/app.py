@@ -2,8 +2,9 @@
 config, sentences typed as a shell user types them, and a command line Hydra cannot compose
 as one line with the nearest valid keys instead of Hydra's message of six.
 
-Each entry point's ``main()`` is ``run_hydra_app(_main, ...)`` where ``_main`` is its
-``@hydra.main`` function. The command line's config is composed first with Hydra's compose
+Each entry point's ``main()`` is made (or, for ``train.py``, wrapped) by :func:`hydra_tool`
+from its ``run(cfg)``: a ``@hydra.main`` function run by :func:`run_hydra_app`. The command line's config is composed
+first with Hydra's compose
 API, which raises what it cannot compose as an exception: the one line is made from that
 exception's structure (:func:`explain_composition_error`).
 """
@@ -247,6 +248,25 @@ def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, sum
         return app()
     finally:
         sys.argv[1:] = given
+
+
+def hydra_tool(run: Callable[[Any], Any], *, config_name: str, summary: str, strict: bool = True,
+               literal_keys: Sequence[str] = ()) -> Callable[[], Any]:
+    """A tool's ``main()``: ``run`` on the config Hydra composes from ``config_name`` and the
+    command line, after :func:`run_hydra_app`'s ``--help`` and checks (``strict``,
+    ``literal_keys``: as there); ``run``'s result is what a Hydra sweeper reads."""
+    import hydra
+
+    def main() -> Any:
+        return run_hydra_app(main.task, config_name=config_name,
+                             command=script_command(sys.argv[0]), summary=summary,
+                             strict=strict, literal_keys=literal_keys)
+
+    # The @hydra.main function run_hydra_app runs (an attribute: a test may replace it).
+    main.task = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR),
+                           config_name=config_name)(run)
+    main.__doc__ = summary
+    return main
 
 
 def script_command(path: str | Path) -> str:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR as _CONFIG_PATH
 from seq2seq.config_types import ConfigError, check_value, error_reason
+from seq2seq.inference.decode_options import option_types
 from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 
 # An absolute path: Hydra resolves a relative config_path against the importing module's
@@ -55,13 +56,12 @@ def check_group_overrides(overrides: Sequence[str], config_dir: str | Path = CON
                  f"remove it with ~{key}")
 
 
-# The types of the decoding options evaluate.py, translate.py and serve.py share (their YAML
-# files document each one).
+# The types of the options evaluate.py, translate.py and serve.py share (their YAML files
+# document each one): the translator's settings, and how to decode (DecodeOptions' own).
 DECODING_OPTION_TYPES: dict[str, Any] = {
-    "device": str, "num_threads": int | None, "precision": str, "quantize": str, "beam_size": int,
-    "length_penalty": float, "nbest": int, "max_len_a": float, "max_len_b": float,
+    "device": str, "num_threads": int | None, "precision": str, "quantize": str,
     "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
-    "shortlist": str | None,
+    "shortlist": str | None, **option_types(),
 }
 
 

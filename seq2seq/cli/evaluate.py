@@ -43,20 +43,17 @@ import glob
 import hashlib
 import json
 import logging
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    CONFIG_DIR,
     check_options,
     checkpoint_paths,
     fail,
@@ -151,7 +148,7 @@ def evaluate_checkpoint(
 
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(members[0])
     name = members[0].stem if len(members) == 1 else _ensemble_stem(members)
-    search = "sample" if options.search == "sample" else f"beam{options.beam_size}"
+    search = options.label.replace(" ", "")  # beam5, sample
     # Steered translations never overwrite the plain ones they are compared with.
     stem = f"{name}.{test_name}.{search}{'.constrained' if guidance.active else ''}"
     hyp_path, json_path = output_dir / f"{stem}.hyp", output_dir / f"{stem}.json"
@@ -171,6 +168,7 @@ def evaluate_checkpoint(
         "chrf": scores["chrf"],
         "chrf_signature": scores["chrf_signature"],
         **{key: value for key, value in asdict(options).items() if key != "nbest"},
+        "search_label": options.label,
         "max_tokens": cfg.batch.max_tokens,
         "device": str(translator.device),
         "quantize": translator.quantize,
@@ -193,9 +191,8 @@ def evaluate_checkpoint(
 def print_summary(summary: Mapping[str, Any]) -> None:
     print(f"checkpoint: {summary['checkpoint']}")
     test_set = summary["split"] or summary["src"]
-    search = ("sampling" if summary.get("search") == "sample"
-              else f"beam {summary['beam_size']}")
-    print(f"test set:   {test_set} ({summary['sentences']} sentences), {search}")
+    print(f"test set:   {test_set} ({summary['sentences']} sentences), "
+          f"{summary['search_label']}")
     print(summary["bleu_detail"])
     print(f"BLEU signature: {summary['bleu_signature']}")
     print(f"chrF2 = {summary['chrf']:.2f}")
@@ -261,17 +258,13 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     return summaries
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
-def _main(cfg: DictConfig) -> float:
-    """Entry point; see the module docstring. Returns the best BLEU (for Hydra sweepers)."""
-    summaries = run(cfg)
-    return max(s["bleu"] for s in summaries)
+def best_bleu(cfg: DictConfig) -> float:
+    """The best BLEU of :func:`run` (what a Hydra sweeper optimises)."""
+    return max(summary["bleu"] for summary in run(cfg))
 
 
-def main() -> None:
-    """``python evaluate.py``: see the module docstring (``--help`` lists the options)."""
-    run_hydra_app(_main, config_name="evaluate", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=True)
+# ``python evaluate.py``: see the module docstring (``--help`` lists the options).
+main = hydra_tool(best_bleu, config_name="evaluate", summary=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -22,15 +22,13 @@ checkpoint does not name and the command does not give.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command
-from seq2seq.cli.common import CONFIG_DIR, fail
+from seq2seq.cli.app import hydra_tool
+from seq2seq.cli.common import fail
 from seq2seq.config_types import ConfigError, check_value
 from seq2seq.inference.export_format import QUANTIZE_MODES
 
@@ -122,17 +120,9 @@ def run(cfg: DictConfig) -> dict:
     return manifest
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
-def _main(cfg: DictConfig) -> None:
-    """Entry point; see the module docstring."""
-    run(cfg)
-
-
-def main() -> None:
-    """``python export.py``: see the module docstring (``--help`` lists the options)."""
-    # package_version as written: Hydra would read 1.10 as the number 1.1.
-    run_hydra_app(_main, config_name="export", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=True,
+# ``python export.py``: see the module docstring (``--help`` lists the options).
+# package_version as written: Hydra would read 1.10 as the number 1.1.
+main = hydra_tool(run, config_name="export", summary=__doc__.splitlines()[0],
                   literal_keys=("package_version",))
 
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import sys
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command
-from seq2seq.cli.common import CONFIG_DIR
+from seq2seq.cli.app import hydra_tool
 from seq2seq.data.corpus import DataError
 from seq2seq.data.prepare import prepare_data_from_config
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="prepare_data")
-def _main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig) -> None:
     """Prepares the configured data and prints its summary; exits with 1 on a DataError."""
     try:
         prepared = prepare_data_from_config(
@@ -35,10 +32,9 @@ def _main(cfg: DictConfig) -> None:
     print(prepared.format_summary(), flush=True)
 
 
-def main() -> None:
-    """``python prepare_data.py``: see the module docstring (``--help`` lists the options)."""
-    run_hydra_app(_main, config_name="prepare_data", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=False)
+# ``python prepare_data.py``: see the module docstring (``--help`` lists the options).
+main = hydra_tool(run, config_name="prepare_data", summary=__doc__.splitlines()[0],
+                  strict=False)
 
 
 if __name__ == "__main__":

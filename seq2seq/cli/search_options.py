@@ -20,10 +20,10 @@ from omegaconf import DictConfig
 from seq2seq.cli.common import fail
 from seq2seq.config_types import ConfigError, check_value
 
-# The types of the options below, where a tool's config has them (its YAML documents each).
+# The types of the options below, where a tool's config has them (its YAML documents each;
+# the search's own are DecodeOptions', checked with the others by check_options).
 SEARCH_OPTION_TYPES: dict[str, Any] = {
-    "search": str, "temperature": float, "top_k": int, "top_p": float, "epsilon": float,
-    "seed": int | None, "constraints": str | None, "prefix": str | None, "terms": str | None,
+    "constraints": str | None, "prefix": str | None, "terms": str | None,
     "terms_ignore_case": bool,
 }
 # Lines a check reads (and encodes) at a time.

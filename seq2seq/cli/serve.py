@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    CONFIG_DIR,
     check_options,
     checkpoint_paths,
     fail,
@@ -166,16 +163,8 @@ def run(cfg: DictConfig) -> None:
         fail(f"could not serve on {cfg.host}:{cfg.port}")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="serve")
-def _main(cfg: DictConfig) -> None:
-    """Entry point; see the module docstring."""
-    run(cfg)
-
-
-def main() -> None:
-    """``python serve.py``: see the module docstring (``--help`` lists the options)."""
-    run_hydra_app(_main, config_name="serve", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=True)
+# ``python serve.py``: see the module docstring (``--help`` lists the options).
+main = hydra_tool(run, config_name="serve", summary=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

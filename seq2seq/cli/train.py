@@ -24,12 +24,11 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.app import run_hydra_app, script_command
-from seq2seq.cli.common import CONFIG_DIR, fail, first_line
+from seq2seq.cli.app import hydra_tool
+from seq2seq.cli.common import fail, first_line
 from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
@@ -101,8 +100,9 @@ def _claim_run_folder(cfg: DictConfig, run_dir: Path) -> None:
     OmegaConf.save(hydra_config.overrides.task, snapshot / "overrides.yaml")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def _main(cfg: DictConfig) -> float | None:
+def run(cfg: DictConfig) -> float | None:
+    """Train as configured in the run folder Hydra made; returns the best validation BLEU
+    (what a Hydra sweeper would optimise)."""
     from hydra.errors import InstantiationException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -149,12 +149,16 @@ def _exit_torchrun_rank() -> None:
     os._exit(0)
 
 
+train_main = hydra_tool(run, config_name="train", strict=False,
+                        summary="Train a translation model (a run folder: checkpoints, "
+                                "train.log, TensorBoard).")
+
+
 def main() -> None:
+    """``python train.py``: see the module docstring (``--help`` lists the options)."""
     bound_onednn_caches()  # before any matrix product of this process (its docstring says why)
     _shared_run_dir_for_torchrun()
-    run_hydra_app(_main, config_name="train", command=script_command(sys.argv[0]),
-                  summary="Train a translation model (a run folder: checkpoints, train.log, "
-                          "TensorBoard).", strict=False)
+    train_main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _exit_torchrun_rank()
 

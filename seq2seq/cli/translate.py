@@ -51,13 +51,11 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
-from seq2seq.cli.app import run_hydra_app, script_command
+from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    CONFIG_DIR,
     check_options,
     checkpoint_paths,
     fail,
@@ -150,9 +148,8 @@ class _Writer:
 
 def _interactive(translator, options, writer: _Writer, guidance: SentenceGuidance) -> float:
     """Prompt on stderr, translate each line as it comes; returns the seconds spent decoding."""
-    search = "sampling" if options.search == "sample" else f"beam {options.beam_size}"
     print(
-        f"Type a sentence and Enter to translate it ({search}); Ctrl-D to quit.",
+        f"Type a sentence and Enter to translate it ({options.label}); Ctrl-D to quit.",
         file=sys.stderr,
         flush=True,
     )
@@ -271,9 +268,9 @@ def run(cfg: DictConfig) -> int:
     return writer.count
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
-def _main(cfg: DictConfig) -> None:
-    """Entry point; see the module docstring."""
+def run_as_filter(cfg: DictConfig) -> None:
+    """:func:`run`, ended as a Unix filter ends: quietly when the reader goes away, with 130 on
+    Ctrl-C."""
     try:
         run(cfg)
     except BrokenPipeError:
@@ -286,10 +283,9 @@ def _main(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
-def main() -> None:
-    """``python translate.py``: see the module docstring (``--help`` lists the options)."""
-    run_hydra_app(_main, config_name="translate", command=script_command(sys.argv[0]),
-                  summary=__doc__.splitlines()[0], strict=True, literal_keys=('text',))
+# ``python translate.py``: see the module docstring (``--help`` lists the options).
+main = hydra_tool(run_as_filter, config_name="translate", summary=__doc__.splitlines()[0],
+                  literal_keys=("text",))
 
 
 if __name__ == "__main__":

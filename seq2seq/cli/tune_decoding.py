@@ -21,7 +21,9 @@ below 1 means short output, which BLEU's brevity penalty punishes: a larger leng
 lengthens beam search's output.
 
 Greedy search (beam size 1) ranks nothing, so the length penalty cannot change it: it is
-translated once and its BLEU stands in every column of its row.
+translated once and its BLEU stands in every column of its row. ``--search NAME`` tunes another
+registered search (:mod:`seq2seq.inference.searches`) over the same grid; one that draws at
+random is refused (its scores would be noise).
 
 ``--split test``, and ``--src`` files that are the checkpoint's test split, are refused:
 settings tuned on a test set make its score an overestimate. A bad option is a one-line
@@ -79,8 +81,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def tune(translator, sources, references, beam_sizes, length_penalties) -> list[dict]:
-    """Score every (beam size, length penalty) cell; greedy is translated once per row."""
+def tune(translator, sources, references, beam_sizes, length_penalties, *,
+         search: str = "beam") -> list[dict]:
+    """Score every (beam size, length penalty) cell of ``search`` (a registered search); beam
+    search's greedy row is translated once."""
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations
 
@@ -88,10 +92,11 @@ def tune(translator, sources, references, beam_sizes, length_penalties) -> list[
     for beam_size in beam_sizes:
         greedy = None
         for length_penalty in length_penalties:
-            if beam_size == 1 and greedy is not None:
+            if search == "beam" and beam_size == 1 and greedy is not None:
                 cells.append({**greedy, "length_penalty": length_penalty, "evaluated": False})
                 continue
-            options = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
+            options = DecodeOptions(search=search, beam_size=beam_size,
+                                    length_penalty=length_penalty)
             evaluation = evaluate_translations(translator, sources, references, options)
             cell = {
                 "beam_size": beam_size,
@@ -153,6 +158,8 @@ def evaluate_command(args, best: dict) -> str:
         parts += ["src=YOUR_TEST_SRC", "ref=YOUR_TEST_REF"]
     else:
         parts.append("split=test")
+    if args.search != "beam":
+        parts.append(f"search={args.search}")
     parts += [f"beam_size={best['beam_size']}", f"length_penalty={best['length_penalty']:g}"]
     if args.precision != "fp32":
         parts.append(f"precision={args.precision}")
@@ -177,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated, e.g. 1,3,5,8")
     parser.add_argument("--length-penalties", type=_length_penalties, default=[0.6, 1.0, 1.4],
                         help="comma-separated GNMT alphas, e.g. 0.6,1.0,1.4")
+    parser.add_argument("--search", default="beam",
+                        help="the registered search tuned (seq2seq.inference.searches): beam, "
+                             "or one your code registered")
     parser.add_argument("--split", default=None,
                         help="valid (the default; test is refused): a split of the "
                              "checkpoint's data config")
@@ -213,9 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.data.corpus import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.runtimes import translator_from_payloads
+    from seq2seq.inference.searches import search_named
 
     try:
+        if search_named(args.search).draws:  # (an unknown name: a ValueError naming the known)
+            return fail(f"--search {args.search} draws at random, so its scores are noise: "
+                        "tune a search that does not (beam)")
         payloads = [load_checkpoint(path) for path in args.checkpoint]
         checkpoint = payloads[0]
         if args.src is not None:
@@ -236,11 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         if not sources:
             return fail(f"{src_path} holds no sentences", 1)
-        translator = Translator.from_payloads(payloads, args.device, names=args.checkpoint,
+        translator = translator_from_payloads(payloads, args.device, names=args.checkpoint,
                                               max_tokens=args.max_tokens,
                                               precision=args.precision)
         del checkpoint, payloads
-        cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties)
+        cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties,
+                     search=args.search)
     except (CheckpointError, DataError, ValueError) as error:
         return fail(error_reason(error), 1)
 
@@ -253,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"best on {where}: beam_size={best['beam_size']} "
           f"length_penalty={best['length_penalty']:g} BLEU {best['bleu']:.2f}, length ratio "
           f"{best['length_ratio']:.3f}"
-          + (" (greedy: the length penalty does not matter)" if best["beam_size"] == 1 else "")
+          + (" (greedy: the length penalty does not matter)"
+             if args.search == "beam" and best["beam_size"] == 1 else "")
           + (" (short output: a larger length penalty lengthens beam search's)"
              if best["length_ratio"] < 1 and best["beam_size"] > 1 else ""))
     print("report it on the test set, once:")
@@ -268,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "device": str(translator.device),
             "precision": args.precision,
             "max_tokens": args.max_tokens,
+            "search": args.search,
             "beam_sizes": args.beam_sizes,
             "length_penalties": args.length_penalties,
             "cells": cells,

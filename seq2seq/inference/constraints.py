@@ -1,6 +1,9 @@
 """Lexically constrained beam search: every translation contains every phrase asked for.
 
-Grid beam search (Hokamp & Liu, 2017), batched like :func:`~seq2seq.inference.search.beam_search`.
+Grid beam search (Hokamp & Liu, 2017), batched like :func:`~seq2seq.inference.search.beam_search`:
+:func:`~seq2seq.inference.search.run_search` with the :class:`Grid` strategy (what ``search=beam``
+runs for a batch with constraints, :class:`~seq2seq.inference.searches.BeamSearch`). Every
+hypothesis returned holds every phrase of its sentence.
 A sentence whose phrases hold C pieces in all keeps C + 1 *banks* of K hypotheses each, bank c
 holding those that have produced c constraint pieces. At each step a hypothesis either
 
@@ -34,15 +37,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.search import (
-    Candidates,
-    Hypothesis,
-    Strategy,
-    check_beam_options,
-    run_search,
-    top_candidates,
-)
-from seq2seq.models.interfaces import DecodingModel
+from seq2seq.inference.search import Candidates, Strategy, top_candidates
 
 # Phrases met are a bit mask per hypothesis (int64).
 MAX_PHRASES = 62
@@ -178,42 +173,3 @@ class Grid(Strategy):
     def prune(self, keep: Tensor) -> None:
         for name in ("phrases", "phrase_lengths", "pieces", "met", "inside", "position"):
             setattr(self, name, getattr(self, name)[keep])
-
-
-def constrained_beam_search(
-    model: DecodingModel,
-    src: Tensor,
-    src_lengths: Tensor,
-    *,
-    constraints: Sequence[Sequence[Sequence[int]]],
-    beam_size: int,
-    length_penalty: float = 1.0,
-    max_len_a: float,
-    max_len_b: float,
-    nbest: int = 1,
-    return_attention: bool = False,
-    prefixes: Tensor | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search whose every hypothesis contains each sentence's phrases (module docstring):
-    :func:`~seq2seq.inference.search.run_search` with :class:`Grid`.
-
-    Args:
-        constraints: per sentence, its phrases as lists of target piece ids (may be none).
-        others: as for :func:`~seq2seq.inference.search.beam_search`.
-
-    Returns:
-        Per sentence, in input order, up to ``nbest`` hypotheses, best first, each holding
-        every phrase of its sentence.
-
-    Raises:
-        ValueError: on ``beam_size < 1``, ``nbest`` outside ``1..beam_size``, an empty phrase,
-            or too many phrases.
-    """
-    check_beam_options(beam_size, nbest)
-    if src.size(0) == 0:
-        return []
-    if len(constraints) != src.size(0):
-        raise ValueError(f"{src.size(0)} sentences but {len(constraints)} constraint lists")
-    return run_search(model, src, src_lengths, Grid(constraints, beam_size, src.device),
-                      max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty,
-                      nbest=nbest, return_attention=return_attention, prefixes=prefixes)

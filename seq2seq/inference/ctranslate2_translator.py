@@ -37,7 +37,9 @@ the right one). What that means for the options
   matrices (``attention_heads``).
 
 Refused in one line, each naming the option (:attr:`CTranslate2Translator.cannot` and the
-constructor): phrases (``constraints``, ``terms``), ``epsilon``, a ``shortlist``, a precision
+constructor): a search other than CTranslate2's own beam and sample (one a caller registered:
+:mod:`seq2seq.inference.searches`), phrases (``constraints``, ``terms``), ``epsilon``, a
+``shortlist``, a precision
 other than fp32 (the folder runs in its exported types), ``quantize=int8`` for a float folder, a
 device other than the CPU, and lengths past the folder's position table.
 """
@@ -121,7 +123,10 @@ class CTranslate2Translator(BaseTranslator):
         CheckpointError: when CTranslate2 is not installed or cannot load the folder.
     """
 
+    searches = ("beam", "sample")  # CTranslate2's own searches, not our loop
     cannot = {
+        "search": "a CTranslate2 folder runs its own beam and sample searches only: use the "
+                  "checkpoint or an ONNX export for others",
         "phrases": PHRASE_REFUSAL,
         "epsilon": "a CTranslate2 folder samples with temperature, top_k and top_p only: give "
                    "epsilon=0",

@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
+from seq2seq.device import select_device
 from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
-from seq2seq.inference.loading import is_ctranslate2, load_model_payload
+from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.inference.loading import is_ctranslate2, load_model_payload, model_from_payload
 from seq2seq.inference.translator import BaseTranslator, Translator
 
 
@@ -35,7 +37,8 @@ def translator_from_payloads(payloads: Sequence[dict[str, Any]],
                              device: str | torch.device = "cpu", *,
                              names: Sequence[str] | None = None,
                              **settings) -> BaseTranslator:
-    """The translator of one payload, or of several decoded as an ensemble.
+    """The translator of one payload, or of several decoded as an ensemble
+    (:mod:`seq2seq.inference.ensemble`).
 
     Args:
         payloads: what :func:`~seq2seq.inference.loading.load_model_payload` read.
@@ -46,9 +49,11 @@ def translator_from_payloads(payloads: Sequence[dict[str, Any]],
 
     Raises:
         CheckpointError: when a payload does not make a model, or CTranslate2 cannot load it.
-        ValueError: on a setting the runtime cannot honour, or a CTranslate2 folder in an
-            ensemble.
+        ValueError: on no payload, a setting the runtime cannot honour, a CTranslate2 folder
+            in an ensemble, or an ensemble's members with other vocabularies.
     """
+    if not payloads:
+        raise ValueError("no checkpoint given")
     if any(is_ctranslate2(payload) for payload in payloads):
         if len(payloads) > 1:
             index = next(i for i, payload in enumerate(payloads) if is_ctranslate2(payload))
@@ -56,7 +61,18 @@ def translator_from_payloads(payloads: Sequence[dict[str, Any]],
             raise ValueError(f"{name} is a CTranslate2 folder, which decodes alone: an "
                              "ensemble's members are checkpoints or ONNX folders")
         return CTranslate2Translator.from_payload(payloads[0], device, **settings)
-    return Translator.from_payloads(payloads, device, names=names, **settings)
+    if device == "auto" and any("exported" in payload for payload in payloads):
+        device = "cpu"  # ONNX Runtime's CPU provider runs exported models
+    device = select_device(device)
+    names = list(names) if names is not None else [
+        f"checkpoint {number + 1}" for number in range(len(payloads))]
+    members = [model_from_payload(payload, device) for payload in payloads]
+    if len(members) == 1:
+        model, tokenizers = members[0]
+        return Translator(model, tokenizers, device=device, **settings)
+    check_same_vocabularies([tokenizers for _, tokenizers in members], names)
+    return Translator(Ensemble([model for model, _ in members]), members[0][1], device=device,
+                      **settings)
 
 
 def load_translator(path: str | os.PathLike | Sequence[str | os.PathLike],

@@ -16,9 +16,9 @@ A sentence gets ``nbest`` independent samples, best score first. The score is th
 length-penalised log-probability of the sample (not the reshaped one), as the searches report.
 The draws come from one ``torch.Generator``: a seed makes a run reproducible for the same input
 and batch settings. Everything else (length limits, forced prefixes, finished sentences leaving
-the batch, every runtime) is the one search loop's, through
-:func:`~seq2seq.inference.search.greedy_search` with a different choice of the next token (its
-:class:`~seq2seq.inference.search.Choose` strategy).
+the batch, every runtime) is the one search loop's,
+:func:`~seq2seq.inference.search.run_search`, with greedy search's strategy
+(:class:`~seq2seq.inference.search.Choose`) given another choice of the next token.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from seq2seq.inference.search import Hypothesis, greedy_search
+from seq2seq.inference.search import Choose, Hypothesis, run_search
 from seq2seq.models.interfaces import DecodingModel
 
 
@@ -94,40 +94,32 @@ def sample_search(
     src_lengths: Tensor,
     *,
     sampling: Sampling,
-    max_len_a: float,
-    max_len_b: float,
     nbest: int = 1,
     generator: torch.Generator | None = None,
-    length_penalty: float = 1.0,
-    return_attention: bool = False,
     prefixes: Tensor | None = None,
+    **settings,
 ) -> list[list[Hypothesis]]:
     """Draw ``nbest`` translations of each sentence (see the module docstring).
 
     Args:
-        sampling: the :class:`Sampling` options, checked.
+        sampling: the :class:`Sampling` options.
         nbest: independent samples per sentence (any number; duplicates are possible).
         generator: where the draws come from; None: PyTorch's global generator.
-        others: as for :func:`~seq2seq.inference.search.greedy_search`.
+        prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; None: none.
+        settings: :func:`~seq2seq.inference.search.run_search`'s (``max_len_a`` and
+            ``max_len_b`` required; ``length_penalty``, ``return_attention``, ``output_ids``).
 
     Returns:
         Per sentence, in input order, its ``nbest`` samples, best score first.
 
-    Raises:
-        ValueError: on an option out of range or ``nbest < 1``.
+    The options are :class:`~seq2seq.inference.decode_options.DecodeOptions`' (checked there).
     """
-    sampling.check()
-    if nbest < 1:
-        raise ValueError(f"nbest must be at least 1, got {nbest}")
     batch_size = src.size(0)
     copies = torch.arange(batch_size).repeat_interleave(nbest)  # each sentence nbest times
-    samples = greedy_search(
+    samples = run_search(
         model, src[copies.to(src.device)], src_lengths[copies.to(src_lengths.device)],
-        max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty,
-        return_attention=return_attention,
-        prefixes=None if prefixes is None else prefixes[copies.to(prefixes.device)],
-        choose=sampling.chooser(generator),
-    )
+        Choose(sampling.chooser(generator)),
+        prefixes=None if prefixes is None else prefixes[copies.to(prefixes.device)], **settings)
     results = []
     for sentence in range(batch_size):
         drawn = [n_best[0] for n_best in samples[sentence * nbest: (sentence + 1) * nbest]]

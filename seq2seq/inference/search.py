@@ -45,20 +45,21 @@ Conventions shared by every search:
   stopping and pruning. The history stays on the device until the search ends.
 
 The searches call a model through :class:`~seq2seq.models.interfaces.DecodingModel` only (the
-PyTorch model, an exported one, an ensemble, a shortlisted one alike); they do not switch it to
-eval mode, call ``model.eval()`` first.
+PyTorch model, an exported one, an ensemble alike; a shortlist is the loop's ``output_ids``);
+they do not switch it to eval mode, call ``model.eval()`` first.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.vocab import BOS_ID, EOS_ID
+from seq2seq.inference.forcing import forced_tokens, next_token_log_probs
 from seq2seq.inference.search_history import SearchHistory
 from seq2seq.models.interfaces import DecodingModel, Encoded, select_state
 
@@ -123,66 +124,6 @@ def in_autocast_dtype(encoded: Encoded, device_type: str) -> Encoded:
     if not torch.is_autocast_enabled(device_type):
         return encoded
     return encoded.cast_memory(torch.get_autocast_dtype(device_type))
-
-
-def next_token_log_probs(logits: Tensor, forced: Tensor | None) -> Tensor:
-    """Log-probabilities of the next token, with PAD/BOS forbidden and a token forced where asked.
-
-    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities (a
-    forced token keeps its own, so a score stays the model's).
-
-    Shape:
-        - logits: (N, V)
-        - forced: (N,) the token each row must produce, -1 where any may follow; None when no
-          row is forced
-        - output: (N, V) float32
-    """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
-    log_probs[:, PAD_ID] = -math.inf
-    log_probs[:, BOS_ID] = -math.inf
-    if forced is None:
-        return log_probs
-    # In place, no (N, V) temporaries: this runs over the whole output layer at every step.
-    is_forced = (forced >= 0).unsqueeze(1)  # (N, 1)
-    column = forced.clamp(min=0).masked_fill(~is_forced.squeeze(1), PAD_ID).unsqueeze(1)
-    kept = log_probs.gather(1, column)  # (N, 1); -inf (PAD's) in a free row
-    log_probs.masked_fill_(is_forced, -math.inf)
-    return log_probs.scatter_(1, column, kept)
-
-
-def forced_tokens(step: int, max_lengths: Tensor, first_forced_step: int,
-                  prefixes: Tensor | None, sentences: Tensor) -> Tensor | None:
-    """Per sentence, the token ``step`` must produce (-1: any), or None when none is forced:
-    EOS at the length limit, else a forced prefix's token.
-
-    ``first_forced_step`` is the smallest limit of the batch, known on the host: until then and
-    past the prefixes no row is forced and the search skips a masking pass over the whole
-    (N, V) output layer.
-
-    Shape:
-        - max_lengths, sentences: (N,) the limits and batch rows of the sentences in the batch
-        - prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; or None
-        - output: (N,) int64, or None
-    """
-    forced = None
-    if prefixes is not None and step < prefixes.size(1):
-        forced = prefixes[sentences, step]  # (N,)
-    if step >= first_forced_step:
-        free = torch.full_like(max_lengths, -1) if forced is None else forced
-        forced = torch.where(max_lengths <= step, EOS_ID, free)
-    return forced
-
-
-def pad_prefixes(prefixes: Sequence[Sequence[int]], device: torch.device | str) -> Tensor | None:
-    """Each sentence's forced prefix as one (B, P) tensor, -1 after its end; None when every
-    prefix is empty."""
-    width = max((len(prefix) for prefix in prefixes), default=0)
-    if width == 0:
-        return None
-    padded = torch.full((len(prefixes), width), -1, dtype=torch.long)
-    for row, prefix in enumerate(prefixes):
-        padded[row, : len(prefix)] = torch.as_tensor(list(prefix), dtype=torch.long)
-    return padded.to(device)
 
 
 def check_beam_options(beam_size: int, nbest: int) -> None:
@@ -401,27 +342,32 @@ def run_search(
     nbest: int = 1,
     return_attention: bool = False,
     prefixes: Tensor | None = None,
+    output_ids: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The one search loop: ``strategy`` ranks each step's candidates, the rest is here.
 
     Each step decodes the N * R rows in one pass, forces a token where the length limit or a
-    prefix says so (:func:`forced_tokens`), and asks the strategy for each group's candidates.
-    EOS candidates ranked among the first K of a sentence's final group become finished
-    hypotheses (scored with the length penalty); the K best non-EOS candidates of each group
-    are the next rows, and the decoder state follows them. A sentence is done by the rules of
-    :func:`beam_search`, and done sentences leave the batch (the module docstring).
+    prefix says so (:func:`~seq2seq.inference.forcing.forced_tokens`), and asks the strategy
+    for each group's candidates. EOS candidates ranked among the first K of a sentence's final
+    group become finished hypotheses (scored with the length penalty); the K best non-EOS
+    candidates of each group are the next rows, and the decoder state follows them. A sentence
+    is done by the rules of :func:`beam_search`, and done sentences leave the batch (the module
+    docstring). The batch holds at least one sentence (a translator never searches an empty
+    one).
 
     Args:
         strategy: how candidates are ranked (:class:`Choose`, :class:`Beam`, the grid of
             :mod:`seq2seq.inference.constraints`).
+        output_ids: (K,) ascending target ids, the special ones first (a shortlist,
+            :mod:`seq2seq.inference.shortlist`): the model scores only these and the search
+            runs over their positions 0..K-1 (``prefixes`` too), mapped back to target ids in
+            the hypotheses returned; None: the whole vocabulary.
         others: as for :func:`beam_search`.
 
     Returns:
         Per sentence, in input order, up to ``nbest`` hypotheses, best first.
     """
-    batch_size, source_len = src.shape
-    if batch_size == 0:
-        return []
+    batch_size, source_len = src.shape  # B >= 1: a translator batches non-empty sources
     K, device = strategy.beam_size, src.device
     encoded = in_autocast_dtype(model.encode(src, src_lengths), device.type)
     # On src_lengths' device (the CPU from a Translator), so that reading the limits below
@@ -436,6 +382,9 @@ def run_search(
     max_steps = int(max_lengths.max()) + 1  # + 1 for the EOS step
     first_forced_step = int(max_lengths.min())
     max_lengths = max_lengths.to(device)
+    # A model is asked for output_ids only with a shortlist (a DecodingModel of its own may
+    # predate the argument).
+    step_options = {} if output_ids is None else {"output_ids": output_ids}
 
     beams = Beams.start(max_lengths, rows=strategy.start_rows, length_penalty=length_penalty,
                         nbest=nbest)
@@ -444,8 +393,11 @@ def run_search(
     history = SearchHistory(beams.sentences, attention=return_attention)
     for step in range(max_steps):
         active, rows = beams.scores.shape  # N sentences, R rows each
+        previous = beams.tokens.reshape(-1)  # (N*R,)
+        if output_ids is not None:  # positions in the shortlist -> target ids
+            previous = output_ids.index_select(0, previous)
         logits, weights, state = model.decode_step(  # (N*R, V), (N*R, S)
-            beams.tokens.reshape(-1), state, row_encoded)
+            previous, state, row_encoded, **step_options)
         forced = forced_tokens(step, beams.max_lengths, first_forced_step, prefixes,
                                beams.sentences)  # (N,) or None
         if forced is not None and rows > 1:
@@ -501,7 +453,7 @@ def run_search(
         if pruned or rows != new_rows:
             row_encoded = rows_per_sentence(encoded, beams.sentences.numel(), new_rows, device)
 
-    found = history.hypotheses(src_lengths, nbest)
+    found = history.hypotheses(src_lengths, nbest, output_ids=output_ids)
     return [[Hypothesis(*hypothesis) for hypothesis in n_best] for n_best in found]
 
 
@@ -533,7 +485,7 @@ def greedy_search(
             greedy output); the default matches :func:`beam_search`, so that beam size 1
             reports the same scores.
         prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
-            :func:`pad_prefixes`); None: none.
+            :func:`~seq2seq.inference.forcing.pad_prefixes`); None: none.
         choose: log-probabilities (N, V) -> the next tokens (N,); None: the most probable.
 
     Returns:

@@ -78,9 +78,11 @@ class SearchHistory:
         """From ``step`` on, only ``sentences`` (N',) are decoded."""
         self.segments.append((step, sentences))
 
-    def hypotheses(self, src_lengths: Tensor, nbest: int) -> list[list[tuple]]:
+    def hypotheses(self, src_lengths: Tensor, nbest: int, *,
+                   output_ids: Tensor | None = None) -> list[list[tuple]]:
         """Pick each sentence's ``nbest`` finished hypotheses and backtrack their tokens, all
-        sentences' at once, one step at a time.
+        sentences' at once, one step at a time (positions in ``output_ids``, a shortlist, made
+        target ids).
 
         Returns:
             Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
@@ -111,6 +113,8 @@ class SearchHistory:
             tokens[step] = history_tokens[step, sentence, row]
             row = np.where(ends > step, history_parents[step, sentence, row], row)
             rows[step] = row
+        if output_ids is not None:
+            tokens = output_ids.cpu().numpy()[tokens]
         weights = None  # (T, B, H, S) each hypothesis' attention rows
         if self.attention:
             weights = full(self.weights, 0.0)[torch.arange(steps).view(-1, 1, 1),

@@ -10,7 +10,11 @@ appear in its translations. Decoding a batch (``Translator(..., shortlist=...)``
 
 instead of the whole vocabulary: the output layer, the softmax and the beam's top-k shrink
 with it. The search runs on shortlist positions (0..K-1, the special ids keep their positions
-because they are the smallest ids) and the translations are mapped back to real ids.
+because they are the smallest ids), the model scoring only those pieces (``decode_step``'s
+``output_ids``: the PyTorch model computes only those rows of its output layer, an ensemble
+renormalises each member over them, an exported graph scores every piece and the columns are
+kept), and the translations are mapped back to real ids
+(:func:`~seq2seq.inference.search.run_search`'s ``output_ids``).
 
 Decisions worth knowing:
 
@@ -43,8 +47,6 @@ from torch import Tensor
 
 from seq2seq.atomic import atomic_write
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.inference.search import Hypothesis
-from seq2seq.models.interfaces import DecodingModel, Encoded, State
 
 SPECIAL_IDS = np.array(sorted((PAD_ID, UNK_ID, BOS_ID, EOS_ID)), dtype=np.int64)
 FORMAT = "seq2seq-shortlist"
@@ -219,9 +221,6 @@ class Shortlist:
         return cls(offsets=offsets, candidates=final % vt, frequent=always, tgt_vocab_size=vt,
                    same_piece=same_piece, fingerprint=fingerprint)
 
-    def candidates_of(self, source_id: int) -> np.ndarray:
-        return self.candidates[self.offsets[source_id]: self.offsets[source_id + 1]]
-
     def for_sources(self, sources: Sequence[Sequence[int]]) -> Tensor:
         """Sorted unique target ids for a batch: special (positions 0-3), frequent, candidates.
 
@@ -292,58 +291,3 @@ class Shortlist:
                    frequent=payload["frequent"].numpy(), tgt_vocab_size=payload["tgt_vocab_size"],
                    same_piece=None if same is None else same.numpy(),
                    fingerprint=str(payload["fingerprint"]), name=f"shortlist {path}")
-
-
-# -- decoding with it ---------------------------------------------------------------------------
-class RestrictedModel(DecodingModel):
-    """A model seen through a shortlist: the searches' interface over shortlist positions.
-
-    ``decode_step`` maps the previous positions to real target ids and asks the model for the
-    logits of the shortlisted pieces only (``output_ids``): the PyTorch model computes only
-    those rows of its output layer, an ensemble renormalises each member over them, an exported
-    graph scores every piece and the columns are kept.
-    """
-
-    def __init__(self, model: DecodingModel, ids: Tensor) -> None:
-        self.model = model
-        self.ids = ids  # (K,) the real target id of each shortlist position
-        self.precisions, self.cpu_only = model.precisions, model.cpu_only
-        self.quantize = model.quantize
-
-    @property
-    def training(self) -> bool:
-        return self.model.training
-
-    @property
-    def parameter_count(self) -> int:
-        return self.model.parameter_count
-
-    def train(self, mode: bool = True) -> RestrictedModel:
-        self.model.train(mode)
-        return self
-
-    def eval(self) -> RestrictedModel:
-        return self.train(False)
-
-    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
-        return self.model.encode(src, src_lengths)
-
-    def init_state(self, encoded: Encoded) -> State:
-        return self.model.init_state(encoded)
-
-    def decode_step(self, prev_tokens: Tensor, state: State, encoded: Encoded, *,
-                    output_ids: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
-        ids = self.ids if output_ids is None else self.ids.index_select(0, output_ids)
-        real = self.ids.index_select(0, prev_tokens)
-        return self.model.decode_step(real, state, encoded, output_ids=ids)
-
-
-def restrict(model: DecodingModel, ids: Tensor) -> RestrictedModel:
-    """``model`` searched over the target ``ids`` only (positions 0..K-1 of the search)."""
-    return RestrictedModel(model, ids)
-
-
-def real_ids(results: list[list[Hypothesis]], ids: Tensor) -> list[list[Hypothesis]]:
-    """The searches' hypotheses with shortlist positions mapped back to target ids."""
-    table = ids.cpu().tolist()
-    return [[h._replace(tokens=[table[t] for t in h.tokens]) for h in n_best] for n_best in results]

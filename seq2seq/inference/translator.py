@@ -33,11 +33,14 @@ Decisions worth knowing:
 - A source longer than ``max_source_length`` pieces is cut to its first
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
-- ``beam_size=1`` runs :func:`greedy_search` (identical output, less bookkeeping).
+- The search is the registered one ``options.search`` names (:mod:`seq2seq.inference.searches`):
+  ``beam`` (greedy search at ``beam_size=1``: identical output, less bookkeeping), ``sample``,
+  or one a caller registered.
 - The model decoded is the model trained: the searches call its ``encode``, ``init_state``
   and ``decode_step`` (:class:`~seq2seq.models.interfaces.DecodingModel`), whether it is the
   PyTorch model of a checkpoint or the ONNX Runtime graphs of an exported folder
-  (:mod:`seq2seq.inference.onnx_model`, chosen by what ``from_checkpoint`` is given); what
+  (:mod:`seq2seq.inference.onnx_model`, chosen by what
+  :func:`~seq2seq.inference.runtimes.load_translator` is given); what
   differs between them (precisions, device, int8) each model declares, and nothing here asks
   which class it holds.
 - With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
@@ -47,7 +50,6 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import logging
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -60,19 +62,12 @@ from torch import Tensor
 from seq2seq.data.batching import collate, cut_sorted, pad_sources
 from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
-from seq2seq.inference.constraints import constrained_beam_search
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.export_format import QUANTIZE_MODES
-from seq2seq.inference.loading import load_model_payload, model_from_payload, require_cpu
-from seq2seq.inference.sampling import sample_search
-from seq2seq.inference.search import (
-    Hypothesis,
-    beam_search,
-    greedy_search,
-    pad_prefixes,
-)
-from seq2seq.inference.shortlist import Shortlist, real_ids, restrict
+from seq2seq.inference.forcing import pad_prefixes
+from seq2seq.inference.loading import require_cpu
+from seq2seq.inference.search import Hypothesis
+from seq2seq.inference.shortlist import Shortlist
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
 from seq2seq.precision import product_shapes
 
@@ -134,8 +129,12 @@ class BaseTranslator(ABC):
         max_source_length: longer sources are cut to this many pieces (with a warning).
 
     Attributes:
+        searches: the registered searches the runtime runs (:mod:`seq2seq.inference.searches`);
+            None: every one (the runtime decodes through our loop). Others are refused with
+            ``cannot["search"]``.
         cannot: what the runtime cannot do, each with the one-line reason it is refused:
-            ``phrases`` (constraints, terms), ``epsilon`` (sampling's), ``shortlist``.
+            ``search`` (one not in ``searches``), ``phrases`` (constraints, terms),
+            ``epsilon`` (sampling's), ``shortlist``.
         attention_source: what its attention matrices show where they are not the model's
             own cross-attention (None: the model's own).
         model: the decodable model, where the runtime has one of ours (else None).
@@ -143,6 +142,7 @@ class BaseTranslator(ABC):
             max_source_length: what it decodes with, as reports read them.
     """
 
+    searches: tuple[str, ...] | None = None
     cannot: Mapping[str, str] = {}
     attention_source: str | None = None
     model: Any = None
@@ -180,11 +180,14 @@ class BaseTranslator(ABC):
     def check(self, options: DecodeOptions, *, phrases: bool = False) -> None:
         """A one-line ValueError where ``options`` (and phrases, if asked for) ask what this
         runtime cannot do."""
+        if self.searches is not None and options.search not in self.searches:
+            raise ValueError(f"search={options.search}: " + self.cannot.get(
+                "search", f"this runtime runs {', '.join(self.searches)} only"))
         if phrases:
             options.check_phrases()
             if "phrases" in self.cannot:
                 raise ValueError(self.cannot["phrases"])
-        if options.search == "sample" and options.epsilon > 0 and "epsilon" in self.cannot:
+        if options.search_method.draws and options.epsilon > 0 and "epsilon" in self.cannot:
             raise ValueError(f"epsilon={options.epsilon}: {self.cannot['epsilon']}")
 
     # -- ids ------------------------------------------------------------------------------
@@ -329,7 +332,8 @@ class BaseTranslator(ABC):
 
 
 class Translator(BaseTranslator):
-    """Translates with our searches (greedy, beam, grid beam, sampling) on a model of ours.
+    """Translates with our searches (every registered one: greedy, beam, grid beam, sampling,
+    a caller's own) on a model of ours.
 
     Args:
         model: any :class:`~seq2seq.models.interfaces.DecodingModel`: a
@@ -398,83 +402,6 @@ class Translator(BaseTranslator):
             shortlist.check_vocabulary(tokenizers)
         self.shortlist = shortlist
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | os.PathLike | Sequence[str | os.PathLike],
-        device: str | torch.device = "cpu",
-        **settings,
-    ) -> Translator:
-        """Load a checkpoint safely (weights only), or an exported folder, and wrap its model.
-
-        Args:
-            path: a checkpoint file or an exported folder (``seq2seq-export``), or a list of
-                them to decode as an ensemble (:mod:`seq2seq.inference.ensemble`; a list of one
-                is that one model).
-            device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-            **settings: any keyword argument of :class:`Translator`, e.g. ``precision="bf16"``.
-
-        Raises:
-            CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
-            ValueError: when the checkpoints of an ensemble differ in their vocabularies.
-        """
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        return cls.from_payloads(
-            [load_model_payload(p) for p in paths], device, names=[str(p) for p in paths],
-            **settings,
-        )
-
-    @classmethod
-    def from_payload(
-        cls, checkpoint: dict, device: str | torch.device = "cpu", **settings
-    ) -> Translator:
-        """Wrap the model of a checkpoint or exported folder already read with
-        :func:`~seq2seq.inference.loading.load_model_payload` (for callers that also need
-        its config).
-
-        Raises:
-            CheckpointError: when the checkpoint's config or weights do not make a model.
-        """
-        return cls.from_payloads([checkpoint], device, **settings)
-
-    @classmethod
-    def from_payloads(
-        cls,
-        checkpoints: Sequence[dict],
-        device: str | torch.device = "cpu",
-        *,
-        names: Sequence[str] | None = None,
-        **settings,
-    ) -> Translator:
-        """Wrap one checkpoint's model, or several as an :class:`Ensemble`.
-
-        Args:
-            checkpoints: checkpoints or exported folders read with
-                :func:`~seq2seq.inference.loading.load_model_payload`.
-            device: where the models go.
-            names: what to call each checkpoint in an error message (default: its number).
-            **settings: any keyword argument of :class:`Translator`.
-
-        Raises:
-            CheckpointError: when a checkpoint's config or weights do not make a model.
-            ValueError: when there is no checkpoint, or the vocabularies of an ensemble differ.
-        """
-        if not checkpoints:
-            raise ValueError("no checkpoint given")
-        if device == "auto" and any("exported" in payload for payload in checkpoints):
-            device = "cpu"  # ONNX Runtime's CPU provider runs exported models
-        device = select_device(device)
-        names = list(names) if names is not None else [
-            f"checkpoint {number + 1}" for number in range(len(checkpoints))
-        ]
-        members = [model_from_payload(payload, device) for payload in checkpoints]
-        if len(members) == 1:
-            model, tokenizers = members[0]
-            return cls(model, tokenizers, device=device, **settings)
-        check_same_vocabularies([tokenizers for _, tokenizers in members], names)
-        ensemble = Ensemble([model for model, _ in members])
-        return cls(ensemble, members[0][1], device=device, **settings)
-
     @contextmanager
     def _decoding(self, options: DecodeOptions) -> Iterator[torch.Generator | None]:
         """The model in eval mode; a seeded sample's generator, seeded anew for the call."""
@@ -518,14 +445,7 @@ class Translator(BaseTranslator):
         """Run the search on one batch of non-empty sources."""
         src, src_lengths = pad_sources(sources)  # (B, S), (B,) with EOS
         src_tensor = src.to(self.device)  # the encoder moves the lengths to src's device
-        settings = {
-            "max_len_a": options.max_len_a,
-            "max_len_b": options.max_len_b,
-            "length_penalty": options.length_penalty,
-            "return_attention": return_attention,
-        }
-        model: DecodingModel = self.model
-        ids = None
+        settings = {"return_attention": return_attention}
         if self.shortlist is not None:
             # The batch's shortlist, plus every piece a prefix or constraint needs.
             needed = [t for p in prefixes or [] for t in p]
@@ -533,7 +453,7 @@ class Translator(BaseTranslator):
             ids = self.shortlist.for_sources(sources)
             ids = torch.unique(torch.cat([ids, torch.tensor(needed, dtype=torch.long)]))
             ids = ids.to(self.device)  # (K,) target ids, ascending
-            model = restrict(model, ids)
+            settings["output_ids"] = ids  # the search runs over their positions
             position = {int(t): i for i, t in enumerate(ids.tolist())}
             prefixes = prefixes and [[position[t] for t in p] for p in prefixes]
             constraints = constraints and [[[position[t] for t in p] for p in phrases]
@@ -542,20 +462,9 @@ class Translator(BaseTranslator):
             settings["prefixes"] = pad_prefixes(prefixes, self.device)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype is not None):
-            if options.search == "sample":
-                results = sample_search(model, src_tensor, src_lengths, sampling=options.sampling,
-                                        nbest=options.nbest, generator=generator, **settings)
-            elif constraints is not None and any(constraints):
-                results = constrained_beam_search(
-                    model, src_tensor, src_lengths, constraints=constraints,
-                    beam_size=options.beam_size, nbest=options.nbest, **settings)
-            elif options.beam_size == 1:
-                results = greedy_search(model, src_tensor, src_lengths, **settings)
-            else:
-                results = beam_search(model, src_tensor, src_lengths,
-                                      beam_size=options.beam_size, nbest=options.nbest,
-                                      **settings)
-        return results if ids is None else real_ids(results, ids)
+            return options.search_method.run(
+                self.model, src_tensor, src_lengths, options, generator=generator,
+                constraints=constraints, **settings)
 
 
 def encode_targets(tokenizer, texts: Sequence[str], what: str) -> list[list[int]]:

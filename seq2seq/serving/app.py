@@ -38,6 +38,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from seq2seq.inference.decode_options import DecodeOptions, check_phrase_count
+from seq2seq.inference.searches import search_named
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher
 from seq2seq.serving.errors import ApiError
 from seq2seq.serving.libretranslate import add_libretranslate_routes
@@ -112,7 +113,8 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "epsilon", "seed")
 
 def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int) -> DecodeOptions:
     """The request's options over the model's defaults, checked against its translator (a
-    one-line ApiError(422) else). The sampling fields count with ``search=sample`` only."""
+    one-line ApiError(422) else). The sampling fields count with a search that draws
+    (``search=sample``) only."""
     defaults = model.options
     beam_size = request.beam_size or defaults.beam_size
     if beam_size > max_beam_size:
@@ -120,10 +122,10 @@ def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int
     nbest = request.nbest or min(defaults.nbest, beam_size)
     if nbest > max_beam_size:  # samples cost as much as beams
         raise ApiError(422, f"nbest: at most {max_beam_size}, got {nbest}")
-    search = request.search or defaults.search
-    given = {name: getattr(request, name) for name in SAMPLING_FIELDS
-             if search == "sample" and getattr(request, name) is not None}
     try:
+        search = request.search or defaults.search
+        given = {name: getattr(request, name) for name in SAMPLING_FIELDS
+                 if search_named(search).draws and getattr(request, name) is not None}
         options = replace(defaults, search=search, beam_size=beam_size, nbest=nbest, **given)
         model.translator.check(options)
     except ValueError as error:
@@ -170,7 +172,7 @@ def steering_of(request: TranslateRequest, translator, options: DecodeOptions,
 
 
 def create_app(
-    models: Mapping[str, object],
+    models: Mapping[str, ServedModel],
     *,
     max_lines: int = 64,
     max_chars: int = 20000,
@@ -183,9 +185,8 @@ def create_app(
     """The ASGI app serving ``models``.
 
     Args:
-        models: name -> :class:`ServedModel` or a bare translator (decoding with the default
-            :class:`~seq2seq.inference.decode_options.DecodeOptions` unless a request says
-            otherwise); the first is the default.
+        models: name -> :class:`ServedModel` (:func:`~seq2seq.serving.models.load_model`
+            reads one); the first is the default.
         max_lines: most sentences per request (more: 413).
         max_chars: most characters per request, all sentences together (more: 413).
         max_beam_size: largest ``beam_size`` a request may ask for (more: 422).
@@ -199,8 +200,7 @@ def create_app(
     """
     if not models:
         raise ValueError("no models to serve")
-    served = {name: m if isinstance(m, ServedModel) else ServedModel.wrap(m)
-              for name, m in models.items()}
+    served = dict(models)
     default_name = next(iter(served))
 
     @asynccontextmanager

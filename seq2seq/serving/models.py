@@ -33,13 +33,6 @@ class ServedModel:
     training: dict[str, Any] | None = None
     languages: tuple[str, str] | None = None
 
-    @classmethod
-    def wrap(cls, translator, options: DecodeOptions | None = None) -> ServedModel:
-        """A model described from its translator alone (no checkpoint at hand)."""
-        return cls(translator, options or DecodeOptions(),
-                   scorer=_scorer_of_module(translator.model),
-                   parameters=translator.parameter_count)  # of the model as trained
-
     @property
     def attention(self) -> str | None:
         """What its attention matrices show where they are not the model's own (a CTranslate2

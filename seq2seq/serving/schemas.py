@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -34,10 +32,12 @@ class TranslateRequest(BaseModel):
     model: str | None = Field(
         default=None, description="A name from GET /v1/models; the default model if absent."
     )
-    search: Literal["beam", "sample"] | None = Field(
-        default=None,
-        description="beam: beam search (grid beam search where a text has constraints); sample: "
-        "nbest translations drawn from the model. The server's default (beam) if absent.",
+    search: str | None = Field(
+        default=None, max_length=64,
+        description="A registered search: beam: beam search (grid beam search where a text has "
+        "constraints); sample: nbest translations drawn from the model; or one the server's "
+        "code registered. The server's default (beam) if absent.",
+        examples=["beam", "sample"],
     )
     temperature: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
@@ -103,7 +103,7 @@ class SentenceTranslation(BaseModel):
 
 class TranslateResponse(BaseModel):
     model: str
-    search: str = Field(description="beam or sample: how the translations were found.")
+    search: str = Field(description="The search that found the translations: beam, sample, ...")
     beam_size: int
     nbest: int
     translations: list[SentenceTranslation] = Field(description="One entry per input, in order.")
