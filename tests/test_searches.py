@@ -143,6 +143,9 @@ def test_a_registered_search_is_checked_once_with_the_options(two_widths):
     # A name is one class's: another class cannot take it.
     with pytest.raises(ValueError, match="^search 'two_widths' is registered already"):
         register_search("two_widths")(type("Other", (Search,), {}))
+    # A name is part of evaluate.py's file names: no path in it.
+    with pytest.raises(ValueError, match="^a search's name is letters, digits and _, got 'a/b'$"):
+        register_search("a/b")
 
 
 def test_ctranslate2_refuses_a_search_it_does_not_run_in_one_line(two_widths, exported):

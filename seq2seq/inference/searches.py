@@ -20,6 +20,7 @@ runs its own searches (a CTranslate2 folder) names those it has in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -81,6 +82,9 @@ SEARCHES: dict[str, Search] = {}
 
 def register_search(name: str) -> Callable[[type[Search]], type[Search]]:
     """A class decorator: ``search=name`` runs the class (one instance, shared)."""
+
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):  # it names evaluate.py's files too
+        raise ValueError(f"a search's name is letters, digits and _, got {name!r}")
 
     def register(cls: type[Search]) -> type[Search]:
         known = type(SEARCHES[name]) if name in SEARCHES else cls
