@@ -575,6 +575,8 @@ def test_backward_moves_and_coverage_of_attention():
         (["{empty}/nothing_here"], "no such folder"),
         (["{empty}", "split=train"], "split must be valid or test"),
         (["{empty}", "beam_size=x"], "beam_size: expected an integer"),
+        (["{empty}", "beam_size=0"], "beam_size must be at least 1, got 0"),  # DecodeOptions'
+        (["{empty}", "length_penalty=-1"], "length_penalty must be a number >= 0, got -1.0"),
         (["{empty}", "colour=red"], "colour is not an option of compare.py; --help lists them"),
         (["{empty}", "+beem_size=3"], "beem_size is not an option of compare.py (did you mean "
                                       "beam_size?)"),
@@ -672,5 +674,20 @@ def test_help_lists_every_option_once_with_what_it_does_and_its_default(capsys):
     text = capsys.readouterr().out
     listed = re.findall(r"^  (\w+) +(.+)$", text, re.MULTILINE)
     assert [name for name, _ in listed] == list(compare_cli.option_defaults())
-    assert set(compare_cli.OPTION_HELP) == set(compare_cli.option_defaults())
-    assert re.search(r"^  beam_size +beam size .*\[default 5\]$", text, re.MULTILINE)
+    assert set(compare_cli.option_help()) == set(compare_cli.option_defaults())
+    assert re.search(r"^  beam_size +beams per sentence; 1: greedy search \[default 5\]$", text,
+                     re.MULTILINE)  # DecodeOptions' words
+
+
+def test_the_settings_key_of_the_records_already_written_is_kept():
+    """ScoringOptions holds a DecodeOptions, and its key is still the flat one the cache and
+    the run records (docs/attention_study/runs) were written with: they stay valid."""
+    from seq2seq.inference.decode_options import DecodeOptions
+    from seq2seq.study.scoring import ScoringOptions, settings_key
+
+    assert settings_key(ScoringOptions(device="cpu")) == {"version": 3, "settings": {
+        "beam_size": 5, "heatmap_sentence": 0, "length_penalty": 1.0, "max_len_a": 1.5,
+        "max_len_b": 10, "max_source_length": 250, "max_tokens": 4000, "precision": "fp32",
+        "probes": True, "split": "test"}}
+    key = settings_key(ScoringOptions(decoding=DecodeOptions(beam_size=2), device="cpu"))
+    assert key["settings"]["beam_size"] == 2

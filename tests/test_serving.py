@@ -181,8 +181,11 @@ def test_errors_are_json_and_harmless(client, translator, payload, status):
      "constraints: constraints and terms need search=beam (sampling cannot promise a phrase)"),
     ({"text": ["red"], "beam_size": 2, "nbest": 3},
      "nbest must be between 1 and beam_size (2), got 3"),
-    ({"text": ["red"], "search": "sample", "top_p": 1.5},
-     "top_p: Input should be less than or equal to 1"),
+    ({"text": ["red"], "search": "sample", "top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
+    ({"text": ["red"], "beam_size": 0}, "beam_size must be at least 1, got 0"),
+    ({"text": ["red"], "nbest": 0}, "nbest must be between 1 and beam_size (3), got 0"),
+    ({"text": ["red"], "length_penalty": -0.5}, "length_penalty must be a number >= 0, got -0.5"),
+    ({"text": ["red"], "max_len_b": 1000}, "max_len_b: Extra inputs are not permitted"),
     ({"text": ["red"], "constraints": [[f"{a} {b}" for a in WORDS for b in WORDS]]},
      "constraints.0: 64 phrases; at most 62 per sentence"),
 ])
@@ -313,6 +316,28 @@ def test_malformed_json_and_oversized_body(client):
     assert client.post("/v1/translate", content=huge,
                        headers={"content-type": "application/json"}).status_code == 413
     assert translate(client, ["moon"]).status_code == 200
+
+
+def test_a_request_sets_any_decoding_option_but_the_length_limit(client, translator):
+    """The request's decoding fields are DecodeOptions' (declared there once, described with
+    its words), less the output length limit, which stays the server's."""
+    from dataclasses import fields
+
+    from seq2seq.inference.decode_options import described_options
+    from seq2seq.serving.schemas import TranslateRequest
+
+    declared = {option.name for option in fields(DecodeOptions)}
+    requested = declared & set(TranslateRequest.model_fields)
+    assert requested == declared - {"max_len_a", "max_len_b"}
+    properties = client.get("/openapi.json").json()["components"]["schemas"][
+        "TranslateRequest"]["properties"]
+    for name in requested:
+        assert properties[name]["description"].startswith(described_options()[name][2])
+    ranked = DecodeOptions(beam_size=3, nbest=3, length_penalty=0.0)
+    body = translate(client, LINES, nbest=3, length_penalty=0.0).json()
+    want = translator.translate(LINES, ranked)
+    assert [[h["score"] for h in entry["hypotheses"]] for entry in body["translations"]] == [
+        pytest.approx([h.score for h in hypotheses], abs=1e-5) for hypotheses in want]
 
 
 def test_models_health_openapi_and_page(client):

@@ -12,7 +12,7 @@ arguments are options (Hydra-style, in any order)::
 A run record (``*.run.json.gz``, written with ``records_dir=``) is a scored run kept without
 its folder and checkpoint: given alone or beside run folders, it counts as a complete run.
 
-Options: ``python compare.py --help`` lists each with its default (``OPTION_HELP`` below).
+Options: ``python compare.py --help`` lists each with its default (:func:`option_help`).
 
 Prints the table (markdown) on stdout, then one ``failed: RUN (GROUP): reason`` line per run that
 could not be scored; logs go to stderr. Bad options, no run folder, or no run that could be
@@ -37,13 +37,9 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "plots": True, "aso_iterations": 1000, "records_dir": None,
 }
 # What each option does, in one line: the source of --help (docs/configuration.md gives the
-# same defaults, checked by tests/test_docs.py).
-OPTION_HELP: dict[str, str] = {
+# same defaults, checked by tests/test_docs.py); the decoding options' are DecodeOptions'.
+_OWN_HELP: dict[str, str] = {
     "split": "valid | test: the split of each run's own data config",
-    "beam_size": "beam size of the decoding (1: greedy), as in evaluate.py",
-    "length_penalty": "GNMT alpha; 0: rank by summed log-probability",
-    "max_len_a": "output length limit: floor(a * source length + b) pieces",
-    "max_len_b": "see max_len_a",
     "max_source_length": "longer sources are cut to this many pieces",
     "max_tokens": "padded source ids per decoding batch (also batch.max_tokens)",
     "precision": "fp32 | bf16 | fp16 | auto: autocast during the decoding",
@@ -66,10 +62,25 @@ OPTION_HELP: dict[str, str] = {
 }
 
 
+def _decoding_options() -> dict[str, tuple[Any, Any, str]]:
+    """(type, default, help) of the decoding options compare.py sets, by name."""
+    from seq2seq.inference.decode_options import described_options
+    from seq2seq.study.scoring import SCORED_OPTIONS
+
+    return {name: described_options()[name] for name in SCORED_OPTIONS}
+
+
 def option_defaults() -> dict[str, Any]:
     from seq2seq.study.scoring import ScoringOptions
 
-    return {f.name: f.default for f in fields(ScoringOptions)} | _EXTRA_OPTIONS
+    own = {f.name: f.default for f in fields(ScoringOptions) if f.name != "decoding"}
+    decoding = {name: default for name, (_, default, _) in _decoding_options().items()}
+    return {"split": own.pop("split"), **decoding, **own} | _EXTRA_OPTIONS
+
+
+def option_help() -> dict[str, str]:
+    """What each option does, by name."""
+    return _OWN_HELP | {name: meaning for name, (_, _, meaning) in _decoding_options().items()}
 
 
 def help_text(width: int = 100) -> str:
@@ -77,7 +88,8 @@ def help_text(width: int = 100) -> str:
     from seq2seq.cli.help import format_value, two_columns
 
     lines = [USAGE, "", __doc__.split("\n\nOptions:")[0].strip(), "", "Options (key=value):"]
-    lines += two_columns([(name, f"{OPTION_HELP[name]} [default {format_value(default)}]")
+    meanings = option_help()
+    lines += two_columns([(name, f"{meanings[name]} [default {format_value(default)}]")
                           for name, default in option_defaults().items()], width)
     return "\n".join(lines) + "\n"
 
@@ -124,8 +136,6 @@ def parse_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
             specs.append(argument)
     if options["split"] not in ("valid", "test"):
         fail(f"split must be valid or test, got {options['split']!r}")
-    if options["beam_size"] < 1:
-        fail(f"beam_size must be at least 1, got {options['beam_size']}")
     if options["aso_iterations"] < 0:
         fail(f"aso_iterations must be 0 (skip) or more, got {options['aso_iterations']}")
     if options["test"] not in ("bs", "ar", "none"):
@@ -140,11 +150,17 @@ def run(argv: Sequence[str]):
     specs, options = parse_arguments(argv)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.study.comparison import compare
     from seq2seq.study.runs import StudyError
-    from seq2seq.study.scoring import ScoringOptions
+    from seq2seq.study.scoring import SCORED_OPTIONS, ScoringOptions
 
-    scoring = ScoringOptions(**{f.name: options[f.name] for f in fields(ScoringOptions)})
+    try:
+        decoding = DecodeOptions.of({name: options[name] for name in SCORED_OPTIONS})
+    except ValueError as error:
+        fail(error)
+    scoring = ScoringOptions(decoding=decoding, **{
+        f.name: options[f.name] for f in fields(ScoringOptions) if f.name != "decoding"})
     set_up_decoding(options["num_threads"])
     try:
         comparison = compare(

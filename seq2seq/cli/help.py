@@ -3,7 +3,9 @@
 Each option of a config file is a line ``key: value  # what it does``; the comment is the
 option's description (a key without a trailing comment takes the comment lines just above
 it). One source for ``--help``, docs/configuration.md (checked against it by
-tests/test_docs.py) and the file a user reads, so none of them can drift from the others.
+tests/test_docs.py) and the file a user reads, so none of them can drift from the others. The
+decoding options (``beam_size``, ``search``, ...) are described where they are declared,
+:class:`~seq2seq.inference.decode_options.DecodeOptions`, unless a file adds its tool's own words.
 The files are read with ruamel.yaml, which keeps the comments and where each key stands.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import CONFIG_DIR
+from seq2seq.inference.decode_options import described_options
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,9 @@ def render_help(config_name: str, command: str, overrides: Sequence[str] = (), *
         for option in parse_options(path, group_prefix(path)):
             if option.description:
                 descriptions.setdefault(option.key, option.description)
+    # How to decode: DecodeOptions says, where a file does not say more for its tool.
+    for key, (_, _, meaning) in described_options().items():
+        descriptions.setdefault(key, meaning)
     plain = OmegaConf.to_container(cfg, resolve=False)
     plain.pop("hydra", None)
     summary = (summary or "").replace("``", "`")

@@ -15,14 +15,20 @@ The options are declared here once: the tools check a config's values against th
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from seq2seq.inference.sampling import Sampling
     from seq2seq.inference.searches import Search
+
+
+def option(default: Any, meaning: str) -> Any:
+    """A :class:`DecodeOptions` field: its default and what it means (one place for both)."""
+    return field(default=default, metadata={"help": meaning})
 
 
 @dataclass(frozen=True)
@@ -31,21 +37,9 @@ class DecodeOptions:
 
     Frozen and hashable: the server decodes the jobs with equal options together.
 
-    Attributes:
-        search: a registered search's name (:mod:`seq2seq.inference.searches`): ``beam``
-            (greedy search when ``beam_size`` is 1; grid beam search for sentences with
-            constraints), ``sample`` (:mod:`seq2seq.inference.sampling`: ``nbest`` independent
-            samples per sentence), or one registered by the caller.
-        beam_size: beams per sentence; 1 is greedy search.
-        nbest: translations returned per sentence (with ``search=beam``, at most ``beam_size``).
-        length_penalty: GNMT alpha (0: rank by summed log-probability).
-        max_len_a: output length limit ``floor(a * source length + b)`` pieces (EOS not
-            counted; the source length counts its EOS).
-        max_len_b: see ``max_len_a``.
-        temperature, top_k, top_p, epsilon: how ``search=sample`` reshapes the distribution
-            (:class:`~seq2seq.inference.sampling.Sampling`).
-        seed: the seed of ``search=sample``'s draws, reset at every call (the same input and
-            options give the same samples); None: other draws each time.
+    Each option's meaning is its declaration's ``help`` below: the tools' ``--help``, the
+    server's request schema and compare.py's options describe it with that
+    (:func:`described_options`).
 
     Raises:
         ValueError: one line naming the option, for an unknown search, a non-positive size, a
@@ -53,17 +47,31 @@ class DecodeOptions:
             (``nbest > beam_size`` with beam search).
     """
 
-    search: str = "beam"
-    beam_size: int = 5
-    nbest: int = 1
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5
-    max_len_b: float = 10.0
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    epsilon: float = 0.0
-    seed: int | None = None
+    search: str = option(
+        "beam", "beam: beam search (greedy at beam_size 1; grid beam search where a sentence "
+        "has constraints or terms) | sample: draw nbest translations from the model (e.g. for "
+        "back-translation) | NAME: one registered in code (seq2seq.inference.searches)")
+    beam_size: int = option(5, "beams per sentence; 1: greedy search")
+    nbest: int = option(1, "translations returned per sentence, best first (<= beam_size with "
+                           "search=beam; any number with search=sample)")
+    length_penalty: float = option(
+        1.0, "GNMT alpha; 0: rank by summed log-probability (a CTranslate2 folder searches with "
+             "its own length ** alpha, then ranks by GNMT: docs/export.md)")
+    max_len_a: float = option(1.5, "output length limit: floor(a * source length + b) pieces "
+                                   "(EOS not counted; the source length counts its EOS)")
+    max_len_b: float = option(10.0, "the b of the output length limit (see max_len_a)")
+    temperature: float = option(1.0, "search=sample: the log-probabilities are divided by this "
+                                     "(below 1: sharper, above 1: flatter)")
+    top_k: int = option(0, "search=sample: draw among the k most probable pieces only (0: all; "
+                           "1: greedy)")
+    top_p: float = option(1.0, "search=sample: nucleus sampling, among the fewest most probable "
+                               "pieces whose probability reaches p (1: all)")
+    epsilon: float = option(0.0, "search=sample: leave out pieces less probable than this (the "
+                                 "most probable always kept)")
+    seed: int | None = option(
+        None, "search=sample: seed of the draws, in [0, 2**63) (the same input and options give "
+              "the same samples; a CTranslate2 folder: a run whose first draws are seeded, "
+              "docs/export.md); null: other draws each time")
 
     def __post_init__(self) -> None:
         search = self.search_method
@@ -72,9 +80,11 @@ class DecodeOptions:
         search.check(self)  # sampling draws nbest whatever the beam: beam search bounds it
         if self.nbest < 1:
             raise ValueError(f"nbest must be at least 1, got {self.nbest}")
-        if self.length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0, got {self.length_penalty}")
+        if not (self.length_penalty >= 0 and math.isfinite(self.length_penalty)):
+            raise ValueError(f"length_penalty must be a number >= 0, got {self.length_penalty}")
         self.sampling.check()
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
 
     @property
     def search_method(self) -> Search:
@@ -128,3 +138,10 @@ def check_phrase_count(phrases: Sequence[str], where: str) -> None:
 def option_types() -> dict[str, Any]:
     """Each option's type, by name (what the tools check a config's values against)."""
     return typing.get_type_hints(DecodeOptions)
+
+
+def described_options() -> dict[str, tuple[Any, Any, str]]:
+    """Each option's (type, default, help), by name, in declaration order."""
+    types = option_types()
+    return {option.name: (types[option.name], option.default, option.metadata["help"])
+            for option in fields(DecodeOptions)}

@@ -2,9 +2,9 @@
 
 Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
 
-- ``POST /v1/translate``: ``{"text": [...], "beam_size"?, "nbest"?, "attention"?,
-  "attention_heads"?, "model"?, "search"?, "temperature"?, "top_k"?, "top_p"?, "epsilon"?,
-  "seed"?, "prefix"?, "constraints"?}``
+- ``POST /v1/translate``: ``{"text": [...], "attention"?, "attention_heads"?, "model"?,
+  "prefix"?, "constraints"?}`` and any decoding option but the length limit (``"search"?,
+  "beam_size"?, "nbest"?, "length_penalty"?, "temperature"?, ...``: DecodeOptions')
   -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`). A server given a
   glossary (``terms``) adds its target terms to the constraints of every text that holds a
   source term.
@@ -38,12 +38,12 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from seq2seq.inference.decode_options import DecodeOptions, check_phrase_count
-from seq2seq.inference.searches import search_named
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher
 from seq2seq.serving.errors import ApiError
 from seq2seq.serving.libretranslate import add_libretranslate_routes
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.schemas import (
+    REQUEST_OPTIONS,
     ErrorResponse,
     ModelInfo,
     ModelsResponse,
@@ -108,25 +108,19 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "epsilon", "seed")
-
-
 def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int) -> DecodeOptions:
-    """The request's options over the model's defaults, checked against its translator (a
-    one-line ApiError(422) else). The sampling fields count with a search that draws
-    (``search=sample``) only."""
+    """The options the request gives over the model's defaults, checked where they are made
+    (:class:`DecodeOptions`) and against its translator: a one-line ApiError(422) else."""
+    given = {name: getattr(request, name) for name in REQUEST_OPTIONS
+             if getattr(request, name) is not None}
     defaults = model.options
-    beam_size = request.beam_size or defaults.beam_size
-    if beam_size > max_beam_size:
-        raise ApiError(422, f"beam_size: at most {max_beam_size}, got {beam_size}")
-    nbest = request.nbest or min(defaults.nbest, beam_size)
-    if nbest > max_beam_size:  # samples cost as much as beams
-        raise ApiError(422, f"nbest: at most {max_beam_size}, got {nbest}")
+    beam_size = given.get("beam_size", defaults.beam_size)
+    given.setdefault("nbest", min(defaults.nbest, beam_size))
+    for name, size in (("beam_size", beam_size), ("nbest", given["nbest"])):
+        if size > max_beam_size:  # samples cost as much as beams
+            raise ApiError(422, f"{name}: at most {max_beam_size}, got {size}")
     try:
-        search = request.search or defaults.search
-        given = {name: getattr(request, name) for name in SAMPLING_FIELDS
-                 if search_named(search).draws and getattr(request, name) is not None}
-        options = replace(defaults, search=search, beam_size=beam_size, nbest=nbest, **given)
+        options = replace(defaults, **given)
         model.translator.check(options)
     except ValueError as error:
         raise ApiError(422, str(error)) from None

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from seq2seq.inference.decode_options import described_options
+
+# The decoding options a request may set: all of DecodeOptions' but the output length limit,
+# which bounds what a request costs and stays the server's (serve.py max_len_a=, max_len_b=).
+REQUEST_OPTIONS = tuple(name for name in described_options()
+                        if name not in ("max_len_a", "max_len_b"))
 
 
-class TranslateRequest(BaseModel):
-    """``POST /v1/translate``: sentences and, optionally, decoding options and a model."""
+class TranslateFields(BaseModel):
+    """``POST /v1/translate``'s own fields: the sentences, what comes back, the model, and what
+    steers each sentence (the decoding options are :class:`TranslateRequest`'s)."""
 
     model_config = ConfigDict(extra="forbid")
 
     text: list[str] = Field(
         description="Sentences to translate, one per entry (line breaks inside become spaces).",
         examples=[["Ein Hund läuft.", "Zwei Männer spielen Fußball."]],
-    )
-    beam_size: int | None = Field(
-        default=None, ge=1, description="Beams per sentence (1: greedy); the server's default if absent."
-    )
-    nbest: int | None = Field(
-        default=None, ge=1, description="Hypotheses returned per sentence (at most beam_size)."
     )
     attention: bool = Field(
         default=False,
@@ -32,34 +34,6 @@ class TranslateRequest(BaseModel):
     model: str | None = Field(
         default=None, description="A name from GET /v1/models; the default model if absent."
     )
-    search: str | None = Field(
-        default=None, max_length=64,
-        description="A registered search: beam: beam search (grid beam search where a text has "
-        "constraints); sample: nbest translations drawn from the model; or one the server's "
-        "code registered. The server's default (beam) if absent.",
-        examples=["beam", "sample"],
-    )
-    temperature: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
-        description="search=sample: log-probabilities divided by this (default 1).",
-    )
-    top_k: int | None = Field(
-        default=None, ge=0, description="search=sample: draw among the k most probable pieces "
-        "only (default 0: all).",
-    )
-    top_p: float | None = Field(
-        default=None, gt=0, le=1, allow_inf_nan=False,
-        description="search=sample: nucleus sampling's p (default 1: all pieces).",
-    )
-    epsilon: float | None = Field(
-        default=None, ge=0, lt=1, allow_inf_nan=False,
-        description="search=sample: leave out pieces less probable than this (default 0).",
-    )
-    seed: int | None = Field(
-        default=None, ge=0, lt=2**63,
-        description="search=sample: seed of the draws; the same request then gets the same "
-        "answer. Absent: other draws each time.",
-    )
     prefix: list[str] | None = Field(
         default=None,
         description="One per text: the text its translations start with (\"\" for none).",
@@ -71,6 +45,20 @@ class TranslateRequest(BaseModel):
         "the server's terms, if it has any, are added.",
         examples=[[["dog"], []]],
     )
+
+
+# DecodeOptions declares the options (their types, meanings and checks: a value out of range
+# gets its one-line 422 from there, naming the option); here each is optional.
+def _request_field(kind, meaning: str):
+    return kind | None, Field(default=None,
+                              description=f"{meaning} Absent: the model's default (GET /v1/models).")
+
+
+TranslateRequest = create_model(
+    "TranslateRequest", __base__=TranslateFields,
+    __doc__="``POST /v1/translate``: sentences and, optionally, decoding options and a model.",
+    **{name: _request_field(kind, meaning)
+       for name, (kind, _, meaning) in described_options().items() if name in REQUEST_OPTIONS})
 
 
 class Hypothesis(BaseModel):

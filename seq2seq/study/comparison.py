@@ -161,7 +161,7 @@ def compare(
     failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
               for group in groups for run in group.failed_runs]
     output = Path(output_dir) if output_dir else common_parent([r.path for r in runs])
-    meta = {"split": options.split, "beam_size": options.beam_size, "runs": len(runs),
+    meta = {"split": options.split, "beam_size": options.decoding.beam_size, "runs": len(runs),
             "differing_keys": keys, "shared_settings": shared_settings(runs),
             "left_out_of_labels": left_out_of_labels(groups), "significance_test": description,
             "seed_significance": asdict(seed_test) if seed_test else None,

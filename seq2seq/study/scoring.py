@@ -21,39 +21,37 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
 from seq2seq.device import resolve_precision, select_device
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.study.positions import position_counts
 
 log = logging.getLogger("seq2seq.compare")
 CACHE_VERSION = 3  # 2: the attention's backward moves and coverage; 3: positions, probes
 
 
+# The decoding options compare.py sets (the others keep DecodeOptions' defaults); a score's
+# settings, cached and recorded, name these beside ScoringOptions' own.
+SCORED_OPTIONS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
+
+
 @dataclass(frozen=True)
 class ScoringOptions:
-    """Decoding settings (as in ``evaluate.py``) and the sentence whose attention is kept."""
+    """How to decode (as in ``evaluate.py``), the split, and the sentence whose attention is
+    kept."""
 
     split: str = "test"
-    beam_size: int = 5
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5
-    max_len_b: float = 10
+    decoding: DecodeOptions = DecodeOptions()
     max_source_length: int = 250
     max_tokens: int = 4000
     precision: str = "fp32"
     device: str = "auto"
     heatmap_sentence: int = 0
     probes: bool = True  # decode again with uniform and with shifted attention weights
-
-    def decode_options(self):
-        """The :class:`~seq2seq.inference.decode_options.DecodeOptions` of these settings."""
-        from seq2seq.inference.decode_options import DecodeOptions
-
-        return DecodeOptions.of(asdict(self))  # the fields the two share
 
     def translator_options(self) -> dict[str, Any]:
         return {
@@ -64,18 +62,19 @@ class ScoringOptions:
 
 
 def cache_paths(run_dir: Path, options: ScoringOptions) -> tuple[Path, Path]:
-    stem = f"best.{options.split}.beam{options.beam_size}"
+    stem = f"best.{options.split}.beam{options.decoding.beam_size}"
     folder = Path(run_dir) / "compare"
     return folder / f"{stem}.hyp", folder / f"{stem}.json"
 
 
 def settings_key(options: ScoringOptions) -> dict[str, Any]:
     """The settings the scores depend on, as the cache (and a run record) keeps them."""
-    settings = asdict(options)
-    device = settings.pop("device")  # the scores do not depend on it (speed does: fine)
+    settings = {name: getattr(options.decoding, name) for name in SCORED_OPTIONS}
+    settings |= {option.name: getattr(options, option.name) for option in fields(options)
+                 if option.name not in ("decoding", "device")}  # scores do not depend on device
     with contextlib.suppress(ValueError):  # a bad value is reported by the scoring itself
         # The scores do depend on the precision auto chooses on that device.
-        settings["precision"] = resolve_precision(options.precision, select_device(device))
+        settings["precision"] = resolve_precision(options.precision, select_device(options.device))
     return {"version": CACHE_VERSION, "settings": settings}
 
 
@@ -143,13 +142,13 @@ def score_run(
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
     evaluation = evaluate_translations(
-        translator, sources, references, options.decode_options(), hypotheses_path=hyp_path,
+        translator, sources, references, options.decoding, hypotheses_path=hyp_path,
         attention_stats=True
     )
     heatmap = None
     if 0 <= options.heatmap_sentence < len(sources):
         best = translator.translate([sources[options.heatmap_sentence]],
-                                    options.decode_options())[0][0]
+                                    options.decoding)[0][0]
         if best.attention is not None:
             heatmap = {
                 "sentence": options.heatmap_sentence,
@@ -209,6 +208,6 @@ def _probe_scores(translator, sources: list[str], references: list[str],
         probed = Translator(probed_model(translator.model, probe), translator.tokenizers,
                             device=translator.device, **options.translator_options())
         scores = evaluate_translations(probed, sources, references,
-                                       options.decode_options()).scores
+                                       options.decoding).scores
         results[probe] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
     return results
