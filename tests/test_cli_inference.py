@@ -158,6 +158,30 @@ def test_bad_option_value_is_refused_naming_the_key(trained_checkpoint, capsys, 
     assert captured.out == "" and captured.err.strip() == f"error: {message}"
 
 
+@pytest.mark.parametrize("tool", ["translate", "evaluate", "serve"])
+def test_the_request_is_made_in_one_pass_before_a_model_loads(tmp_path, capsys, tool):
+    """A value out of range and a malformed glossary are refused before any checkpoint is read:
+    here the checkpoint is not one, and its error never comes."""
+    import importlib
+
+    from seq2seq.cli.common import compose
+
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("Hund\tdog\nKatze cat\n", encoding="utf-8")
+    where = f"models={{a: '{broken}'}}" if tool == "serve" else f"checkpoint={broken}"
+    for override, message in [
+        ("beam_size=0", "beam_size must be at least 1, got 0"),
+        (f"terms={terms}", f"{terms}: line 2: expected SOURCE<TAB>TARGET, found 0 tabs"),
+    ]:
+        cfg = compose(tool, [where, override])
+        run = importlib.import_module(f"seq2seq.cli.{tool}")
+        with pytest.raises(SystemExit):
+            run.build_app(cfg) if tool == "serve" else run.run(cfg)
+        assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
 # Runs a script (or a module, as python -m does) as __main__ and says on stderr, at exit,
 # whether torch was loaded at all.
 REPORT_TORCH = (

@@ -294,6 +294,7 @@ def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
     tmp_path, trained_checkpoint, copy_model, capsys
 ):
     from seq2seq.cli.evaluate import evaluate_checkpoint
+    from seq2seq.cli.search_options import DecodingRequest
 
     _, tokenizers = copy_model
     path = tmp_path / "everything.pt"
@@ -302,7 +303,8 @@ def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
     cfg = compose("evaluate", [f"checkpoint={trained_checkpoint}", f"src={corpus / 'test.src'}",
                                f"ref={corpus / 'test.tgt'}", "beam_size=2", "device=cpu",
                                f"output_dir={tmp_path / 'eval'}", f"shortlist={path}"])
-    assert evaluate_checkpoint(Path(trained_checkpoint), cfg)["shortlist"] == str(path)
+    summary = evaluate_checkpoint(Path(trained_checkpoint), cfg, DecodingRequest.of(cfg))
+    assert summary["shortlist"] == str(path)
 
     pytest.importorskip("fastapi")
     from seq2seq.cli.serve import build_app
@@ -313,7 +315,7 @@ def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
         build_app(cfg)
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.strip() == (
-        f"error: model copy: shortlist not found: {tmp_path / 'missing.pt'}"
+        f"error: shortlist not found: {tmp_path / 'missing.pt'}"  # read once, before a model
     )
 
 

@@ -10,8 +10,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR as _CONFIG_PATH
-from seq2seq.config_types import ConfigError, check_value, error_reason
-from seq2seq.inference.decode_options import option_types
+from seq2seq.config_types import error_reason
 from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 
 # An absolute path: Hydra resolves a relative config_path against the importing module's
@@ -56,28 +55,6 @@ def check_group_overrides(overrides: Sequence[str], config_dir: str | Path = CON
                  f"remove it with ~{key}")
 
 
-# The types of the options evaluate.py, translate.py and serve.py share (their YAML files
-# document each one): the translator's settings, and how to decode (DecodeOptions' own).
-DECODING_OPTION_TYPES: dict[str, Any] = {
-    "device": str, "num_threads": int | None, "precision": str, "quantize": str,
-    "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
-    "shortlist": str | None, **option_types(),
-}
-
-
-def check_options(cfg: DictConfig) -> None:
-    """Exit with a one-line error naming the key when a decoding option has the wrong type."""
-    for key, annotation in DECODING_OPTION_TYPES.items():
-        node, _, name = key.rpartition(".")
-        parent = OmegaConf.select(cfg, node) if node else cfg
-        if parent is None or name not in parent:
-            continue
-        try:
-            check_value(parent[name], annotation, key)
-        except ConfigError as error:
-            fail(error)
-
-
 def checkpoint_paths(value: Any) -> list[str]:
     """``checkpoint=PATH`` or ``checkpoint=[A,B,...]`` (an ensemble) as a list of paths."""
     if OmegaConf.is_list(value) or isinstance(value, list | tuple):
@@ -113,7 +90,7 @@ def load_shortlist(cfg: DictConfig):
 
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
     """The translator settings that evaluate.py, translate.py and serve.py read from config
-    (how to decode is :func:`seq2seq.cli.search_options.decode_options`).
+    (the rest of what they ask is :class:`seq2seq.cli.search_options.DecodingRequest`).
 
     Raises:
         ShortlistError: (a ValueError) when ``shortlist=PATH`` cannot be read.

@@ -54,18 +54,11 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    check_options,
     checkpoint_paths,
     fail,
     set_up_decoding,
-    translator_options,
 )
-from seq2seq.cli.search_options import (
-    SentenceGuidance,
-    check_request,
-    check_search_options,
-    decode_options,
-)
+from seq2seq.cli.search_options import DecodingRequest, check_config
 from seq2seq.inference.export_format import is_exported
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -112,13 +105,15 @@ def _ensemble_stem(paths: list[Path]) -> str:
 
 
 def evaluate_checkpoint(
-    path: Path | list[Path], cfg: DictConfig, *, started: float | None = None
+    path: Path | list[Path], cfg: DictConfig, request: DecodingRequest, *,
+    started: float | None = None
 ) -> dict[str, Any]:
     """Translate and score one checkpoint; write its hypotheses and summary; return the summary.
 
     Args:
         path: the checkpoint file, or a list of files decoded as one ensemble.
         cfg: the evaluate config.
+        request: what ``cfg`` asks of decoding (:meth:`DecodingRequest.of`).
         started: ``time.perf_counter()`` value the startup time counts from (default: now).
     """
     started = time.perf_counter() if started is None else started
@@ -127,13 +122,13 @@ def evaluate_checkpoint(
     from seq2seq.inference.runtimes import translator_from_payloads
 
     members = path if isinstance(path, list) else [path]
-    options = decode_options(cfg)
+    options = request.options
     payloads = [load_model_payload(member) for member in members]
     checkpoint = payloads[0]
     # A Translator, or a CTranslate2 folder's own translator (the same interface).
     translator = translator_from_payloads(
-        payloads, cfg.device, names=[str(m) for m in members], **translator_options(cfg))
-    check_request(cfg, translator, options)
+        payloads, cfg.device, names=[str(m) for m in members], **request.translator_settings)
+    request.check(translator)
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
@@ -142,7 +137,7 @@ def evaluate_checkpoint(
         src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
-    guidance = SentenceGuidance.from_config(cfg, translator, input_lines=len(sources))
+    guidance = request.guidance(translator, input_lines=len(sources))
     steering = guidance.for_lines(sources)
     startup = time.perf_counter() - started
 
@@ -223,8 +218,7 @@ def format_table(summaries: list[Mapping[str, Any]]) -> str:
 
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Score every checkpoint named by ``cfg.checkpoint``; returns their summaries."""
-    check_options(cfg)
-    check_search_options(cfg)
+    check_config(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
@@ -245,8 +239,10 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     set_up_decoding(cfg.get("num_threads"))
     summaries = []
     try:
+        request = DecodingRequest.of(cfg)
         for number, path in enumerate(paths):
-            summary = evaluate_checkpoint(path, cfg, started=MODULE_LOADED if number == 0 else None)
+            summary = evaluate_checkpoint(path, cfg, request,
+                                          started=MODULE_LOADED if number == 0 else None)
             print_summary(summary)
             if len(paths) > 1:
                 print(flush=True)

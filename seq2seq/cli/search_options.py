@@ -1,6 +1,6 @@
-"""The options that translate.py, evaluate.py and serve.py share: the search and its
-sampling settings, and what steers each sentence's translation (``constraints=`` and
-``prefix=`` files, one line per input line, and a ``terms=`` glossary), read alongside the input.
+"""The options that translate.py, evaluate.py and serve.py share: how to decode, and what steers
+each sentence's translation (``constraints=`` and ``prefix=`` files, one line per input line,
+and a ``terms=`` glossary), made into one :class:`DecodingRequest` before a model loads.
 
 Everything a file can get wrong is refused before the first sentence is decoded, as one line
 naming the file and its line: a line count other than the input's (when the input's is known
@@ -11,18 +11,28 @@ phrases for one sentence.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import fail
+from seq2seq.cli.common import fail, translator_options
 from seq2seq.config_types import ConfigError, check_value
+from seq2seq.inference.decode_options import option_types
 
-# The types of the options below, where a tool's config has them (its YAML documents each;
-# the search's own are DecodeOptions', checked with the others by check_options).
-SEARCH_OPTION_TYPES: dict[str, Any] = {
+if TYPE_CHECKING:
+    from seq2seq.inference.decode_options import DecodeOptions
+    from seq2seq.inference.glossary import Glossary
+
+# The types of the options evaluate.py, translate.py and serve.py share, where a tool's config
+# has them (its YAML documents each): the translator's settings, how to decode (DecodeOptions'
+# own), and what steers each sentence.
+OPTION_TYPES: dict[str, Any] = {
+    "device": str, "num_threads": int | None, "precision": str, "quantize": str,
+    "max_source_length": int, "batch.max_tokens": int, "chunk_lines": int,
+    "shortlist": str | None, **option_types(),
     "constraints": str | None, "prefix": str | None, "terms": str | None,
     "terms_ignore_case": bool,
 }
@@ -30,38 +40,22 @@ SEARCH_OPTION_TYPES: dict[str, Any] = {
 CHECK_CHUNK_LINES = 1000
 
 
-def check_search_options(cfg: DictConfig) -> None:
-    """Exit with a one-line error on an option of the wrong type or a file option naming no
-    file; before torch loads (the value ranges are :class:`DecodeOptions
-    <seq2seq.inference.decode_options.DecodeOptions>`' checks)."""
-    for key, annotation in SEARCH_OPTION_TYPES.items():
-        if key in cfg:
-            try:
-                check_value(cfg[key], annotation, key)
-            except ConfigError as error:
-                fail(error)
+def check_config(cfg: DictConfig) -> None:
+    """Exit with a one-line error naming the key where an option has the wrong type, or a file
+    option names no file; before torch loads (the value ranges are :class:`DecodeOptions
+    <seq2seq.inference.decode_options.DecodeOptions>`' checks, in :meth:`DecodingRequest.of`)."""
+    for key, annotation in OPTION_TYPES.items():
+        node, _, name = key.rpartition(".")
+        parent = OmegaConf.select(cfg, node) if node else cfg
+        if parent is None or name not in parent:
+            continue
+        try:
+            check_value(parent[name], annotation, key)
+        except ConfigError as error:
+            fail(error)
     for key in ("constraints", "prefix", "terms"):
         if cfg.get(key) and not Path(cfg[key]).is_file():
             fail(f"{key} file not found: {cfg[key]}")
-
-
-def decode_options(cfg: DictConfig):
-    """The :class:`~seq2seq.inference.decode_options.DecodeOptions` of the config (its search,
-    beam, n-best, length penalty, limits and sampling options; the defaults for those it lacks).
-
-    Raises:
-        ValueError: on a value out of range, naming the option.
-    """
-    from seq2seq.inference.decode_options import DecodeOptions
-
-    return DecodeOptions.of(cfg)
-
-
-def check_request(cfg: DictConfig, translator, options) -> None:
-    """A one-line ValueError where ``options``, with the phrases the config asks for
-    (``constraints=``, ``terms=``), ask what the translator cannot do (phrases with sampling,
-    or a runtime that cannot force them), before any file is read."""
-    translator.check(options, phrases=bool(cfg.get("constraints") or cfg.get("terms")))
 
 
 def phrases_of(line: str) -> list[str]:
@@ -80,25 +74,6 @@ def check_writable(translator, texts: Sequence[str], labels: Sequence[str]) -> N
         for text, label in zip(texts, labels, strict=True):
             translator.target_ids([text], label)
         raise
-
-
-def load_terms(cfg: DictConfig, translator, *, name: str = ""):
-    """The ``terms=FILE`` glossary, its every target term checked against ``translator``'s
-    vocabulary, or None without one.
-
-    Raises:
-        GlossaryError: (a ValueError) on a malformed file or a target term the model cannot
-            write.
-    """
-    if not cfg.get("terms"):
-        return None
-    from seq2seq.inference.glossary import Glossary
-
-    glossary = Glossary.load(cfg.terms, ignore_case=bool(cfg.get("terms_ignore_case", False)))
-    targets = [entry.target for entry in glossary.entries]
-    labels = [f"{glossary.name}: line {entry.line}: target term" for entry in glossary.entries]
-    check_writable(translator, targets, labels)
-    return glossary
 
 
 class LineFile:
@@ -166,23 +141,6 @@ class SentenceGuidance:
         self.constraints, self.prefix, self.glossary = constraints, prefix, glossary
         self.lines_read = 0
 
-    @classmethod
-    def from_config(cls, cfg: DictConfig, translator, *,
-                    input_lines: int | None) -> SentenceGuidance:
-        """What ``cfg`` asks for, every file checked first (:func:`check_line_file`,
-        :func:`load_terms`); ``input_lines``: the input's line count where known.
-
-        Raises:
-            ValueError: (a GlossaryError for the glossary) naming the file and the line;
-                DataError on an unreadable file.
-        """
-        files = {}
-        for key in ("constraints", "prefix"):
-            if cfg.get(key):
-                check_line_file(key, cfg[key], translator, input_lines)
-                files[key] = LineFile(key, cfg[key])
-        return cls(**files, glossary=load_terms(cfg, translator))
-
     @property
     def active(self) -> bool:
         return any(part is not None for part in (self.constraints, self.prefix, self.glossary))
@@ -213,3 +171,59 @@ class SentenceGuidance:
         for file in (self.constraints, self.prefix):
             if file is not None:
                 file.finish()
+
+
+@dataclass(frozen=True)
+class DecodingRequest:
+    """What a decoding tool's config asks, made in one pass before a model loads: how to
+    decode (:class:`~seq2seq.inference.decode_options.DecodeOptions`), the translator's
+    settings, the ``terms=`` glossary (read), and the ``constraints=`` and ``prefix=`` files
+    (read beside the input once the model's vocabulary can check them). translate.py,
+    evaluate.py and serve.py each make one and use it for every model they load."""
+
+    options: DecodeOptions
+    translator_settings: dict[str, Any]
+    glossary: Glossary | None = None
+    line_files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> DecodingRequest:
+        """The request ``cfg`` makes (its option types checked by :func:`check_config` first).
+
+        Raises:
+            ValueError: naming the option or the file: a value out of range, an unreadable
+                shortlist (ShortlistError) or glossary (GlossaryError).
+        """
+        from seq2seq.inference.decode_options import DecodeOptions
+        from seq2seq.inference.glossary import Glossary
+
+        glossary = (Glossary.load(cfg.terms, ignore_case=bool(cfg.get("terms_ignore_case")))
+                    if cfg.get("terms") else None)
+        return cls(DecodeOptions.of(cfg), translator_options(cfg), glossary,
+                   {key: str(cfg[key]) for key in ("constraints", "prefix") if cfg.get(key)})
+
+    def check(self, translator) -> None:
+        """A one-line ValueError where ``translator`` cannot do what is asked: the search, or
+        phrases (``constraints=``, ``terms=``) it cannot force, before any file is read; then
+        a glossary target term its vocabulary cannot write."""
+        translator.check(self.options,
+                         phrases="constraints" in self.line_files or self.glossary is not None)
+        if self.glossary is not None:
+            entries = self.glossary.entries
+            check_writable(translator, [entry.target for entry in entries],
+                           [f"{self.glossary.name}: line {entry.line}: target term"
+                            for entry in entries])
+
+    def guidance(self, translator, *, input_lines: int | None) -> SentenceGuidance:
+        """The sentences' guidance, every file checked first against ``translator``'s
+        vocabulary (:func:`check_line_file`); ``input_lines``: the input's line count where
+        known.
+
+        Raises:
+            ValueError: naming the file and the line; DataError on an unreadable file.
+        """
+        for key, path in self.line_files.items():
+            check_line_file(key, path, translator, input_lines)
+        return SentenceGuidance(**{key: LineFile(key, path)
+                                   for key, path in self.line_files.items()},
+                                glossary=self.glossary)

@@ -28,19 +28,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    check_options,
     checkpoint_paths,
     fail,
     require_checkpoint_files,
     set_up_decoding,
-    translator_options,
 )
-from seq2seq.cli.search_options import (
-    check_request,
-    check_search_options,
-    decode_options,
-    load_terms,
-)
+from seq2seq.cli.search_options import DecodingRequest, check_config
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -85,8 +78,7 @@ def configured_languages(cfg: DictConfig) -> tuple[str, str] | None:
 
 def build_app(cfg: DictConfig):
     """The app serving the configured models (exits with a one-line error on a problem)."""
-    check_options(cfg)
-    check_search_options(cfg)
+    check_config(cfg)
     paths = model_paths(cfg)  # its errors too come before torch's import
     configured = configured_languages(cfg)
     for name, path in paths.items():
@@ -100,13 +92,16 @@ def build_app(cfg: DictConfig):
     from seq2seq.checkpoint import CheckpointError
 
     set_up_decoding(cfg.get("num_threads"))
+    try:
+        request = DecodingRequest.of(cfg)
+    except ValueError as error:
+        fail(error)
     served = {}
-    glossary = None
     languages = {}
     for name, path in paths.items():
         try:
-            served[name] = load_model(path, device=cfg.device, options=decode_options(cfg),
-                                      **translator_options(cfg))
+            served[name] = load_model(path, device=cfg.device, options=request.options,
+                                      **request.translator_settings)
         except (CheckpointError, ValueError) as error:
             fail(f"model {name}: {error}")
         log.info("model %s: %s (%s, %d parameters) on %s", name, path, served[name].scorer,
@@ -117,11 +112,11 @@ def build_app(cfg: DictConfig):
             log.info("model %s: LibreTranslate's /translate serves %s -> %s", name, *pair)
         if cfg.get("shortlist"):
             log.info("model %s: output vocabulary restricted by shortlist %s", name, cfg.shortlist)
-        try:  # read again for each model: each must be able to write every target term
-            check_request(cfg, served[name].translator, served[name].options)
-            glossary = load_terms(cfg, served[name].translator)
+        try:  # each model must be able to write every target term
+            request.check(served[name].translator)
         except ValueError as error:
             fail(f"model {name}: {error}")
+    glossary = request.glossary
     if glossary is not None:
         log.info("terms: %d entries of %s applied to every request", len(glossary), cfg.terms)
     try:

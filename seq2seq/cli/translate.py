@@ -56,19 +56,12 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import atomic_write
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import (
-    check_options,
     checkpoint_paths,
     fail,
     require_checkpoint_files,
     set_up_decoding,
-    translator_options,
 )
-from seq2seq.cli.search_options import (
-    SentenceGuidance,
-    check_request,
-    check_search_options,
-    decode_options,
-)
+from seq2seq.cli.search_options import DecodingRequest, SentenceGuidance, check_config
 from seq2seq.console import count_bar
 
 if TYPE_CHECKING:
@@ -171,8 +164,7 @@ def _interactive(translator, options, writer: _Writer, guidance: SentenceGuidanc
 def run(cfg: DictConfig) -> int:
     """Translate as configured; returns the number of input lines translated."""
     started = MODULE_LOADED
-    check_options(cfg)
-    check_search_options(cfg)
+    check_config(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH")
     if cfg.text is not None and cfg.input is not None:
@@ -190,11 +182,12 @@ def run(cfg: DictConfig) -> int:
 
     set_up_decoding(cfg.get("num_threads"))
     try:
-        options = decode_options(cfg)
+        request = DecodingRequest.of(cfg)
+        options = request.options
         # A Translator, or a CTranslate2 folder's own translator (the same interface).
-        translator = load_translator(paths, device=cfg.device, **translator_options(cfg))
-        check_request(cfg, translator, options)
-    except (CheckpointError, ValueError) as error:
+        translator = load_translator(paths, device=cfg.device, **request.translator_settings)
+        request.check(translator)
+    except (CheckpointError, DataError, ValueError) as error:
         fail(error)
     # Line counts compared before decoding where the input's is known (a stream: as it is read).
     # (A second read of the input file: only for a per-line file or a progress bar.)
@@ -202,10 +195,9 @@ def run(cfg: DictConfig) -> int:
     try:
         if cfg.text is not None:
             input_lines = 1
-        elif cfg.input is not None and (cfg.get("constraints") or cfg.get("prefix")
-                                        or sys.stderr.isatty()):
+        elif cfg.input is not None and (request.line_files or sys.stderr.isatty()):
             input_lines = _count_lines(Path(cfg.input))
-        guidance = SentenceGuidance.from_config(cfg, translator, input_lines=input_lines)
+        guidance = request.guidance(translator, input_lines=input_lines)
     except (DataError, ValueError) as error:
         fail(error)
     startup = time.perf_counter() - started
