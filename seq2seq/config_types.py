@@ -11,6 +11,7 @@ a type this module does not know is accepted as it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -90,6 +91,30 @@ def locate_target(path: str) -> Any:
         return None
 
 
+def accepted_parameters(target) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool] | None:
+    """What a class or function takes: its parameters, their type hints, and whether it takes
+    any keyword beyond them; a class whose constructor passes ``**options`` on to its base's
+    takes the base's too. None where the signature cannot be read."""
+    parameters: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    owners = [owner for owner in target.__mro__ if "__init__" in vars(owner)
+              and owner is not object] if inspect.isclass(target) else [target]
+    takes_any = False  # a class with no constructor of its own takes nothing
+    for owner in owners:
+        function = owner.__init__ if inspect.isclass(target) else owner
+        try:
+            found = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return None
+        with contextlib.suppress(Exception):  # unresolvable: fall back to the defaults' types
+            hints = typing.get_type_hints(function) | hints
+        parameters = {**found, **parameters}
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in found.values())
+        if not takes_any:
+            break
+    return parameters, hints, takes_any
+
+
 def check_target_arguments(node: Mapping[str, Any], key: str) -> None:
     """Compare a ``_target_`` node's arguments with its target's signature.
 
@@ -100,16 +125,10 @@ def check_target_arguments(node: Mapping[str, Any], key: str) -> None:
     target = locate_target(str(node["_target_"]))
     if target is None:
         return
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
+    accepted = accepted_parameters(target)
+    if accepted is None:
         return
-    try:
-        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
-    except Exception:  # unresolvable annotations: fall back to the defaults' types
-        hints = {}
-    parameters = signature.parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    parameters, hints, takes_any = accepted
     for name, value in node.items():
         if name.startswith("_"):
             continue

@@ -7,7 +7,6 @@ and must compute what the old code computed with it.
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,7 +25,7 @@ from seq2seq.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from seq2seq.config_types import ConfigError
+from seq2seq.config_types import ConfigError, accepted_parameters
 from seq2seq.data.batching import collate
 from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.loading import read_exported
@@ -82,7 +81,7 @@ def test_the_registry_says_which_decoder_takes_a_scorer_and_the_encoders_final_s
     assert not decoder_takes({"_target_": "transformer"}, "encoder_final_size")
     # The registry's word agrees with the classes it names.
     for component in COMPONENTS[DECODER].values():
-        parameters = inspect.signature(component.load()).parameters
+        parameters, _, _ = accepted_parameters(component.load())
         assert component.takes_attention == ("attention" in parameters)
         assert component.takes_encoder_final_size == ("encoder_final_size" in parameters)
 
@@ -314,3 +313,20 @@ def test_the_old_checkpoint_gives_the_old_greedy_output(old_checkpoint):
         with torch.no_grad():
             ids = greedy_ids(model, src, len(old["ids"]))
         assert ids[:clear] == old["ids"][:clear]
+
+
+@pytest.mark.parametrize(("node", "message"), [
+    ({"_target_": "luong", "hiden_size": 3}, "model.decoder.hiden_size: "
+     "seq2seq.models.decoders.LuongDecoder takes no argument 'hiden_size'"),
+    ({"_target_": "bahdanau", "input_feeding": True}, "model.decoder.input_feeding: "
+     "seq2seq.models.decoders.BahdanauDecoder takes no argument 'input_feeding'"),
+    ({"_target_": "luong", "num_layers": "x"}, "model.decoder.num_layers: expected an integer"),
+])
+def test_a_decoder_passing_its_options_on_is_checked_against_its_base(node, message):
+    """The RNN decoders take their base's arguments as ``**options``: a typo or a wrong type
+    among those is still refused by name, before anything is built."""
+    from seq2seq.config_types import check_target_arguments
+    from seq2seq.models.build import resolve_targets
+
+    with pytest.raises(ConfigError, match=message):
+        check_target_arguments(resolve_targets(node, DECODER, "model.decoder"), "model.decoder")

@@ -9,7 +9,6 @@ classes take plain arguments.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 
 import torch
@@ -17,7 +16,13 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from seq2seq.config_types import ConfigError, check_config, error_reason, locate_target
+from seq2seq.config_types import (
+    ConfigError,
+    accepted_parameters,
+    check_config,
+    error_reason,
+    locate_target,
+)
 from seq2seq.data.vocab import PAD_ID
 from seq2seq.models import registry
 from seq2seq.models.attention import NORMALIZERS, Attention
@@ -114,8 +119,8 @@ def decoder_takes(decoder_cfg: Mapping, argument: str, *, key: str = "model.deco
     decoder_class = locate_target(target)
     if decoder_class is None:  # not importable: instantiate reports it
         return True
-    parameters = inspect.signature(decoder_class).parameters.values()
-    return any(p.name == argument or p.kind is p.VAR_KEYWORD for p in parameters)
+    accepted = accepted_parameters(decoder_class)
+    return accepted is None or argument in accepted[0] or accepted[2]
 
 
 def uses_scorer(decoder_cfg: Mapping, *, key: str = "model.decoder") -> bool:

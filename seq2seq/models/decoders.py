@@ -33,12 +33,12 @@ class AttentionDecoder(nn.Module):
         hidden_size: decoder RNN hidden size (also the attention query size).
         attention: the shared :class:`Attention` module wrapping a scorer.
         encoder_final_size: size of the encoder's final state fed to the bridge.
+        rnn_input_size: input size of the RNN, set by the subclass.
         num_layers: stacked RNN layers.
         rnn_type: ``"gru"`` or ``"lstm"``.
-        rnn_input_size: input size of the RNN, set by the subclass.
         dropout: dropout on embeddings, between RNN layers and on the features.
         bridge: initial state ``tanh(W h_enc)`` from the encoder's final state (True) or zeros.
-        output_dim: size of the features handed to the output layer.
+        output_dim: size of the features handed to the output layer (None: ``hidden_size``).
         padding_idx: id of the padding token.
     """
 
@@ -50,13 +50,13 @@ class AttentionDecoder(nn.Module):
         hidden_size: int,
         attention: Attention,
         encoder_final_size: int,
-        num_layers: int,
-        rnn_type: str,
         rnn_input_size: int,
-        dropout: float,
-        bridge: bool,
-        output_dim: int,
-        padding_idx: int,
+        num_layers: int = 1,
+        rnn_type: str = "gru",
+        dropout: float = 0.0,
+        bridge: bool = True,
+        output_dim: int | None = None,
+        padding_idx: int = 0,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)
@@ -72,7 +72,7 @@ class AttentionDecoder(nn.Module):
         self.is_lstm = rnn_type == "lstm"
         self.num_layers = num_layers
         self.hidden_size = hidden_size
-        self.output_dim = output_dim
+        self.output_dim = output_dim or hidden_size
         self.embed_dim = embed_dim
         self.bridge = nn.Linear(encoder_final_size, num_layers * hidden_size) if bridge else None
         self.cell_bridge = (
@@ -168,45 +168,19 @@ class BahdanauDecoder(AttentionDecoder):
     ``tanh(W_o [s_t; c_t; e_{t-1}])``. The attention query is the top layer's state.
 
     Args:
+        embed_dim: target embedding size.
         encoder_output_size: size of one encoder memory vector (the attention values).
-        others: see :class:`AttentionDecoder`.
+        options: the rest of :class:`AttentionDecoder`'s arguments.
 
     Shape:
         see :meth:`AttentionDecoder.forward` and :meth:`AttentionDecoder.step`.
     """
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embed_dim: int,
-        hidden_size: int,
-        attention: Attention,
-        encoder_output_size: int,
-        encoder_final_size: int,
-        num_layers: int = 1,
-        rnn_type: str = "gru",
-        dropout: float = 0.0,
-        bridge: bool = True,
-        output_dim: int | None = None,
-        padding_idx: int = 0,
-    ) -> None:
-        output_dim = output_dim or hidden_size
-        super().__init__(
-            vocab_size=vocab_size,
-            embed_dim=embed_dim,
-            hidden_size=hidden_size,
-            attention=attention,
-            encoder_final_size=encoder_final_size,
-            num_layers=num_layers,
-            rnn_type=rnn_type,
-            rnn_input_size=embed_dim + encoder_output_size,
-            dropout=dropout,
-            bridge=bridge,
-            output_dim=output_dim,
-            padding_idx=padding_idx,
-        )
-        self.pre_output = nn.Linear(hidden_size + encoder_output_size + embed_dim, output_dim)
+    def __init__(self, *, embed_dim: int, encoder_output_size: int, **options) -> None:
+        super().__init__(embed_dim=embed_dim, rnn_input_size=embed_dim + encoder_output_size,
+                         **options)
+        self.pre_output = nn.Linear(self.hidden_size + encoder_output_size + embed_dim,
+                                    self.output_dim)
 
     def _step(self, embedded: Tensor, state: State, encoded) -> tuple[Tensor, Tensor, State]:
         query = state["hidden"][:, -1:]  # (B, 1, H): top layer of s_{t-1}
@@ -226,45 +200,23 @@ class LuongDecoder(AttentionDecoder):
     target in one call and attends for all steps in one batched product (no Python loop).
 
     Args:
+        embed_dim: target embedding size.
+        hidden_size: decoder RNN hidden size (also the attention query size).
         encoder_output_size: size of one encoder memory vector (the attention values).
-        others: see :class:`AttentionDecoder`.
+        input_feeding: feed the last attentional vector to the RNN with the embedding.
+        output_dim: size of the attentional vector (None: ``hidden_size``).
+        options: the rest of :class:`AttentionDecoder`'s arguments.
 
     Shape:
         see :meth:`AttentionDecoder.forward` and :meth:`AttentionDecoder.step`.
     """
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embed_dim: int,
-        hidden_size: int,
-        attention: Attention,
-        encoder_output_size: int,
-        encoder_final_size: int,
-        num_layers: int = 1,
-        rnn_type: str = "gru",
-        dropout: float = 0.0,
-        bridge: bool = True,
-        input_feeding: bool = True,
-        output_dim: int | None = None,
-        padding_idx: int = 0,
-    ) -> None:
+    def __init__(self, *, embed_dim: int, hidden_size: int, encoder_output_size: int,
+                 input_feeding: bool = True, output_dim: int | None = None, **options) -> None:
         output_dim = output_dim or hidden_size
-        super().__init__(
-            vocab_size=vocab_size,
-            embed_dim=embed_dim,
-            hidden_size=hidden_size,
-            attention=attention,
-            encoder_final_size=encoder_final_size,
-            num_layers=num_layers,
-            rnn_type=rnn_type,
-            rnn_input_size=embed_dim + (output_dim if input_feeding else 0),
-            dropout=dropout,
-            bridge=bridge,
-            output_dim=output_dim,
-            padding_idx=padding_idx,
-        )
+        super().__init__(embed_dim=embed_dim, hidden_size=hidden_size, output_dim=output_dim,
+                         rnn_input_size=embed_dim + (output_dim if input_feeding else 0),
+                         **options)
         self.input_feeding = input_feeding
         self.combine = nn.Linear(encoder_output_size + hidden_size, output_dim, bias=False)
 
