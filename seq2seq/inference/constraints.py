@@ -97,6 +97,7 @@ class Grid(Strategy):
         self.banks = int(self.pieces.max()) + 1
         self.start_rows = self.banks * beam_size
         self.required_tokens = self.pieces  # the top bank is always reached
+        self.final_group = self.pieces  # EOS only from the top bank
         num_phrases = self.phrases.size(1)
         self.phrase_bits = 1 << torch.arange(num_phrases, device=device)  # (P,)
         self.phrase_numbers = torch.arange(num_phrases, device=device)  # (P,)
@@ -153,12 +154,13 @@ class Grid(Strategy):
         # A -inf filler may have no piece (-1): any id will do, it never scores. No piece is
         # EOS (pad_phrases refuses special ids), so only free candidates finish.
         token = torch.where(is_free, top_index % vocab_size, piece.clamp(min=0))
-        return Candidates(scores=top_scores, parents=parent, tokens=token,
-                          final_group=self.pieces, marks=phrase.masked_fill(is_free, -1))
+        self.phrase_of = phrase.masked_fill(is_free, -1)  # (N, banks, 2K), -1: free
+        return Candidates(scores=top_scores, parents=parent, tokens=token)
 
-    def advance(self, parents: Tensor, marks: Tensor | None, scores: Tensor) -> None:
-        """The kept hypotheses' phrases: a constraint piece (``marks``: its phrase) enters or
-        continues a phrase, its last piece meets it."""
+    def advance(self, parents: Tensor, kept: Tensor | None, scores: Tensor) -> None:
+        """The kept hypotheses' phrases: a constraint piece enters or continues a phrase, its
+        last piece meets it."""
+        marks = self.phrase_of.gather(2, kept).view_as(parents)  # (N, R') each one's phrase
         met, inside, position = (t.gather(1, parents) for t in (self.met, self.inside,
                                                                  self.position))
         by_constraint = (marks >= 0) & torch.isfinite(scores)  # a -inf filler stays put
@@ -173,3 +175,4 @@ class Grid(Strategy):
     def prune(self, keep: Tensor) -> None:
         for name in ("phrases", "phrase_lengths", "pieces", "met", "inside", "position"):
             setattr(self, name, getattr(self, name)[keep])
+        self.final_group = self.pieces

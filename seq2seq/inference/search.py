@@ -158,17 +158,11 @@ class Candidates(NamedTuple):
         scores: (N, G, C) summed log-probabilities, best first in a group (-inf: none).
         parents: (N, G, C) the row (0..R-1, of the rows just decoded) each extends.
         tokens: (N, G, C) the token each adds.
-        final_group: (N,) the group whose EOS candidates may finish a hypothesis (the grid:
-            the bank holding every phrase); None: group 0.
-        marks: (N, G, C) the strategy's own note on each candidate, handed back to
-            :meth:`Strategy.advance` for those kept; None: none.
     """
 
     scores: Tensor
     parents: Tensor
     tokens: Tensor
-    final_group: Tensor | None = None
-    marks: Tensor | None = None
 
 
 class Strategy:
@@ -180,11 +174,14 @@ class Strategy:
         start_rows: rows per sentence at the first step, row 0 the BOS, the others empty.
         required_tokens: (B,) tokens each output must hold beside its prefix (the grid: its
             constraint pieces), so that its length limit holds them; None: none.
+        final_group: (N,) the group whose EOS candidates may finish a hypothesis, per sentence
+            still in the batch (the grid: the bank holding every phrase); None: group 0.
     """
 
     beam_size: int = 1
     start_rows: int = 1
     required_tokens: Tensor | None = None
+    final_group: Tensor | None = None
 
     def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
         """The ranked candidates of a step.
@@ -195,9 +192,10 @@ class Strategy:
         """
         raise NotImplementedError
 
-    def advance(self, parents: Tensor, marks: Tensor | None, scores: Tensor) -> None:
-        """Follow the rows kept after a step: each extends row ``parents`` (N, R') with the
-        candidate that ``marks`` (N, R') noted and has summed log-probability ``scores``."""
+    def advance(self, parents: Tensor, kept: Tensor | None, scores: Tensor) -> None:
+        """Follow the rows kept after a step: each extends row ``parents`` (N, R') and has
+        summed log-probability ``scores`` (N, R'); ``kept`` (N, G, K): which of each group's
+        candidates they are (None: every candidate, C = 1)."""
 
     def prune(self, keep: Tensor) -> None:
         """Only the sentences ``keep`` (N',) stay in the batch."""
@@ -409,7 +407,7 @@ def run_search(
         # Finish the EOS candidates ranked among the final group's first K, for sentences
         # still searching.
         final_scores, final_eos, final_parents = (
-            in_final_group(values, found.final_group, K)
+            in_final_group(values, strategy.final_group, K)
             for values in (found.scores, is_eos, found.parents))  # (N, K) each
         # A score is finite or -inf (an empty row's): one comparison, not isfinite's four.
         finalize = final_eos & (final_scores > -math.inf) & ~beams.done.unsqueeze(1)
@@ -418,13 +416,13 @@ def run_search(
 
         # Each group continues with its K best non-EOS candidates (one candidate: itself).
         live_scores = found.scores.masked_fill(is_eos, -math.inf)
-        kept = found.parents, found.tokens, found.marks
+        parents, tokens, rank = found.parents, found.tokens, None
         if found.scores.size(2) > 1:
-            live_scores, rank = live_scores.topk(K, dim=2)
-            kept = [None if t is None else t.gather(2, rank) for t in kept]
+            live_scores, rank = live_scores.topk(K, dim=2)  # (N, G, K)
+            parents, tokens = parents.gather(2, rank), tokens.gather(2, rank)
         live_scores = live_scores.view(active, -1)  # (N, R'), R' = G * K
-        parents, tokens, marks = (None if t is None else t.view(active, -1) for t in kept)
-        strategy.advance(parents, marks, live_scores)
+        parents, tokens = parents.view(active, -1), tokens.view(active, -1)
+        strategy.advance(parents, rank, live_scores)
         new_rows = tokens.size(1)
         if return_attention:  # (N, R', S): a beam search's first row is every beam's
             weights = weights.float().view(active, rows, source_len)
