@@ -361,21 +361,10 @@ def prepare_data_from_config(
 
 def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = None,
                         tokenizers: Tokenizers | None = None) -> PreparedData:
-    """Runs the data stage from a whole run config (train.yaml or prepare_data.yaml).
-
-    Args:
-        config: The root config as plain nested dicts, i.e.
-            `OmegaConf.to_container(cfg, resolve=True)`, with `data`, `tokenizer` and
-            `paths.cache_dir`. Unset ("???") values are reported by name.
-        progress: Show progress bars (None: only when stderr is a terminal).
-        tokenizers: Encode with these instead of training them (see `prepare_data`).
-
-    Returns:
-        The prepared data.
-
-    Raises:
-        DataError: On any data or data-configuration problem.
-    """
+    """Runs the data stage from a whole run config (train.yaml or prepare_data.yaml): the root
+    config as plain nested dicts (`OmegaConf.to_container(cfg, resolve=True)`) with `data`,
+    `tokenizer` and `paths.cache_dir`, unset ("???") values reported by name; the rest as
+    :func:`prepare_data_from_config`."""
     paths = get_setting(config, "paths", where="config")
     return prepare_data_from_config(
         data=get_setting(config, "data", where="config"),
