@@ -95,23 +95,29 @@ def accepted_parameters(target) -> tuple[dict[str, inspect.Parameter], dict[str,
     """What a class or function takes: its parameters, their type hints, and whether it takes
     any keyword beyond them; a class whose constructor passes ``**options`` on to its base's
     takes the base's too. None where the signature cannot be read."""
-    parameters: dict[str, inspect.Parameter] = {}
-    hints: dict[str, Any] = {}
-    owners = [owner for owner in target.__mro__ if "__init__" in vars(owner)
-              and owner is not object] if inspect.isclass(target) else [target]
-    takes_any = False  # a class with no constructor of its own takes nothing
-    for owner in owners:
-        function = owner.__init__ if inspect.isclass(target) else owner
-        try:
-            found = inspect.signature(function).parameters
-        except (TypeError, ValueError):
-            return None
-        with contextlib.suppress(Exception):  # unresolvable: fall back to the defaults' types
-            hints = typing.get_type_hints(function) | hints
-        parameters = {**found, **parameters}
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in found.values())
-        if not takes_any:
+    try:
+        parameters = dict(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    functions = [target.__init__ if inspect.isclass(target) else target]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    bases = target.__mro__[1:] if inspect.isclass(target) and "__init__" in vars(target) else ()
+    for base in bases:
+        if not takes_any or base is object:
             break
+        if "__init__" not in vars(base):
+            continue
+        try:
+            found = inspect.signature(base.__init__).parameters
+        except (TypeError, ValueError):
+            break
+        functions.append(base.__init__)
+        parameters = {name: p for name, p in found.items() if name != "self"} | parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in found.values())
+    hints: dict[str, Any] = {}
+    for function in reversed(functions):  # the subclass's hints win
+        with contextlib.suppress(Exception):  # unresolvable: fall back to the defaults' types
+            hints |= typing.get_type_hints(function)
     return parameters, hints, takes_any
 
 
