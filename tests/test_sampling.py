@@ -8,11 +8,16 @@ import pytest
 import torch
 from test_search import random_sources, tiny_model
 
+from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.forcing import pad_prefixes
-from seq2seq.inference.sampling import Sampling, sample_search
+from seq2seq.inference.sampling import probabilities, sample_search
 from seq2seq.inference.search import greedy_search
 
 OPTIONS = {"max_len_a": 1.0, "max_len_b": 3}
+
+
+def sample(**options) -> DecodeOptions:
+    return DecodeOptions(search="sample", **options)
 
 
 def log_probs_of(probs: list[float]) -> torch.Tensor:
@@ -21,20 +26,20 @@ def log_probs_of(probs: list[float]) -> torch.Tensor:
 
 def test_each_filter_keeps_what_it_names():
     log_probs = log_probs_of([0.0, 0.5, 0.25, 0.15, 0.1])
-    assert Sampling().probabilities(log_probs).gt(0).tolist() == [[False, True, True, True, True]]
-    assert Sampling(top_k=2).probabilities(log_probs).gt(0).tolist() == \
+    assert probabilities(log_probs, sample()).gt(0).tolist() == [[False, True, True, True, True]]
+    assert probabilities(log_probs, sample(top_k=2)).gt(0).tolist() == \
         [[False, True, True, False, False]]
     # 0.5 + 0.25 reaches 0.7: the third piece is not needed.
-    assert Sampling(top_p=0.7).probabilities(log_probs).gt(0).tolist() == \
+    assert probabilities(log_probs, sample(top_p=0.7)).gt(0).tolist() == \
         [[False, True, True, False, False]]
-    assert Sampling(top_p=0.76).probabilities(log_probs).gt(0).tolist() == \
+    assert probabilities(log_probs, sample(top_p=0.76)).gt(0).tolist() == \
         [[False, True, True, True, False]]
-    assert Sampling(epsilon=0.2).probabilities(log_probs).gt(0).tolist() == \
+    assert probabilities(log_probs, sample(epsilon=0.2)).gt(0).tolist() == \
         [[False, True, True, False, False]]
     # The most probable piece survives any epsilon.
-    assert Sampling(epsilon=0.9).probabilities(log_probs).gt(0).tolist() == \
+    assert probabilities(log_probs, sample(epsilon=0.9)).gt(0).tolist() == \
         [[False, True, False, False, False]]
-    cold = Sampling(temperature=0.5).probabilities(log_probs)[0]
+    cold = probabilities(log_probs, sample(temperature=0.5))[0]
     assert math.isclose(float(cold[1] / cold[2]), 4.0, rel_tol=1e-5)  # (0.5 / 0.25) ** 2
 
 
@@ -42,7 +47,7 @@ def test_each_filter_keeps_what_it_names():
                                      {"top_p": 1.5}, {"epsilon": 1}])
 def test_options_out_of_range_are_one_line_errors(options):
     with pytest.raises(ValueError, match=next(iter(options))) as raised:
-        Sampling(**options).check()
+        sample(**options)
     assert "\n" not in str(raised.value)
 
 
@@ -50,8 +55,8 @@ def test_top_k_1_is_greedy_search_with_its_scores():
     model = tiny_model("gru", "bahdanau", "additive", table_seed=2)
     src, src_lengths = random_sources(6, seed=4)
     greedy = greedy_search(model, src, src_lengths, **OPTIONS)
-    sampled = sample_search(model, src, src_lengths, sampling=Sampling(top_k=1, temperature=3),
-                            nbest=2, **OPTIONS)
+    sampled = sample_search(model, src, src_lengths, sample(top_k=1, temperature=3, nbest=2),
+                            **OPTIONS)
     for best, samples in zip(greedy, sampled, strict=True):
         assert [h.tokens for h in samples] == [best[0].tokens] * 2
         assert all(math.isclose(h.score, best[0].score, rel_tol=1e-5) for h in samples)
@@ -63,8 +68,8 @@ def test_a_seed_reproduces_the_samples_and_nbest_draws_independently():
 
     def draw(seed: int):
         generator = torch.Generator().manual_seed(seed)
-        return sample_search(model, src, src_lengths, sampling=Sampling(temperature=2.0),
-                             nbest=4, generator=generator, **OPTIONS)
+        return sample_search(model, src, src_lengths, sample(temperature=2.0, nbest=4),
+                             generator=generator, **OPTIONS)
 
     first, again, other = draw(1), draw(1), draw(2)
     tokens = [[h.tokens for h in n_best] for n_best in first]
@@ -80,7 +85,7 @@ def test_samples_keep_their_prefix():
     model = tiny_model("gru", "bahdanau", "additive", table_seed=2)
     src, src_lengths = random_sources(3, seed=8)
     prefixes = pad_prefixes([[5, 9], [], [11]], "cpu")
-    results = sample_search(model, src, src_lengths, sampling=Sampling(), nbest=3,
+    results = sample_search(model, src, src_lengths, sample(nbest=3),
                             generator=torch.Generator().manual_seed(0), prefixes=prefixes,
                             **OPTIONS)
     for prefix, n_best in zip([[5, 9], [], [11]], results, strict=True):

@@ -490,7 +490,8 @@ def test_every_score_is_the_models_teacher_forced_log_probability(architecture, 
     """Greedy, beam, sampling and the grid of constraints (beam 1 and 5), beside prefixes and
     the length limit's forced EOS: each hypothesis' score is what the model gives its tokens."""
     from seq2seq.inference.constraints import Grid
-    from seq2seq.inference.sampling import Sampling, sample_search
+    from seq2seq.inference.decode_options import DecodeOptions
+    from seq2seq.inference.sampling import sample_search
     from seq2seq.inference.search import run_search
 
     model = tiny_model(*architecture[:3], table_seed=architecture[3])
@@ -501,8 +502,9 @@ def test_every_score_is_the_models_teacher_forced_log_probability(architecture, 
     searches = {
         "greedy": greedy_search(model, src, src_lengths, **options),
         "beam": beam_search(model, src, src_lengths, beam_size=5, nbest=3, **options),
-        "sample": sample_search(model, src, src_lengths, sampling=Sampling(temperature=2.0),
-                                nbest=2, generator=torch.Generator().manual_seed(0), **options),
+        "sample": sample_search(model, src, src_lengths,
+                                DecodeOptions(search="sample", temperature=2.0, nbest=2),
+                                generator=torch.Generator().manual_seed(0), **options),
         **{f"grid{k}": run_search(model, src, src_lengths, Grid(constraints, k, src.device),
                                   nbest=min(k, 2), **options)
            for k in (1, 5)},

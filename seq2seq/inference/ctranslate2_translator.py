@@ -262,10 +262,9 @@ class CTranslate2Translator(BaseTranslator):
             "return_attention": return_attention,
         }
         if sampled:
-            sampling = options.sampling
             settings.update(  # CTranslate2's top-k of 0 is the whole vocabulary, as ours
-                sampling_topk=sampling.top_k if sampling.top_k < len(self._target_id) else 0,
-                sampling_topp=sampling.top_p, sampling_temperature=sampling.temperature)
+                sampling_topk=options.top_k if options.top_k < len(self._target_id) else 0,
+                sampling_topp=options.top_p, sampling_temperature=options.temperature)
         source_pieces = [self.tokenizers.src.pieces(sources[row].tolist()) for row in rows]
         target_prefix = ([self.tokenizers.tgt.pieces(forced[row]) for row in rows]
                          if any(forced) else None)

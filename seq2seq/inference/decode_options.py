@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from seq2seq.inference.sampling import Sampling
     from seq2seq.inference.searches import Search
 
 
@@ -82,7 +81,14 @@ class DecodeOptions:
             raise ValueError(f"nbest must be at least 1, got {self.nbest}")
         if not (self.length_penalty >= 0 and math.isfinite(self.length_penalty)):
             raise ValueError(f"length_penalty must be a number >= 0, got {self.length_penalty}")
-        self.sampling.check()
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (all pieces) or more, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.epsilon < 1:
+            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
 
@@ -97,14 +103,6 @@ class DecodeOptions:
     def label(self) -> str:
         """How reports and file names call the search: ``beam 5``, ``sample``."""
         return self.search_method.label(self)
-
-    @property
-    def sampling(self) -> Sampling:
-        """The sampling settings (read by a search that draws: ``search=sample``)."""
-        from seq2seq.inference.sampling import Sampling
-
-        return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                        epsilon=self.epsilon)
 
     @property
     def seeded(self) -> bool:

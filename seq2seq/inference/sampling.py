@@ -23,9 +23,7 @@ the batch, every runtime) is the one search loop's,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -34,57 +32,41 @@ from seq2seq.inference.search import Choose, Hypothesis, run_search
 from seq2seq.models.interfaces import DecodingModel
 
 
-class Sampling(NamedTuple):
-    """How the next piece is drawn (see the module docstring)."""
+def probabilities(log_probs: Tensor, options) -> Tensor:
+    """The next-piece probabilities reshaped by ``options`` (a
+    :class:`~seq2seq.inference.decode_options.DecodeOptions`: its temperature, top_k, epsilon
+    and top_p), unnormalised (zeros where a filter drops).
 
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    epsilon: float = 0.0
+    Shape:
+        - log_probs: (N, V), -inf where a piece is forbidden; output: (N, V)
+    """
+    probs = torch.softmax(log_probs / options.temperature, dim=-1)  # (N, V)
+    if 0 < options.top_k < probs.size(-1):
+        kth = probs.topk(options.top_k, dim=-1).values[:, -1:]  # (N, 1)
+        probs = probs.masked_fill(probs < kth, 0.0)
+    if options.epsilon > 0:
+        most_probable = probs.argmax(dim=-1, keepdim=True)  # (N, 1)
+        dropped = (probs < options.epsilon).scatter(1, most_probable, False)
+        probs = probs.masked_fill(dropped, 0.0)
+    if options.top_p < 1:
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Drop a piece once the more probable ones before it already reach top_p.
+        dropped_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= options.top_p
+        dropped_sorted[:, 0] = False
+        probs = probs.masked_fill(dropped_sorted.scatter(1, order, dropped_sorted), 0.0)
+    return probs
 
-    def check(self) -> Sampling:
-        """Itself, or a one-line ValueError naming the option out of range."""
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be 0 (all pieces) or more, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.epsilon < 1:
-            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon}")
-        return self
 
-    def probabilities(self, log_probs: Tensor) -> Tensor:
-        """The reshaped next-piece probabilities, unnormalised (zeros where a filter drops).
+def chooser(options, generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
+    """log-probabilities (N, V) -> one piece per row (N,), drawn from ``generator`` with
+    ``options``' :func:`probabilities`."""
 
-        Shape:
-            - log_probs: (N, V), -inf where a piece is forbidden; output: (N, V)
-        """
-        probs = torch.softmax(log_probs / self.temperature, dim=-1)  # (N, V)
-        if 0 < self.top_k < probs.size(-1):
-            kth = probs.topk(self.top_k, dim=-1).values[:, -1:]  # (N, 1)
-            probs = probs.masked_fill(probs < kth, 0.0)
-        if self.epsilon > 0:
-            most_probable = probs.argmax(dim=-1, keepdim=True)  # (N, 1)
-            dropped = (probs < self.epsilon).scatter(1, most_probable, False)
-            probs = probs.masked_fill(dropped, 0.0)
-        if self.top_p < 1:
-            probs = probs / probs.sum(dim=-1, keepdim=True)
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
-            # Drop a piece once the more probable ones before it already reach top_p.
-            dropped_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= self.top_p
-            dropped_sorted[:, 0] = False
-            probs = probs.masked_fill(dropped_sorted.scatter(1, order, dropped_sorted), 0.0)
-        return probs
+    def choose(log_probs: Tensor) -> Tensor:
+        return torch.multinomial(probabilities(log_probs, options), 1,
+                                 generator=generator).squeeze(1)
 
-    def chooser(self, generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
-        """log-probabilities (N, V) -> one drawn piece per row (N,), from ``generator``."""
-
-        def choose(log_probs: Tensor) -> Tensor:
-            probs = self.probabilities(log_probs)
-            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-        return choose
+    return choose
 
 
 @torch.inference_mode()
@@ -92,18 +74,18 @@ def sample_search(
     model: DecodingModel,
     src: Tensor,
     src_lengths: Tensor,
+    options,
     *,
-    sampling: Sampling,
-    nbest: int = 1,
     generator: torch.Generator | None = None,
     prefixes: Tensor | None = None,
     **settings,
 ) -> list[list[Hypothesis]]:
-    """Draw ``nbest`` translations of each sentence (see the module docstring).
+    """Draw ``options.nbest`` translations of each sentence (see the module docstring).
 
     Args:
-        sampling: the :class:`Sampling` options.
-        nbest: independent samples per sentence (any number; duplicates are possible).
+        options: the :class:`~seq2seq.inference.decode_options.DecodeOptions` (checked there):
+            ``nbest`` independent samples per sentence (duplicates are possible), drawn as
+            :func:`probabilities` reshapes them.
         generator: where the draws come from; None: PyTorch's global generator.
         prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; None: none.
         settings: :func:`~seq2seq.inference.search.run_search`'s (``max_len_a`` and
@@ -111,14 +93,12 @@ def sample_search(
 
     Returns:
         Per sentence, in input order, its ``nbest`` samples, best score first.
-
-    The options are :class:`~seq2seq.inference.decode_options.DecodeOptions`' (checked there).
     """
-    batch_size = src.size(0)
+    batch_size, nbest = src.size(0), options.nbest
     copies = torch.arange(batch_size).repeat_interleave(nbest)  # each sentence nbest times
     samples = run_search(
         model, src[copies.to(src.device)], src_lengths[copies.to(src_lengths.device)],
-        Choose(sampling.chooser(generator)),
+        Choose(chooser(options, generator)),
         prefixes=None if prefixes is None else prefixes[copies.to(prefixes.device)], **settings)
     results = []
     for sentence in range(batch_size):

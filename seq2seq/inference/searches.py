@@ -152,6 +152,5 @@ class SampleSearch(Search):
         return "sample"
 
     def run(self, model, src, src_lengths, options, *, generator=None, **guidance):
-        return sample_search(model, src, src_lengths, sampling=options.sampling,
-                             nbest=options.nbest, generator=generator,
+        return sample_search(model, src, src_lengths, options, generator=generator,
                              **loop_settings(options, **guidance))
