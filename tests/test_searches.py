@@ -21,6 +21,9 @@ class TwoWidths(Search):
 
     calls = 0
 
+    def rows(self, options) -> int:
+        return 2 * options.beam_size
+
     def run(self, model, src, src_lengths, options, **guidance):
         type(self).calls += 1
         settings = loop_settings(options, **guidance)
@@ -114,12 +117,16 @@ def test_a_search_registered_in_a_test_decodes_through_every_door(
 
     # The server: a request names it.
     calls = two_widths.calls
-    app = build_app(compose("serve", [f"checkpoint={trained_checkpoint}", "name=copy",
-                                      "device=cpu"]))
+    config = compose("serve", [f"checkpoint={trained_checkpoint}", "name=copy", "device=cpu"])
+    limit = config.limits.max_beam_size
+    app = build_app(config)
     with TestClient(app) as client:
         answer = client.post("/v1/translate", json={"text": lines, "search": "two_widths",
                                                     "beam_size": 2})
         unknown = client.post("/v1/translate", json={"text": lines, "search": "widest"})
+        # Its rows, not the beam_size asked for, meet the server's limit.
+        too_wide = client.post("/v1/translate", json={"text": lines, "search": "two_widths",
+                                                      "beam_size": limit // 2 + 1})
     assert answer.status_code == 200, answer.text
     assert answer.json()["search"] == "two_widths"
     assert [t["text"] for t in answer.json()["translations"]] == expected
@@ -127,6 +134,10 @@ def test_a_search_registered_in_a_test_decodes_through_every_door(
     assert unknown.status_code == 422
     assert unknown.json()["error"] == ("search must be one of beam, sample, two_widths, "
                                        "got 'widest'")
+    assert too_wide.status_code == 422
+    assert too_wide.json()["error"] == (
+        f"search=two_widths keeps {2 * (limit // 2 + 1)} hypotheses a sentence with these "
+        f"options; at most {limit}")
 
 
 def test_a_registered_search_is_checked_once_with_the_options(two_widths):

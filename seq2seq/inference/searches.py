@@ -8,6 +8,9 @@ server's ``/v1/translate``, a library call) with no other edit::
 
     @register_search("widest")
     class Widest(Search):
+        def rows(self, options):
+            return 2 * options.beam_size
+
         def run(self, model, src, src_lengths, options, **guidance):
             return run_search(model, src, src_lengths, Beam(2 * options.beam_size),
                               nbest=options.nbest, **loop_settings(options, **guidance))
@@ -56,6 +59,11 @@ class Search:
     def label(self, options) -> str:
         """How reports and file names call the search with ``options``: ``beam 5``."""
         return f"{self.name} {options.beam_size}"
+
+    def rows(self, options) -> int:
+        """The hypotheses a sentence keeps at once with ``options``: what a step costs, which
+        the server bounds by its ``max_beam_size`` (a search that widens its beam says so)."""
+        return options.beam_size
 
     def run(self, model: DecodingModel, src: Tensor, src_lengths: Tensor, options, *,
             generator: torch.Generator | None = None, prefixes: Tensor | None = None,
@@ -150,6 +158,9 @@ class SampleSearch(Search):
 
     def label(self, options) -> str:
         return "sample"
+
+    def rows(self, options) -> int:
+        return options.nbest  # one row a sample
 
     def run(self, model, src, src_lengths, options, *, generator=None, **guidance):
         return sample_search(model, src, src_lengths, options, generator=generator,

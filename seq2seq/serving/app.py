@@ -124,6 +124,10 @@ def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int
         model.translator.check(options)
     except ValueError as error:
         raise ApiError(422, str(error)) from None
+    rows = options.search_method.rows(options)
+    if rows > max_beam_size:  # a registered search that widens its beam
+        raise ApiError(422, f"search={options.search} keeps {rows} hypotheses a sentence with "
+                            f"these options; at most {max_beam_size}")
     return options
 
 
