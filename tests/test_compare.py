@@ -691,3 +691,7 @@ def test_the_settings_key_of_the_records_already_written_is_kept():
         "probes": True, "split": "test"}}
     key = settings_key(ScoringOptions(decoding=DecodeOptions(beam_size=2), device="cpu"))
     assert key["settings"]["beam_size"] == 2
+    # Another option a library caller changes is in the key too: no stale cache is reused.
+    sampled = settings_key(ScoringOptions(decoding=DecodeOptions(search="sample", nbest=2),
+                                          device="cpu"))["settings"]
+    assert (sampled["search"], sampled["nbest"]) == ("sample", 2) and "seed" not in sampled

@@ -67,7 +67,8 @@ def _decoding_options() -> dict[str, tuple[Any, Any, str]]:
     from seq2seq.inference.decode_options import described_options
     from seq2seq.study.scoring import SCORED_OPTIONS
 
-    return {name: described_options()[name] for name in SCORED_OPTIONS}
+    described = described_options()
+    return {name: described[name] for name in SCORED_OPTIONS}
 
 
 def option_defaults() -> dict[str, Any]:

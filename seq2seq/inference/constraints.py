@@ -97,7 +97,6 @@ class Grid(Strategy):
         self.banks = int(self.pieces.max()) + 1
         self.start_rows = self.banks * beam_size
         self.required_tokens = self.pieces  # the top bank is always reached
-        self.final_group = self.pieces  # EOS only from the top bank
         num_phrases = self.phrases.size(1)
         self.phrase_bits = 1 << torch.arange(num_phrases, device=device)  # (P,)
         self.phrase_numbers = torch.arange(num_phrases, device=device)  # (P,)
@@ -106,6 +105,11 @@ class Grid(Strategy):
         self.met = torch.zeros(len(constraints), self.start_rows, dtype=torch.long, device=device)
         self.inside = self.met - 1
         self.position = self.met
+
+    @property
+    def final_group(self) -> Tensor:
+        """EOS finishes a hypothesis only from the top bank, the one holding every phrase."""
+        return self.pieces
 
     def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
         """Each bank's 2K best: free candidates from its own rows, constraint pieces from the
@@ -175,4 +179,3 @@ class Grid(Strategy):
     def prune(self, keep: Tensor) -> None:
         for name in ("phrases", "phrase_lengths", "pieces", "met", "inside", "position"):
             setattr(self, name, getattr(self, name)[keep])
-        self.final_group = self.pieces

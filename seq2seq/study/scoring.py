@@ -69,7 +69,12 @@ def cache_paths(run_dir: Path, options: ScoringOptions) -> tuple[Path, Path]:
 
 def settings_key(options: ScoringOptions) -> dict[str, Any]:
     """The settings the scores depend on, as the cache (and a run record) keeps them."""
-    settings = {name: getattr(options.decoding, name) for name in SCORED_OPTIONS}
+    decoding = options.decoding
+    # compare.py's options always; another option only where a caller changed it, so that
+    # the keys already written (the flat ones of SCORED_OPTIONS) stay what they were.
+    settings = {option.name: getattr(decoding, option.name) for option in fields(decoding)
+                if option.name in SCORED_OPTIONS
+                or getattr(decoding, option.name) != option.default}
     settings |= {option.name: getattr(options, option.name) for option in fields(options)
                  if option.name not in ("decoding", "device")}  # scores do not depend on device
     with contextlib.suppress(ValueError):  # a bad value is reported by the scoring itself
