@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Usage: scripts/gpu_check.sh [--dry-run]            (or: make gpu-check [ARGS=--dry-run])
 #
-# The GPU check (docs/results.md#gpu-check): at most 8 minutes on one CUDA GPU, no network.
+# The GPU check (docs/results.md#gpu-check): at most 14 minutes on one CUDA GPU, no network.
 #   0 setup     what the GPU machine's PyTorch image lacks (hydra-core, omegaconf, antlr4 ...)
 #               installed from the wheels of $GPU_WHEELS (made by scripts/gpu_wheels.sh) with
 #               pip --no-index, only where an import fails; the GPU, torch and CUDA named
 #   1 tests     the tests that use CUDA (tests/test_gpu_check.py -k cuda)
-#   2 train     experiment=multi30k_transformer_gpu (bf16, 25,600-token batches) for 3 minutes:
+#   2 train     experiment=multi30k_transformer_gpu (bf16, 6,400-token batches) for 3 minutes:
 #               target tokens/s, their share of the GPU's bf16 matrix ceiling (measured in the
-#               same step), and validation BLEU (greedy) against minutes of training
+#               same step), and validation BLEU (greedy) against minutes of training; then the
+#               CPU preset (experiment=multi30k_transformer) for 3 minutes on the same GPU, its
+#               curve, and whether the GPU preset's lies above it at every whole minute
 #   3 beam      evaluate.py split=valid beam_size=5 on its best.pt: sentences/s and BLEU
 #   4 torchrun  torchrun --nproc_per_node=1 for 48 steps in an NCCL process group with
 #               DistributedDataParallel (train.py joins a group only for WORLD_SIZE > 1, so the
@@ -31,7 +33,7 @@
 # Environment: GPU_CHECK_DIR (outputs: the transcript, the summary, one log per step; default
 # $OUT if set, else runs/gpu_check), GPU_CHECK_WORK (run folders, checkpoints; default
 # $GPU_CHECK_DIR/work, or /tmp/seq2seq_gpu_check when $OUT is set, so that only the logs come
-# back), GPU_WHEELS (wheels), GPU_CHECK_BUDGET (seconds for the whole check: 480, dry run 300),
+# back), GPU_WHEELS (wheels), GPU_CHECK_BUDGET (seconds for the whole check: 840, dry run 300),
 # GPU_CHECK_VALID_EVERY (steps between the training run's validations: the preset's 300 unless
 # set), GPU_CHECK_STEPS (the steps to run, e.g. '1 5' to rerun the tests
 # and the resume after a fix: all five; step 3 decodes step 2's checkpoint), PYTHON.
@@ -62,7 +64,7 @@ elif [[ -z ${GPU_CHECK_DIR:-} && -n ${OUT:-} ]]; then WORK=${TMPDIR:-/tmp}/seq2s
 else WORK=$OUT_DIR/work
 fi
 GPU_WHEELS=${GPU_WHEELS:-wheels}
-if [[ $MODE == dry ]]; then BUDGET=${GPU_CHECK_BUDGET:-300}; else BUDGET=${GPU_CHECK_BUDGET:-480}; fi
+if [[ $MODE == dry ]]; then BUDGET=${GPU_CHECK_BUDGET:-300}; else BUDGET=${GPU_CHECK_BUDGET:-840}; fi
 VALID_EVERY=${GPU_CHECK_VALID_EVERY:-}
 STEPS=${GPU_CHECK_STEPS:-1 2 3 4 5}
 if [[ ! $STEPS =~ ^[1-5]( [1-5])*$ ]]; then
@@ -152,6 +154,9 @@ if [[ $MODE == dry ]]; then
     TRAIN=(experiment=multi30k_transformer_gpu trainer.precision=fp32 trainer.max_time=null
            trainer.max_steps=12 trainer.valid_every=6 trainer.save_every=6 trainer.average_last=2
            trainer.log_every=2 trainer.valid.max_tokens=600)
+    TRAIN_CPU_PRESET=(experiment=multi30k_transformer trainer.precision=fp32 trainer.max_time=null
+                      trainer.max_steps=12 trainer.valid_every=6 trainer.save_every=6
+                      trainer.average_last=2 trainer.log_every=2 trainer.valid.max_tokens=600)
 else
     DEVICE=cuda; PRECISION=bf16; BACKEND=nccl
     STEPS_DDP=48; STEPS_RESUME=30
@@ -159,6 +164,9 @@ else
     EVALUATE=()
     TRAIN=(experiment=multi30k_transformer_gpu trainer.precision=bf16 trainer.max_time=3
            ${VALID_EVERY:+"trainer.valid_every=$VALID_EVERY" "trainer.save_every=$VALID_EVERY"})
+    # The CPU preset as it is, but for the device, its 3 minutes and validation as often.
+    TRAIN_CPU_PRESET=(experiment=multi30k_transformer trainer.precision=bf16 trainer.max_time=3
+                      "trainer.valid_every=${VALID_EVERY:-300}" "trainer.save_every=${VALID_EVERY:-300}")
 fi
 
 echo "GPU check ($MODE run), $(date -u '+%Y-%m-%d %H:%M UTC'); outputs: $OUT_DIR; run folders: $WORK;" \
@@ -293,43 +301,80 @@ print(f"{10 * 2 * 8192**3 / (start.elapsed_time(end) / 1000) / 1e12:.0f}")
 EOF_CEILING
 }
 
-# -- 2: the 3-minute multi30k_transformer_gpu ------------------------------------------------
-step_train() {
-    header 2 "multi30k_transformer_gpu, $PRECISION, $([[ $MODE == dry ]] && echo '12 steps' || echo '3 minutes')"
-    local started log=$OUT_DIR/2_train.log status run_log done_line tok best averaged
-    local parameters ceiling share curve
-    started=$(now)
-    limited "$(allowed 360 120)" "$log" "$PYTHON" train.py "${RUN[@]}" "${TRAIN[@]}" \
-        "hydra.run.dir=$WORK/train"
-    status=$?
-    run_log=$WORK/train/train.log
+# -- 2: the 3-minute multi30k_transformer_gpu, then the CPU preset on the same GPU ------------
+# Trains one preset into $WORK/$1 and sets: run_log, tok (median target tok/s of the log lines
+# after the first), best, averaged, parameters, curve ("BLEU@minutes" of each validation); on a
+# failure, problem (what went wrong) and status 1.
+train_preset() {  # folder log seconds overrides...
+    local folder=$1 log=$2 seconds=$3
+    shift 3
+    limited "$seconds" "$log" "$PYTHON" train.py "${RUN[@]}" "$@" "hydra.run.dir=$WORK/$folder"
+    local status=$?
+    run_log=$WORK/$folder/train.log
     if ((status != 0)) || [[ ! -f $run_log ]]; then
-        result 2 train FAILED "$(failure $status "$log")" "$started"
-        return
+        problem=$(failure $status "$log")
+        return 1
     fi
-    done_line=$(grep -E 'done: [0-9]+ steps' "$run_log" | tail -n 1)
-    # Target tokens per second: the median of the log lines after the first (warm-up).
     tok=$(sed -nE 's/.*step [0-9]+ epoch [0-9]+: .* ([0-9]+) tok\/s.*/\1/p' "$run_log" | tail -n +2 \
           | sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%d", v[int((NR + 1) / 2)] }')
-    best=$(sed -nE 's/.*done: ([0-9]+) steps, .* ([0-9.]+) min training, best BLEU ([0-9.]+) at step ([0-9]+).*/\3 at step \4 (\1 steps in \2 min)/p' \
+    best=$(sed -nE 's/.*done: ([0-9]+) steps, ([0-9]+) epochs .* ([0-9.]+) min training, best BLEU ([0-9.]+) at step ([0-9]+).*/\4 at step \5 (\1 steps in \3 min, \2 epochs)/p' \
            "$run_log" | tail -n 1)
     averaged=$(last_match 'averaged last [0-9]+: BLEU ([0-9.]+)' "$run_log")
-    if [[ -z $done_line || -z $best ]]; then
-        result 2 train FAILED "no 'done:' line in $run_log" "$started"
+    parameters=$(last_match 'model: ([0-9,]+) parameters' "$run_log" | tr -d ,)
+    curve=$(sed -nE 's/.*validation step [0-9]+ .* BLEU ([0-9.]+) .*after ([0-9.]+) min of training.*/\1@\2/p' \
+            "$run_log" | paste -sd ' ' -)
+    if [[ -z $best ]]; then
+        problem="no 'done:' line in $run_log"
+        return 1
+    fi
+}
+
+# "yes"/"no (minute M: A against B)" for curve $1 above curve $2 at each whole minute both reach
+# (the last validation at or before it), or "no whole minute" in a run shorter than one.
+above_at_every_minute() {  # curve other
+    awk -v a="$1" -v b="$2" '
+        function at(curve, minute,   n, i, pair, value) {
+            n = split(curve, points, " "); value = ""
+            for (i = 1; i <= n; i++) { split(points[i], pair, "@"); if (pair[2] + 0 <= minute) value = pair[1] }
+            return value
+        }
+        function last_minute(curve,   n, pair) { n = split(curve, points, " "); split(points[n], pair, "@"); return pair[2] + 0 }
+        BEGIN {
+            end = last_minute(a) < last_minute(b) ? last_minute(a) : last_minute(b)
+            verdict = ""
+            for (m = 1; m <= end + 1e-9; m++) {
+                x = at(a, m); y = at(b, m)
+                if (x == "" || y == "") continue
+                if (verdict == "") verdict = "yes"
+                if (x + 0 <= y + 0) { verdict = sprintf("no (minute %d: %s against %s)", m, x, y); break }
+            }
+            print verdict == "" ? "no whole minute" : verdict
+        }'
+}
+
+step_train() {
+    header 2 "multi30k_transformer_gpu, then multi30k_transformer, $PRECISION, $([[ $MODE == dry ]] && echo '12 steps each' || echo '3 minutes each')"
+    local started log=$OUT_DIR/2_train.log ceiling share gpu_curve gpu_line
+    started=$(now)
+    if ! train_preset train "$log" "$(allowed 290 250)" "${TRAIN[@]}"; then
+        result 2 train FAILED "$problem" "$started"
         return
     fi
     # Training FLOP per target token taken as 6 x parameters (forward 2, backward 4; it counts
     # the source embedding, which multiplies nothing, and leaves out attention's own products).
-    parameters=$(last_match 'model: ([0-9,]+) parameters' "$run_log" | tr -d ,)
     share="no GPU"
     if [[ $MODE == gpu ]] && ceiling=$(matmul_ceiling 2>>"$log") && [[ -n $ceiling ]]; then
         share=$(awk -v t="${tok:-0}" -v p="${parameters:-0}" -v c="$ceiling" \
                 'BEGIN { printf "%.1f TFLOP/s at 6 x %.1f M parameters a token, %.1f %% of the %d TFLOP/s bf16 ceiling measured here", t * 6 * p / 1e12, p / 1e6, 100 * t * 6 * p / (c * 1e12), c }')
     fi
-    # Validation BLEU (greedy) against the minutes trained: "BLEU@min" pairs.
-    curve=$(sed -nE 's/.*validation step [0-9]+ .* BLEU ([0-9.]+) .*after ([0-9.]+) min of training.*/\1@\2/p' \
-            "$run_log" | paste -sd ' ' -)
-    result 2 train ok "$(thousands "${tok:-0}") target tok/s (median of the log lines; $share), best val BLEU (greedy) $best${averaged:+, averaged checkpoint $averaged}; val BLEU@minutes: $curve" "$started"
+    gpu_curve=$curve
+    gpu_line="$(thousands "${tok:-0}") target tok/s (median of the log lines; $share), best val BLEU (greedy) $best${averaged:+, averaged checkpoint $averaged}; val BLEU@minutes: $curve"
+    # The CPU preset on the same GPU: the curve the GPU preset must stay above.
+    if ! train_preset train_cpu_preset "$log" "$(allowed 290 25)" "${TRAIN_CPU_PRESET[@]}"; then
+        result 2 train FAILED "$gpu_line; the CPU preset: $problem" "$started"
+        return
+    fi
+    result 2 train ok "$gpu_line; the CPU preset multi30k_transformer on this device: $(thousands "${tok:-0}") target tok/s, best val BLEU (greedy) $best${averaged:+, averaged checkpoint $averaged}; val BLEU@minutes: $curve; the GPU preset above it at every minute: $(above_at_every_minute "$gpu_curve" "$curve")" "$started"
 }
 
 # -- 3: beam 5 on the validation split -------------------------------------------------------

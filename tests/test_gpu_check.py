@@ -63,8 +63,11 @@ def test_gpu_check_dry_run_reports_every_step(tmp_path):
         assert re.search(rf"^RESULT \[{number}/5\] {name}: ok: ", output, re.MULTILINE), output[-4000:]
     assert "0 passed" not in output and re.search(r"RESULT \[1/5\] tests: ok: \d+ skipped", output)
     assert re.search(r"RESULT \[2/5\] train: ok: [\d,]+ target tok/s .* best val BLEU \(greedy\) "
-                     r"[\d.]+ at step \d+ \(12 steps in .*val BLEU@minutes: [\d.]+@[\d.]+ [\d.]+@[\d.]+",
-                     output)
+                     r"[\d.]+ at step \d+ \(12 steps in .*val BLEU@minutes: [\d.]+@[\d.]+ [\d.]+@[\d.]+; "
+                     r"the CPU preset multi30k_transformer on this device: [\d,]+ target tok/s, "
+                     r"best val BLEU \(greedy\) [\d.]+ at step \d+ \(12 steps in .*val BLEU@minutes: "
+                     r"[\d.]+@[\d.]+ [\d.]+@[\d.]+; the GPU preset above it at every minute: "
+                     r"no whole minute", output)
     assert re.search(r"RESULT \[3/5\] beam: ok: [\d.]+ sentences/s, BLEU [\d.]+", output)
     assert "rank 0 of 1 joined the gloo process group, DDP, 8 steps" in output
     assert "stopped at step 4, resumed at step 4, ended at step 8" in output
@@ -108,6 +111,28 @@ def test_cuda_training_in_half_precision_writes_a_checkpoint_the_cpu_reads(
         assert tensor.dtype == torch.float32 and torch.isfinite(tensor).all()
     translator = load_translator(run_dir / "checkpoints" / "last.pt", device="cpu")
     assert len(translator.translate(["ka lo mi"])) == 1
+
+
+@needs_cuda
+def test_cuda_attention_runs_without_cudnns_plan_per_shape():
+    """speed_up's attention on the GPU: the memory-efficient kernel, not cuDNN's, which builds a
+    plan for each new shape (about 180 ms each on an H200, docs/results.md#gpu-check)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from seq2seq.models.transformer import MultiHeadAttention
+    from seq2seq.ops import speed_up
+
+    attention = speed_up(MultiHeadAttention(d_model=64, num_heads=4, dropout=0.1)).cuda().train()
+    x = torch.randn(6, 7, 64, device="cuda", requires_grad=True)
+    mask = torch.ones(6, 7, dtype=torch.bool, device="cuda")
+    mask[1::2, 5:] = False
+    with profile(activities=[ProfilerActivity.CPU]) as profiler, \
+            torch.autocast("cuda", dtype=torch.bfloat16):
+        output, _ = attention(x, *attention.project_keys_values(x), mask)
+        output.float().sum().backward()
+    names = {event.key for event in profiler.key_averages()}
+    assert any("_efficient_attention" in name for name in names), sorted(names)
+    assert not any("cudnn_attention" in name for name in names)
 
 
 @needs_cuda

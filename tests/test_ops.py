@@ -13,6 +13,7 @@ import copy
 import pytest
 import torch
 from omegaconf import OmegaConf
+from torch.nn.attention import SDPBackend
 
 from benchmarks import bench_ops
 from seq2seq import CONFIG_DIR
@@ -231,3 +232,36 @@ def test_a_dropout_subclass_with_its_own_forward_keeps_it():
     model = speed_up(torch.nn.Sequential(Halving(0.3), Renamed(0.3)), ["mask_dropout"])
     assert type(model[0]) is Halving and isinstance(model[1], MaskDropout)
     assert torch.equal(model[0](torch.ones(3)), torch.full((3,), 0.5))
+
+
+def test_cuda_attention_leaves_out_cudnn_on_a_gpu_and_nothing_else(monkeypatch):
+    """cuDNN's attention builds a plan per new shape (about 180 ms on an H200 against 0.9 for the
+    memory-efficient kernel, docs/results.md#gpu-check): on CUDA the fused call runs among the
+    other backends; elsewhere it is the plain call. (tests/test_gpu_check.py checks the GPU.)"""
+    import contextlib
+
+    from seq2seq.models.transformer import MultiHeadAttention
+    from seq2seq.ops import cuda_attention
+
+    class OnCuda(torch.Tensor):  # a CPU tensor that says it is on a GPU
+        @property
+        def device(self):
+            return torch.device("cuda")
+
+    chosen = []
+    monkeypatch.setattr(cuda_attention, "sdpa_kernel",
+                        lambda backends: chosen.append(backends) or contextlib.nullcontext())
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(d_model=16, num_heads=2)
+    swapped = speed_up(copy.deepcopy(plain), ["cuda_attention"])
+    query, keys, values = (torch.randn(3, 2, 5, 8) for _ in range(3))
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] * 4 + [False]])
+    expected = plain.attend(query, keys, values, mask, causal=False, dropout=0.0)
+    assert torch.equal(swapped.attend(query, keys, values, mask, causal=False, dropout=0.0),
+                       expected)
+    assert chosen == []
+    on_gpu = swapped.attend(*(t.as_subclass(OnCuda) for t in (query, keys, values)), mask,
+                            causal=False, dropout=0.0)
+    assert chosen == [cuda_attention.WITHOUT_CUDNN]
+    assert SDPBackend.CUDNN_ATTENTION not in chosen[0]
+    assert torch.equal(on_gpu.as_subclass(torch.Tensor), expected)

@@ -21,6 +21,7 @@ from seq2seq.models.scorers import AdditiveScorer
 from seq2seq.models.transformer import MultiHeadAttention
 from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
 from seq2seq.ops.contiguous_state import ContiguousState
+from seq2seq.ops.cuda_attention import CudaAttention
 from seq2seq.ops.float32_attention import Float32Attention
 from seq2seq.ops.mask_dropout import MaskDropout
 
@@ -30,6 +31,7 @@ KERNELS: dict[str, tuple[type[nn.Module], type, tuple[str, ...]]] = {
     "additive_energies": (AdditiveScorer, ChunkedAdditiveScorer, ("score",)),
     "contiguous_state": (AttentionDecoder, ContiguousState, ()),  # wraps _rnn: any subclass
     "float32_attention": (MultiHeadAttention, Float32Attention, ()),  # wraps attend
+    "cuda_attention": (MultiHeadAttention, CudaAttention, ()),  # wraps attend
     "mask_dropout": (nn.Dropout, MaskDropout, ("forward",)),
 }
 
