@@ -67,7 +67,7 @@ study-report: install
 test: install
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal $(ARGS)
 
-# The GPU check (docs/results.md#gpu-check): scripts/gpu_check.sh, at most 8 minutes on one GPU
+# The GPU check (docs/results.md#gpu-check): scripts/gpu_check.sh, at most 14 minutes on one GPU
 # and no network; `make gpu-check ARGS=--dry-run` runs the same steps on the CPU in about a
 # minute. No install: the GPU machine's image brings torch, and `make gpu-wheels` (here, online)
 # the wheels of what it lacks (wheels/).

@@ -95,13 +95,15 @@ def build_objective():
 
     from seq2seq import CONFIG_DIR
     from seq2seq.models.build import build_model
-    from seq2seq.ops import speed_up
+    from seq2seq.ops import KERNELS, speed_up
     from seq2seq.training.loss import SequenceLoss
 
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):
         config = compose("train", overrides=["experiment=multi30k_transformer_gpu"])
+    # Every speed kernel but cuda_attention: the rows below choose the attention's backends.
+    kernels = [name for name in KERNELS if name != "cuda_attention"]
     model = speed_up(build_model(OmegaConf.to_container(config.model, resolve=True),
-                                 src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)).to(DEVICE)
+                                 src_vocab_size=VOCAB, tgt_vocab_size=VOCAB), kernels).to(DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98),
                                   weight_decay=0.1, fused=True)
     return SequenceLoss(model, label_smoothing=0.1), optimizer

@@ -265,3 +265,13 @@ def test_cuda_attention_leaves_out_cudnn_on_a_gpu_and_nothing_else(monkeypatch):
     assert chosen == [cuda_attention.WITHOUT_CUDNN]
     assert SDPBackend.CUDNN_ATTENTION not in chosen[0]
     assert torch.equal(on_gpu.as_subclass(torch.Tensor), expected)
+    # With every kernel, both attention mixins stack: half precision on a CPU still in float32.
+    from seq2seq.ops.float32_attention import Float32Attention
+
+    every = speed_up(copy.deepcopy(plain))
+    assert isinstance(every, cuda_attention.CudaAttention) and isinstance(every, Float32Attention)
+    half = [tensor.bfloat16() for tensor in (query, keys, values)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        stacked = every.attend(*half, mask, causal=False, dropout=0.0)
+    assert torch.equal(stacked, plain.attend(*(t.float() for t in half), mask, causal=False,
+                                             dropout=0.0).bfloat16())
