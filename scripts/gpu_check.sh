@@ -154,10 +154,8 @@ if [[ $MODE == dry ]]; then
     TRAIN=(experiment=multi30k_transformer_gpu trainer.precision=fp32 trainer.max_time=null
            trainer.max_steps=12 trainer.valid_every=6 trainer.save_every=6 trainer.average_last=2
            trainer.log_every=2 trainer.valid.max_tokens=600)
-    TRAIN_CPU_PRESET=(experiment=multi30k_transformer trainer.precision=fp32 trainer.max_time=null
-                      trainer.max_steps=12 trainer.valid_every=6 trainer.save_every=6
-                      trainer.valid_each_epoch=false trainer.average_last=2 trainer.log_every=2
-                      trainer.valid.max_tokens=600)
+    # The CPU preset with the same overrides (TRAIN's first entry names the GPU preset).
+    TRAIN_CPU_PRESET=(experiment=multi30k_transformer "${TRAIN[@]:1}" trainer.valid_each_epoch=false)
 else
     DEVICE=cuda; PRECISION=bf16; BACKEND=nccl
     STEPS_DDP=48; STEPS_RESUME=30
