@@ -377,6 +377,20 @@ def assert_same_hypotheses(got, expected, *, score_tolerance: float = 1e-5) -> N
                 torch.testing.assert_close(a.attention, b.attention)
 
 
+
+def greedy_search(model, src, src_lengths, **settings):
+    """The one loop with greedy search's strategy (``settings``: :func:`run_search`'s)."""
+    from seq2seq.inference.search import Choose, run_search
+
+    return run_search(model, src, src_lengths, Choose(), **settings)
+
+
+def beam_search(model, src, src_lengths, *, beam_size: int, **settings):
+    """The one loop with beam search's strategy at ``beam_size``."""
+    from seq2seq.inference.search import Beam, run_search
+
+    return run_search(model, src, src_lengths, Beam(beam_size), **settings)
+
 # -- inference: the copy task ----------------------------------------------------------------
 COPY_WORDS = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "big", "small",
               "one", "two", "bird", "fish", "sun", "moon"]

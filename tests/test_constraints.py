@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import beam_search
 from test_search import random_sources, tiny_model
 
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference.constraints import Grid, pad_phrases
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.forcing import pad_prefixes
-from seq2seq.inference.search import beam_search, run_search
+from seq2seq.inference.search import run_search
 
 
 def grid_search(model, src, src_lengths, *, constraints, beam_size, nbest=1, **options):

@@ -15,6 +15,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from conftest import (  # noqa: E402
     copy_tokenizers,
+    greedy_search,
     padded_random_sources,
     random_luong_model,
     random_transformer_model,
@@ -24,7 +25,6 @@ from conftest import (  # noqa: E402
 from seq2seq.export.ctranslate2_export import convert_model  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.inference.export_format import MANIFEST_NAME  # noqa: E402
-from seq2seq.inference.search import greedy_search  # noqa: E402
 
 VOCAB = 39  # the copy tokenizers' vocabulary
 

@@ -14,6 +14,7 @@ from seq2seq.inference.decode_options import DecodeOptions, described_options
 @pytest.mark.parametrize(("values", "message"), [
     ({"beam_size": 0}, "beam_size must be at least 1, got 0"),
     ({"nbest": 0}, "nbest must be between 1 and beam_size (5), got 0"),
+    ({"beam_size": 2, "nbest": 3}, "nbest must be between 1 and beam_size (2), got 3"),
     ({"length_penalty": -1.0}, "length_penalty must be a number >= 0, got -1.0"),
     ({"length_penalty": float("nan")}, "length_penalty must be a number >= 0, got nan"),
     ({"search": "sample", "seed": -1}, "seed must be in [0, 2**63), got -1"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_VOCAB, random_transformer_model
+from conftest import TINY_VOCAB, beam_search, greedy_search, random_transformer_model
 
 from seq2seq.checkpoint import load_checkpoint, save_checkpoint, tokenizers_to_payload
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
@@ -18,7 +18,6 @@ from seq2seq.data.vocab import EOS_ID, PAD_ID
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.runtimes import load_translator
-from seq2seq.inference.search import beam_search, greedy_search
 from seq2seq.inference.translator import Translator
 from seq2seq.models.build import build_model
 

@@ -26,8 +26,10 @@ onnxruntime = pytest.importorskip("onnxruntime")
 from conftest import (  # noqa: E402
     api_lines,
     assert_same_hypotheses,
+    beam_search,
     copy_model_config,
     copy_tokenizers,
+    greedy_search,
     made_once,
     padded_random_sources,
     random_luong_model,
@@ -44,7 +46,6 @@ from seq2seq.inference.export_format import ENCODER_FILE, MANIFEST_NAME  # noqa:
 from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
 from seq2seq.inference.onnx_model import OnnxModel  # noqa: E402
 from seq2seq.inference.runtimes import load_translator  # noqa: E402
-from seq2seq.inference.search import beam_search, greedy_search  # noqa: E402
 from seq2seq.models.attention import Scorer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,9 +6,13 @@ import copy
 
 import pytest
 import torch
-from conftest import padded_random_sources, random_luong_model, random_transformer_model
+from conftest import (
+    beam_search,
+    padded_random_sources,
+    random_luong_model,
+    random_transformer_model,
+)
 
-from seq2seq.inference.search import beam_search
 from seq2seq.models.attention import Scorer
 from seq2seq.study.faithfulness import (
     PROBES,

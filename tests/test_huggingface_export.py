@@ -25,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 from conftest import (  # noqa: E402
     build_copy_checkpoint,
     copy_tokenizers,
+    greedy_search,
     made_once,
     sentences,
     transformer_model_config,
@@ -42,7 +43,6 @@ from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Toke
 from seq2seq.data.vocab import EOS_ID, UNK_ID  # noqa: E402
 from seq2seq.export import huggingface  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
-from seq2seq.inference.search import greedy_search  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

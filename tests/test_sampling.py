@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
+from conftest import greedy_search
 from test_search import random_sources, tiny_model
 
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.forcing import pad_prefixes
 from seq2seq.inference.sampling import probabilities, sample_search
-from seq2seq.inference.search import greedy_search
 
 OPTIONS = {"max_len_a": 1.0, "max_len_b": 3}
 

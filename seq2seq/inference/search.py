@@ -5,9 +5,9 @@ Every search goes through :func:`run_search` (as fairseq's ``search.py``): a sma
 them: the start, the forced tokens (the length limit's EOS, a prefix), finishing hypotheses
 and keeping the best live ones, finished sentences leaving the batch, the history.
 
-- :class:`Choose` (:func:`greedy_search`): one row per sentence, the most probable token, or
-  a sampled one (:mod:`seq2seq.inference.sampling`);
-- :class:`Beam` (:func:`beam_search`): K beams, the 2K best candidates of each sentence;
+- :class:`Choose`: one row per sentence, the most probable token (greedy search), or a
+  sampled one (:mod:`seq2seq.inference.sampling`);
+- :class:`Beam`: K beams, the 2K best candidates of each sentence;
 - the grid of :mod:`seq2seq.inference.constraints`: K beams per bank of constraint pieces.
 
 The loop decodes every row of every sentence in one tensor pass per step: the ``B * R`` rows
@@ -34,7 +34,7 @@ Conventions shared by every search:
   finished hypotheses and the stopping decision are per sentence, so a sentence gets the same
   result (up to floating-point noise of batched matrix products) whatever it is batched with.
 - Finished sentences leave the batch (a greedy sentence once it produced EOS, a beam-search
-  sentence once it is done, by the rules of :func:`beam_search`): when the finished ones make up at least ``PRUNE_FRACTION`` of
+  sentence once it is done, by the rules of :func:`run_search`): when the finished ones make up at least ``PRUNE_FRACTION`` of
   the sentences still in the batch, their rows are dropped from the decoder state, the
   encoded source, the previous tokens and every per-sentence bookkeeping tensor, so a batch no
   longer costs as much as its longest translation. Until then a finished sentence keeps
@@ -126,14 +126,6 @@ def in_autocast_dtype(encoded: Encoded, device_type: str) -> Encoded:
     return encoded.cast_memory(torch.get_autocast_dtype(device_type))
 
 
-def check_beam_options(beam_size: int, nbest: int) -> None:
-    """A one-line ValueError unless ``beam_size >= 1`` and ``nbest`` is in ``1..beam_size``."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
-
-
 def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` best (score, index) of each row; -inf (index 0) fills in where a row has fewer
     than ``k`` entries (a tiny vocabulary at the first step).
@@ -149,20 +141,43 @@ def top_candidates(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, index
 
 
-class Candidates(NamedTuple):
-    """A step's candidates, as a :class:`Strategy` ranks them: each sentence's rows fall into G
-    groups (a beam search has one, the grid of constraints one per bank), each group with its
-    C candidates, best first; :func:`run_search` finishes and keeps the best of them.
+class Step(NamedTuple):
+    """What a :class:`Strategy` makes of a step's candidates, per sentence still in the batch (N
+    of them): the EOS candidates that may finish a hypothesis, and the rows to continue with.
 
     Attributes:
-        scores: (N, G, C) summed log-probabilities, best first in a group (-inf: none).
-        parents: (N, G, C) the row (0..R-1, of the rows just decoded) each extends.
-        tokens: (N, G, C) the token each adds.
+        finish_scores: (N, K) summed log-probabilities of the EOS candidates that may finish a
+            hypothesis now (-inf: none).
+        finish_parents: (N, K) the row (0..R-1, of the rows just decoded) each extends.
+        scores: (N, R') the next rows' summed log-probabilities (-inf: an empty row).
+        parents: (N, R') the row each next row extends.
+        tokens: (N, R') the token each adds.
     """
 
+    finish_scores: Tensor
+    finish_parents: Tensor
     scores: Tensor
     parents: Tensor
     tokens: Tensor
+
+
+def split_ranked(scores: Tensor, parents: Tensor, tokens: Tensor,
+                 k: int) -> tuple[Step, Tensor | None]:
+    """Ranked candidates, best first, split as beam search splits them: the EOS candidates among
+    the first ``k`` may finish a hypothesis, the ``k`` best others continue. Also returns which
+    candidates continue (their ranks, (..., k); None: all of them, C = k).
+
+    Shape:
+        - scores, parents, tokens: (..., C), C >= k; the :class:`Step`'s fields: (..., k)
+    """
+    is_eos = tokens == EOS_ID
+    finish_scores = scores[..., :k].masked_fill(~is_eos[..., :k], -math.inf)
+    finish_parents = parents[..., :k]
+    live_scores, rank = scores.masked_fill(is_eos, -math.inf), None
+    if scores.size(-1) > k:
+        live_scores, rank = live_scores.topk(k, dim=-1)
+        parents, tokens = parents.gather(-1, rank), tokens.gather(-1, rank)
+    return Step(finish_scores, finish_parents, live_scores, parents, tokens), rank
 
 
 class Strategy:
@@ -170,32 +185,24 @@ class Strategy:
     the forced tokens, finishing and keeping hypotheses, finished sentences leaving the batch.
 
     Attributes:
-        beam_size: K, the hypotheses each group keeps and each sentence finishes at most.
+        beam_size: K, the hypotheses each sentence finishes at most (and a beam keeps).
         start_rows: rows per sentence at the first step, row 0 the BOS, the others empty.
         required_tokens: (B,) tokens each output must hold beside its prefix (the grid: its
             constraint pieces), so that its length limit holds them; None: none.
-        final_group: (N,) the group whose EOS candidates may finish a hypothesis, per sentence
-            still in the batch (the grid: the bank holding every phrase); None: group 0.
     """
 
     beam_size: int = 1
     start_rows: int = 1
     required_tokens: Tensor | None = None
-    final_group: Tensor | None = None
 
-    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
-        """The ranked candidates of a step.
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Step:
+        """The step's finishing candidates and next rows.
 
         Shape:
             - log_probs: (N, R, V) the next token's log-probabilities (forcing applied)
             - scores: (N, R) each row's summed log-probability (-inf: an empty row)
         """
         raise NotImplementedError
-
-    def advance(self, parents: Tensor, kept: Tensor | None, scores: Tensor) -> None:
-        """Follow the rows kept after a step: each extends row ``parents`` (N, R') and has
-        summed log-probability ``scores`` (N, R'); ``kept`` (N, G, K): which of each group's
-        candidates they are (None: every candidate, C = 1)."""
 
     def prune(self, keep: Tensor) -> None:
         """Only the sentences ``keep`` (N',) stay in the batch."""
@@ -208,45 +215,38 @@ class Choose(Strategy):
 
     def __init__(self, choose: Callable[[Tensor], Tensor] | None = None) -> None:
         self.choose = choose
-        self.row_zero: Tensor | None = None  # (1, 1, 1) every row's parent, made once
+        self.row_zero: Tensor | None = None  # (1, 1) every row's parent, made once
 
-    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Step:
         log_probs = log_probs.squeeze(1)  # (N, V): one row per sentence
         if self.choose is None:
             chosen_log_probs, tokens = log_probs.max(dim=-1)  # (N,), (N,)
         else:
             tokens = self.choose(log_probs)  # (N,)
             chosen_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
-        tokens = tokens.view(-1, 1, 1)
+        tokens = tokens.view(-1, 1)
         if self.row_zero is None:
-            self.row_zero = tokens.new_zeros(1, 1, 1)
-        return Candidates(scores=(scores.squeeze(1) + chosen_log_probs).view(-1, 1, 1),
-                          parents=self.row_zero.expand_as(tokens), tokens=tokens)
+            self.row_zero = tokens.new_zeros(1, 1)
+        parents = self.row_zero.expand_as(tokens)
+        return split_ranked((scores.squeeze(1) + chosen_log_probs).view(-1, 1), parents, tokens,
+                            1)[0]
 
 
 class Beam(Strategy):
     """Beam search: each sentence ranks the ``2 K`` best (row, next token) candidates by summed
-    log-probability (:func:`beam_search` says why ``2 K``)."""
+    log-probability; EOS candidates among the first ``K`` finish, the ``K`` best others are the
+    next beam (``2 K`` holds ``K`` non-EOS ones). :func:`run_search` says when a sentence is
+    done."""
 
     def __init__(self, beam_size: int) -> None:
         self.beam_size = beam_size
 
-    def candidates(self, log_probs: Tensor, scores: Tensor) -> Candidates:
+    def candidates(self, log_probs: Tensor, scores: Tensor) -> Step:
         active, rows, vocab_size = log_probs.shape
         candidates = log_probs.add_(scores.unsqueeze(2)).view(active, rows * vocab_size)
         top_scores, top_index = top_candidates(candidates, 2 * self.beam_size)  # (N, 2K)
-        return Candidates(scores=top_scores.unsqueeze(1),  # (N, 1, 2K): one group
-                          parents=(top_index // vocab_size).unsqueeze(1),
-                          tokens=(top_index % vocab_size).unsqueeze(1))
-
-
-def in_final_group(values: Tensor, final_group: Tensor | None, count: int) -> Tensor:
-    """The first ``count`` of ``values`` (N, G, C) in each sentence's ``final_group`` (N,) (None:
-    group 0): (N, count)."""
-    if final_group is None:
-        return values[:, 0, :count]
-    index = final_group.view(-1, 1, 1).expand(-1, 1, count)
-    return values[:, :, :count].gather(1, index).squeeze(1)
+        return split_ranked(top_scores, top_index // vocab_size, top_index % vocab_size,
+                            self.beam_size)[0]
 
 
 class Beams(NamedTuple):
@@ -297,7 +297,7 @@ class Beams(NamedTuple):
                 tokens: Tensor, beam_size: int, limit_reached: bool) -> Beams:
         """After ``step``: the hypotheses ``finalize`` finished with ``scores`` (N, K), the live
         rows' new ``tokens`` and ``live_scores`` (N, R), and which sentences are done now (see
-        :func:`beam_search` for the rules and the bound); ``limit_reached``: whether some
+        :func:`run_search` for the rules and the bound); ``limit_reached``: whether some
         sentence may be at its length limit (else the search skips that comparison)."""
         finished_count = self.finished_count + finalize.sum(dim=1)
         done = self.done | (finished_count >= beam_size)
@@ -346,24 +346,47 @@ def run_search(
 
     Each step decodes the N * R rows in one pass, forces a token where the length limit or a
     prefix says so (:func:`~seq2seq.inference.forcing.forced_tokens`), and asks the strategy
-    for each group's candidates. EOS candidates ranked among the first K of a sentence's final
-    group become finished hypotheses (scored with the length penalty); the K best non-EOS
-    candidates of each group are the next rows, and the decoder state follows them. A sentence
-    is done by the rules of :func:`beam_search`, and done sentences leave the batch (the module
+    for the EOS candidates that may finish a hypothesis (scored here with the length penalty)
+    and the next rows, which the decoder state follows. With :class:`Beam` and beam size K,
+    EOS candidates among a sentence's ``2 K`` best finish if they rank in the first ``K``, and
+    the ``K`` best others are the next beam (``2 K`` holds ``K`` of them).
+
+    A sentence is done, and adds no more finished hypotheses, when any of these holds:
+
+    - it has ``K`` finished hypotheses (so beam size 1 is exactly greedy search);
+    - it has ``nbest`` finished hypotheses and no live row can beat the ``nbest``-th of
+      them even at the longest allowed length (the summed log-probability only decreases, so
+      ``best live sum / max(lp(next length), lp(max length))`` bounds every continuation);
+    - its output length limit was reached (EOS was forced on every row).
+
+    The search stops when every sentence is done; a done sentence leaves the batch (the module
     docstring). The batch holds at least one sentence (a translator never searches an empty
     one).
 
     Args:
+        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
+            in eval mode.
+        src: (B, S) source ids, padded with PAD_ID.
+        src_lengths: (B,) real source lengths (best on the CPU: the limits are read there).
         strategy: how candidates are ranked (:class:`Choose`, :class:`Beam`, the grid of
             :mod:`seq2seq.inference.constraints`).
+        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
+        max_len_b: see ``max_len_a``.
+        length_penalty: GNMT alpha; 0 ranks by summed log-probability (with :class:`Choose`
+            it changes the reported score only).
+        nbest: hypotheses returned per sentence (at most the strategy's ``beam_size``).
+        return_attention: also return each hypothesis' attention weights.
+        prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
+            :func:`~seq2seq.inference.forcing.pad_prefixes`); None: none.
         output_ids: (K,) ascending target ids, the special ones first (a shortlist,
             :mod:`seq2seq.inference.shortlist`): the model scores only these and the search
             runs over their positions 0..K-1 (``prefixes`` too), mapped back to target ids in
             the hypotheses returned; None: the whole vocabulary.
-        others: as for :func:`beam_search`.
 
     Returns:
-        Per sentence, in input order, up to ``nbest`` hypotheses, best first.
+        Per sentence, in input order, up to ``nbest`` distinct hypotheses, best first. Fewer
+        than ``nbest`` only happens when the length limit or a tiny vocabulary leaves fewer
+        live rows.
     """
     batch_size, source_len = src.shape  # B >= 1: a translator batches non-empty sources
     K, device = strategy.beam_size, src.device
@@ -401,34 +424,19 @@ def run_search(
         if forced is not None and rows > 1:
             forced = forced.repeat_interleave(rows)  # (N*R,)
         log_probs = next_token_log_probs(logits, forced).view(active, rows, -1)  # (N, R, V)
-        found = strategy.candidates(log_probs, beams.scores)  # (N, G, C) each
-        is_eos = found.tokens == EOS_ID
-
-        # Finish the EOS candidates ranked among the final group's first K, for sentences
-        # still searching.
-        final_scores, final_eos, final_parents = (
-            in_final_group(values, strategy.final_group, K)
-            for values in (found.scores, is_eos, found.parents))  # (N, K) each
-        # A score is finite or -inf (an empty row's): one comparison, not isfinite's four.
-        finalize = final_eos & (final_scores > -math.inf) & ~beams.done.unsqueeze(1)
+        found = strategy.candidates(log_probs, beams.scores)
+        # Finish the EOS candidates of sentences still searching (-inf: no candidate).
+        finalize = (found.finish_scores > -math.inf) & ~beams.done.unsqueeze(1)  # (N, K)
         final_scores = torch.where(  # (N, K)
-            finalize, final_scores / length_penalty_factor(step + 1.0, length_penalty), -math.inf)
-
-        # Each group continues with its K best non-EOS candidates (one candidate: itself).
-        live_scores = found.scores.masked_fill(is_eos, -math.inf)
-        parents, tokens, rank = found.parents, found.tokens, None
-        if found.scores.size(2) > 1:
-            live_scores, rank = live_scores.topk(K, dim=2)  # (N, G, K)
-            parents, tokens = parents.gather(2, rank), tokens.gather(2, rank)
-        live_scores = live_scores.view(active, -1)  # (N, R'), R' = G * K
-        parents, tokens = parents.view(active, -1), tokens.view(active, -1)
-        strategy.advance(parents, rank, live_scores)
+            finalize, found.finish_scores / length_penalty_factor(step + 1.0, length_penalty),
+            -math.inf)
+        live_scores, parents, tokens = found.scores, found.parents, found.tokens  # (N, R') each
         new_rows = tokens.size(1)
         if return_attention:  # (N, R', S): a beam search's first row is every beam's
             weights = weights.float().view(active, rows, source_len)
             weights = weights.expand(active, new_rows, source_len)
         history.record(tokens=tokens, parents=parents, weights=weights,
-                       final_scores=final_scores, final_parents=final_parents)
+                       final_scores=final_scores, final_parents=found.finish_parents)
         beams = beams.advance(step, finalize=finalize, scores=final_scores,
                               live_scores=live_scores, tokens=tokens, beam_size=K,
                               limit_reached=step >= first_forced_step)
@@ -453,109 +461,3 @@ def run_search(
 
     found = history.hypotheses(src_lengths, nbest, output_ids=output_ids)
     return [[Hypothesis(*hypothesis) for hypothesis in n_best] for n_best in found]
-
-
-def greedy_search(
-    model: DecodingModel,
-    src: Tensor,
-    src_lengths: Tensor,
-    *,
-    max_len_a: float,
-    max_len_b: float,
-    return_attention: bool = False,
-    length_penalty: float = 1.0,
-    prefixes: Tensor | None = None,
-    choose: Callable[[Tensor], Tensor] | None = None,
-) -> list[list[Hypothesis]]:
-    """Decode a batch by always taking the most probable next token (or the one ``choose``
-    picks: :mod:`seq2seq.inference.sampling` samples it): :func:`run_search` with
-    :class:`Choose`.
-
-    Args:
-        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
-            in eval mode.
-        src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths (best on the CPU: the length limits are read there).
-        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
-        max_len_b: see ``max_len_a``.
-        return_attention: also return each hypothesis' attention weights.
-        length_penalty: GNMT alpha used for the reported score only (it cannot change a
-            greedy output); the default matches :func:`beam_search`, so that beam size 1
-            reports the same scores.
-        prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
-            :func:`~seq2seq.inference.forcing.pad_prefixes`); None: none.
-        choose: log-probabilities (N, V) -> the next tokens (N,); None: the most probable.
-
-    Returns:
-        One single-element list of :class:`Hypothesis` per sentence, in input order.
-
-    Shape:
-        - src: (B, S) int64
-        - src_lengths: (B,) int64
-    """
-    return run_search(model, src, src_lengths, Choose(choose), max_len_a=max_len_a,
-                      max_len_b=max_len_b, length_penalty=length_penalty,
-                      return_attention=return_attention, prefixes=prefixes)
-
-
-def beam_search(
-    model: DecodingModel,
-    src: Tensor,
-    src_lengths: Tensor,
-    *,
-    beam_size: int,
-    length_penalty: float = 1.0,
-    max_len_a: float,
-    max_len_b: float,
-    nbest: int = 1,
-    return_attention: bool = False,
-    prefixes: Tensor | None = None,
-) -> list[list[Hypothesis]]:
-    """Batched beam search with per-sentence finished-hypothesis bookkeeping: :func:`run_search`
-    with :class:`Beam`.
-
-    At each step every sentence ranks the ``2 K`` best (beam, next token) candidates by summed
-    log-probability. EOS candidates ranked among the first ``K`` become finished hypotheses
-    (scored with the length penalty); the ``K`` best non-EOS candidates form the next beam.
-    Ranking ``2 K`` candidates guarantees ``K`` non-EOS ones are among them.
-
-    A sentence is done, and adds no more finished hypotheses, when any of these holds:
-
-    - it has ``K`` finished hypotheses (so beam size 1 is exactly greedy search);
-    - it has ``nbest`` finished hypotheses and no live beam can beat the ``nbest``-th of
-      them even at the longest allowed length (the summed log-probability only decreases, so
-      ``best live sum / max(lp(next length), lp(max length))`` bounds every continuation);
-    - its output length limit was reached (EOS was forced on every beam).
-
-    The search stops when every sentence is done; a done sentence leaves the batch (see the
-    module docstring).
-
-    Args:
-        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
-            in eval mode.
-        src: source ids, padded with PAD_ID.
-        src_lengths: real source lengths (best on the CPU: the length limits are read there).
-        beam_size: beams per sentence (K).
-        length_penalty: GNMT alpha; 0 ranks by summed log-probability.
-        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
-        max_len_b: see ``max_len_a``.
-        nbest: hypotheses returned per sentence (at most ``beam_size``).
-        return_attention: also return each hypothesis' attention weights.
-        prefixes: as for :func:`greedy_search`: every hypothesis starts with its prefix.
-
-    Returns:
-        Per sentence, in input order, up to ``nbest`` distinct hypotheses, best first. Fewer
-        than ``nbest`` only happens when the length limit or a tiny vocabulary leaves fewer
-        live beams.
-
-    Raises:
-        ValueError: if ``beam_size < 1`` or ``nbest`` is not in ``1..beam_size``.
-
-    Shape:
-        - src: (B, S) int64
-        - src_lengths: (B,) int64
-    """
-    check_beam_options(beam_size, nbest)
-    return run_search(model, src, src_lengths, Beam(beam_size), max_len_a=max_len_a,
-                      max_len_b=max_len_b, length_penalty=length_penalty, nbest=nbest,
-                      return_attention=return_attention, prefixes=prefixes)

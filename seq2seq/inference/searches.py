@@ -32,7 +32,7 @@ from torch import Tensor
 
 from seq2seq.inference.constraints import Grid
 from seq2seq.inference.sampling import sample_search
-from seq2seq.inference.search import Beam, Choose, Hypothesis, check_beam_options, run_search
+from seq2seq.inference.search import Beam, Choose, Hypothesis, run_search
 from seq2seq.models.interfaces import DecodingModel
 
 
@@ -128,14 +128,18 @@ def loop_settings(options, *, prefixes: Tensor | None = None, return_attention: 
 
 @register_search("beam")
 class BeamSearch(Search):
-    """Beam search (:func:`~seq2seq.inference.search.beam_search`'s rules); greedy search at beam
+    """Beam search (:func:`~seq2seq.inference.search.run_search`'s rules); greedy search at beam
     size 1 (the same output, less bookkeeping); grid beam search
     (:mod:`seq2seq.inference.constraints`) for a batch with constraints."""
 
     phrases = True
 
     def check(self, options) -> None:
-        check_beam_options(options.beam_size, options.nbest)
+        if options.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {options.beam_size}")
+        if not 1 <= options.nbest <= options.beam_size:
+            raise ValueError(f"nbest must be between 1 and beam_size ({options.beam_size}), "
+                             f"got {options.nbest}")
 
     def run(self, model, src, src_lengths, options, *, constraints=None, **guidance):
         if constraints is not None and any(constraints):
