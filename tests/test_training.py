@@ -155,9 +155,11 @@ def test_compiled_training_matches_eager(tiny_train_config, tmp_path):
     """trainer.compile=true trains through torch.compile (inductor: a C++ compiler on CPUs);
     without dropout its step gives the eager step's weights, up to float rounding. One step:
     the next batch's other shapes would compile the model again, dynamic this time (a minute
-    of C++ compiling on two AVX2 cores)."""
+    of C++ compiling on two AVX2 cores). Plain SGD at lr 1, so that the step is the gradient
+    itself (Adam's first step is about lr times its sign)."""
     overrides = {"trainer.max_steps": 1, "trainer.valid_every": 1, "model.dropout": 0.0,
-                 "trainer.valid.max_sentences": 4}
+                 "trainer.valid.max_sentences": 4, "optimizer": "sgd", "optimizer.lr": 1.0,
+                 "optimizer.momentum": 0.0, "optimizer.nesterov": False}
     models = []
     for compile_model in (False, True):
         run_dir = tmp_path / f"compile={compile_model}"

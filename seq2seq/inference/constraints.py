@@ -156,11 +156,12 @@ class Grid(Strategy):
         token = torch.where(is_free, top_index % vocab_size, piece.clamp(min=0))
         found, kept = split_ranked(top_scores, parent, token, K)  # (N, banks, K) each
         marks = phrase.masked_fill(is_free, -1).gather(2, kept)  # -1: free
-        top_bank = self.pieces.view(-1, 1, 1).expand(-1, 1, K)
-        found = Step(*(values.gather(1, top_bank).squeeze(1)  # (N, K)
-                       for values in (found.finish_scores, found.finish_parents)),
-                     *(values.view(active, -1)  # (N, R'), R' = banks * K
-                       for values in (found.scores, found.parents, found.tokens)))
+        top_bank = self.pieces.view(-1, 1, 1).expand(-1, 1, K)  # EOS finishes from there only
+        found = Step(finish_scores=found.finish_scores.gather(1, top_bank).squeeze(1),  # (N, K)
+                     finish_parents=found.finish_parents.gather(1, top_bank).squeeze(1),
+                     scores=found.scores.view(active, -1),  # (N, R'), R' = banks * K
+                     parents=found.parents.view(active, -1),
+                     tokens=found.tokens.view(active, -1))
         self.follow(found.parents, marks.view(active, -1), found.scores)
         return found
 

@@ -34,12 +34,12 @@ Conventions shared by every search:
   finished hypotheses and the stopping decision are per sentence, so a sentence gets the same
   result (up to floating-point noise of batched matrix products) whatever it is batched with.
 - Finished sentences leave the batch (a greedy sentence once it produced EOS, a beam-search
-  sentence once it is done, by the rules of :func:`run_search`): when the finished ones make up at least ``PRUNE_FRACTION`` of
-  the sentences still in the batch, their rows are dropped from the decoder state, the
-  encoded source, the previous tokens and every per-sentence bookkeeping tensor, so a batch no
-  longer costs as much as its longest translation. Until then a finished sentence keeps
-  running and adds nothing. Each step's history holds the rows decoded at that step;
-  it is scattered into full-batch ``(T, B, ...)`` tensors and backtracked once, at the end
+  sentence once it is done, by the rules of :func:`run_search`): when the finished ones make
+  up at least ``PRUNE_FRACTION`` of the sentences still in the batch, their rows are dropped
+  from the decoder state, the encoded source, the previous tokens and every per-sentence
+  bookkeeping tensor, so a batch no longer costs as much as its longest translation. Until
+  then a finished sentence keeps running and adds nothing. Each step's history holds the rows
+  decoded at that step; it is scattered into full-batch ``(T, B, ...)`` tensors and backtracked once, at the end
   (:mod:`seq2seq.inference.search_history`).
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
@@ -147,7 +147,7 @@ class Step(NamedTuple):
 
     Attributes:
         finish_scores: (N, K) summed log-probabilities of the EOS candidates that may finish a
-            hypothesis now (-inf: none).
+            hypothesis now (-inf: none); K is the strategy's ``beam_size``.
         finish_parents: (N, K) the row (0..R-1, of the rows just decoded) each extends.
         scores: (N, R') the next rows' summed log-probabilities (-inf: an empty row).
         parents: (N, R') the row each next row extends.
@@ -164,8 +164,9 @@ class Step(NamedTuple):
 def split_ranked(scores: Tensor, parents: Tensor, tokens: Tensor,
                  k: int) -> tuple[Step, Tensor | None]:
     """Ranked candidates, best first, split as beam search splits them: the EOS candidates among
-    the first ``k`` may finish a hypothesis, the ``k`` best others continue. Also returns which
-    candidates continue (their ranks, (..., k); None: all of them, C = k).
+    the first ``k`` may finish a hypothesis, the ``k`` best others continue (C = k: every
+    candidate, in place, an EOS one as an empty -inf row). Also returns which candidates
+    continue (their ranks, (..., k); None where C = k).
 
     Shape:
         - scores, parents, tokens: (..., C), C >= k; the :class:`Step`'s fields: (..., k)
@@ -196,7 +197,8 @@ class Strategy:
     required_tokens: Tensor | None = None
 
     def candidates(self, log_probs: Tensor, scores: Tensor) -> Step:
-        """The step's finishing candidates and next rows.
+        """The step's finishing candidates and next rows; called once a step, so a strategy
+        that keeps per-row state (the grid's phrases) moves it to the next rows here.
 
         Shape:
             - log_probs: (N, R, V) the next token's log-probabilities (forcing applied)
@@ -227,9 +229,9 @@ class Choose(Strategy):
         tokens = tokens.view(-1, 1)
         if self.row_zero is None:
             self.row_zero = tokens.new_zeros(1, 1)
-        parents = self.row_zero.expand_as(tokens)
-        return split_ranked((scores.squeeze(1) + chosen_log_probs).view(-1, 1), parents, tokens,
-                            1)[0]
+        summed = (scores.squeeze(1) + chosen_log_probs).view(-1, 1)  # (N, 1)
+        step, _ = split_ranked(summed, self.row_zero.expand_as(tokens), tokens, 1)
+        return step
 
 
 class Beam(Strategy):
@@ -245,8 +247,9 @@ class Beam(Strategy):
         active, rows, vocab_size = log_probs.shape
         candidates = log_probs.add_(scores.unsqueeze(2)).view(active, rows * vocab_size)
         top_scores, top_index = top_candidates(candidates, 2 * self.beam_size)  # (N, 2K)
-        return split_ranked(top_scores, top_index // vocab_size, top_index % vocab_size,
-                            self.beam_size)[0]
+        step, _ = split_ranked(top_scores, top_index // vocab_size, top_index % vocab_size,
+                               self.beam_size)
+        return step
 
 
 class Beams(NamedTuple):
@@ -378,9 +381,9 @@ def run_search(
         return_attention: also return each hypothesis' attention weights.
         prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
             :func:`~seq2seq.inference.forcing.pad_prefixes`); None: none.
-        output_ids: (K,) ascending target ids, the special ones first (a shortlist,
+        output_ids: (V',) ascending target ids, the special ones first (a shortlist,
             :mod:`seq2seq.inference.shortlist`): the model scores only these and the search
-            runs over their positions 0..K-1 (``prefixes`` too), mapped back to target ids in
+            runs over their positions 0..V'-1 (``prefixes`` too), mapped back to target ids in
             the hypotheses returned; None: the whole vocabulary.
 
     Returns:
