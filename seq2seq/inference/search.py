@@ -39,8 +39,8 @@ Conventions shared by every search:
   from the decoder state, the encoded source, the previous tokens and every per-sentence
   bookkeeping tensor, so a batch no longer costs as much as its longest translation. Until
   then a finished sentence keeps running and adds nothing. Each step's history holds the rows
-  decoded at that step; it is scattered into full-batch ``(T, B, ...)`` tensors and backtracked once, at the end
-  (:mod:`seq2seq.inference.search_history`).
+  decoded at that step; it is scattered into full-batch ``(T, B, ...)`` tensors and
+  backtracked once, at the end (:mod:`seq2seq.inference.search_history`).
 - One host synchronisation per step: the number of finished sentences, which decides both
   stopping and pruning. The history stays on the device until the search ends.
 
