@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -52,10 +51,8 @@ def test_gpu_check_dry_run_reports_every_step(tmp_path):
     env.pop("OUT", None)
     env.pop("DRY_RUN", None)
     env.setdefault("PYTHON", sys.executable)
-    started = time.perf_counter()
     result = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=240)
-    elapsed = time.perf_counter() - started
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     names = ["setup", "tests", "train", "beam", "torchrun", "resume"]
@@ -76,7 +73,6 @@ def test_gpu_check_dry_run_reports_every_step(tmp_path):
     assert [row.split()[2] for row in rows] == names
     assert all(" | ok: " in row for row in rows)
     assert (out / "gpu_check.log").read_text().count("RESULT [") == 6
-    assert elapsed < 240
 
 
 # -- the tests the check runs on a GPU ------------------------------------------------------
