@@ -189,7 +189,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         self,
         *,
         src_lengths: np.ndarray,
-        tgt_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray,
         max_tokens: int,
         max_sentences: int | None = None,
         bucket_size: int = 100,
@@ -203,8 +203,7 @@ class TokenBucketSampler(Sampler[list[int]]):
 
         Args:
             src_lengths: Source pieces per pair, without eos.
-            tgt_lengths: Target pieces per pair, without bos/eos (None: source only, e.g.
-                for translating raw input).
+            tgt_lengths: Target pieces per pair, without bos/eos.
             max_tokens: Budget per batch: pairs times the longest (length + 1) in the batch,
                 either side. A single pair over budget still gets a batch of its own.
             max_sentences: Optional cap on pairs per batch.
@@ -252,13 +251,13 @@ class TokenBucketSampler(Sampler[list[int]]):
         self._consumed = 0
         self._resume_from = 0
 
-    def set_lengths(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray | None = None) -> None:
+    def set_lengths(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> None:
         """The pairs' lengths from now on (a training set segmented anew each epoch changes
         them; the number of pairs stays). Arguments as in the constructor."""
         # The lengths' own integer type (int32 from a TokenArray): an int64 copy of every
         # length would add 8 bytes a pair.
         src = _integer_array(src_lengths)
-        tgt = src if tgt_lengths is None else _integer_array(tgt_lengths)
+        tgt = _integer_array(tgt_lengths)
         if src.ndim != 1 or src.shape != tgt.shape:
             raise ValueError(
                 f"lengths must be 1-D and equal in size, got {src.shape} and {tgt.shape}"

@@ -267,33 +267,10 @@ class _NpyAppender:
 
     def close(self) -> None:
         self._file.seek(0)
-        if self._write_header(self._count) != self._header_length:
-            # Only numpy versions without header padding get here: copy behind a new header.
-            self._file.close()
-            self._rewrite_with_header()
-            return
+        header_length = self._write_header(self._count)
         self._file.close()
-
-    def _rewrite_with_header(self) -> None:
-        final = np.lib.format.open_memmap(
-            self._path.with_suffix(".rewrite.npy"),
-            mode="w+",
-            dtype=self._dtype,
-            shape=(self._count,),
-        )
-        source = np.memmap(
-            self._path,
-            dtype=self._dtype,
-            mode="r",
-            offset=self._header_length,
-            shape=(self._count,),
-        )
-        block = 1 << 24
-        for start in range(0, self._count, block):
-            final[start : start + block] = source[start : start + block]
-        final.flush()
-        del final, source
-        self._path.with_suffix(".rewrite.npy").replace(self._path)
+        if header_length != self._header_length:  # numpy >= 1.23 pads it: never the case
+            raise RuntimeError(f"{self._path}: numpy wrote a header of another length")
 
     def abort(self) -> None:
         self._file.close()

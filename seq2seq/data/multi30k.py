@@ -215,13 +215,3 @@ def fetch_multi30k(
         for ours, theirs in wanted.items()
     }
 
-
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "LANGUAGES",
-    "SHA256_SUMS",
-    "SPLITS",
-    "fetch_file",
-    "fetch_multi30k",
-    "file_name",
-]

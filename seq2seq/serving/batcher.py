@@ -148,10 +148,6 @@ class DynamicBatcher:
                 self._queue.put(_STOP)
         await asyncio.to_thread(self._thread.join)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     # -- worker thread ---------------------------------------------------------------------
     def _run(self) -> None:
         stopping = False
