@@ -22,7 +22,7 @@ from seq2seq.data.corpora import check_train_corpora, line_count
 from seq2seq.data.corpus import DataError, read_lines
 from seq2seq.data.hashing import FileHashCache
 from seq2seq.data.mixing import CorpusMix
-from seq2seq.data.prepare import prepare_data_from_config
+from seq2seq.data.prepare import prepare_from_config
 from seq2seq.data.settings import FilterSettings, TokenizerSettings
 from seq2seq.inference.evaluation import split_files
 from seq2seq.training.run import train
@@ -110,11 +110,15 @@ def test_resumed_mid_epoch_the_batches_are_those_of_an_uninterrupted_epoch():
 
 
 # -- the data stage -------------------------------------------------------------------------
+def _prepare(data: dict, cache_dir: Path):
+    return prepare_from_config({"data": data, "tokenizer": TOKENIZER,
+                                "paths": {"cache_dir": str(cache_dir)}})
+
+
 def test_the_single_mapping_keeps_its_cache_key_and_batches(write_parallel, toy_pairs, tmp_path):
     train_files = write_parallel("train", toy_pairs(1, 200))
     valid = write_parallel("valid", toy_pairs(2, 20))
-    mapping = prepare_data_from_config(data=_files_config(_corpus(train_files), valid),
-                                       tokenizer=TOKENIZER, cache_dir=tmp_path / "cache")
+    mapping = _prepare(_files_config(_corpus(train_files), valid), tmp_path / "cache")
     # The key as it was computed before data.train took a list: existing caches stay valid.
     material = {
         "format_version": FORMAT_VERSION,
@@ -127,8 +131,7 @@ def test_the_single_mapping_keeps_its_cache_key_and_batches(write_parallel, toy_
     assert mapping.cache_dir.name == expected_key
     assert mapping.train_mix is None and "corpora" not in mapping.summary
     # A list of that one corpus, untagged, is the same data: the same cache.
-    listed = prepare_data_from_config(data=_files_config([_corpus(train_files, weight=5)], valid),
-                                      tokenizer=TOKENIZER, cache_dir=tmp_path / "cache")
+    listed = _prepare(_files_config([_corpus(train_files, weight=5)], valid), tmp_path / "cache")
     assert listed.cache_hit and listed.cache_dir == mapping.cache_dir
     assert listed.train_mix is None
     # No mix (or a mix of one corpus) is the sampler's own shuffle: the batches of before.
@@ -145,8 +148,7 @@ def test_a_tag_is_one_piece_at_the_start_of_its_corpus_sources(write_parallel, t
     bt = write_parallel("bt", toy_pairs(3, 300))
     valid = write_parallel("valid", toy_pairs(2, 20))
     corpora = [_corpus(a, weight=3), _corpus(bt, tag="<bt>")]
-    prepared = prepare_data_from_config(data=_files_config(corpora, valid), tokenizer=TOKENIZER,
-                                        cache_dir=tmp_path / "cache")
+    prepared = _prepare(_files_config(corpora, valid), tmp_path / "cache")
     source = prepared.tokenizers.src
     [tag] = source.encode(["<bt>"])[0]
     assert source.id_to_piece(tag) == "<bt>" and source.user_symbols == ("<bt>",)
@@ -174,9 +176,8 @@ def test_a_new_weight_reuses_the_cache_and_a_new_tag_does_not(write_parallel, to
     valid = write_parallel("valid", toy_pairs(2, 20))
 
     def prepare(weight: float, tag: str):
-        return prepare_data_from_config(
-            data=_files_config([_corpus(a, weight=weight), _corpus(bt, tag=tag)], valid),
-            tokenizer=TOKENIZER, cache_dir=tmp_path / "cache")
+        return _prepare(_files_config([_corpus(a, weight=weight), _corpus(bt, tag=tag)], valid),
+                        tmp_path / "cache")
 
     first = prepare(3, "<bt>")
     assert "corpus bt: 300 of 300 pairs kept, tag <bt>, weight 1 (25.0 % of the pairs drawn)" \

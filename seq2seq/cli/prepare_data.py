@@ -12,20 +12,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
 from seq2seq.data.corpus import DataError
-from seq2seq.data.prepare import prepare_data_from_config
+from seq2seq.data.prepare import prepare_from_config
 
 
 def run(cfg: DictConfig) -> None:
     """Prepares the configured data and prints its summary; exits with 1 on a DataError."""
     try:
-        prepared = prepare_data_from_config(
-            # Plain containers: the library does not depend on OmegaConf (unset "???" values
-            # stay strings and are reported by name).
-            data=OmegaConf.to_container(cfg.data, resolve=True),
-            tokenizer=OmegaConf.to_container(cfg.tokenizer, resolve=True),
-            cache_dir=cfg.paths.cache_dir,
-            progress=cfg.get("progress"),
-        )
+        prepared = prepare_from_config(OmegaConf.to_container(cfg, resolve=True),
+                                       progress=cfg.get("progress"))
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

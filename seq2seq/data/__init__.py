@@ -3,7 +3,7 @@
 Modules (imported explicitly, so that using one does not pull in torch or the others):
 
 - `seq2seq.data.prepare`: the pipeline and its entry points (`prepare_data`,
-  `prepare_data_from_config`, `prepare_from_config`) and their result, `PreparedData`.
+  `prepare_from_config`) and their result, `PreparedData`.
 - `seq2seq.data.settings`: `TokenizerSettings`, `FilterSettings`, reading plain config dicts.
 - `seq2seq.data.sources`: the `data` config node to local files (`corpus_files_from_config`).
 - `seq2seq.data.corpora`: `data.train` as one or several weighted, tagged `TrainCorpus`es,
@@ -15,7 +15,6 @@ Modules (imported explicitly, so that using one does not pull in torch or the ot
 - `seq2seq.data.tokenizer_training`: training a build's tokenizer(s) on the training corpora.
 - `seq2seq.data.encode`: encoding and filtering splits into token files.
 - `seq2seq.data.summary`: the printable summary table.
-- `seq2seq.data.progress`: progress bars of the long steps.
 - `seq2seq.data.tokenizer`: `SentencePieceTokenizer`, `SubsetTokenizer`, `Tokenizers`.
 - `seq2seq.data.dataset`: memory-mapped `TokenArray` and `ParallelDataset`.
 - `seq2seq.data.mixing`: `CorpusMix`, an epoch's pairs drawn from the corpora by weight, and

@@ -46,17 +46,6 @@ from seq2seq.data.tokenizer_training import train_tokenizers
 
 logger = logging.getLogger(__name__)
 
-# corpus_files_from_config lives in seq2seq.data.sources; it is re-exported because
-# seq2seq.inference.evaluation imports it from here.
-__all__ = [
-    "PreparedData",
-    "corpus_files_from_config",
-    "prepare_data",
-    "prepare_data_from_config",
-    "prepare_from_config",
-]
-
-
 @dataclass(kw_only=True)
 class PreparedData:
     """The result of `prepare_data`.
@@ -314,62 +303,31 @@ def _fingerprint(tokenizers: Tokenizers) -> str:
     return digest.hexdigest()
 
 
-def prepare_data_from_config(
-    *,
-    data: Mapping[str, Any],
-    tokenizer: Mapping[str, Any],
-    cache_dir: str | Path,
-    progress: bool | None = None,
-    tokenizers: Tokenizers | None = None,
-) -> PreparedData:
-    """Runs the data stage from the `data` and `tokenizer` config nodes (as in train.yaml).
+def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = None,
+                        tokenizers: Tokenizers | None = None) -> PreparedData:
+    """Runs the data stage from a whole run config (train.yaml or prepare_data.yaml).
 
     Args:
-        data: The `data` node as a plain dict (see seq2seq/configs/data/*.yaml).
-        tokenizer: The `tokenizer` node as a plain dict (see seq2seq/configs/tokenizer/*.yaml).
-        cache_dir: `paths.cache_dir`.
+        config: The root config as plain nested dicts (`OmegaConf.to_container(cfg,
+            resolve=True)`: the library does not depend on OmegaConf) with the `data` and
+            `tokenizer` nodes (see seq2seq/configs/data/*.yaml, tokenizer/*.yaml) and
+            `paths.cache_dir`; unset ("???") values are reported by name.
         progress: Show progress bars (None: only when stderr is a terminal).
         tokenizers: Encode with these instead of training them (see `prepare_data`).
-
-    Returns:
-        The prepared data.
 
     Raises:
         DataError: On any data or data-configuration problem.
     """
-    tokenizer_settings = TokenizerSettings.from_config(tokenizer)
-    filter_settings = FilterSettings.from_config(
-        get_setting(data, "filter", where="data", default=None)
-    )
-    files = corpus_files_from_config(data)
-    corpora = train_corpora_from_config(data)
-    languages = (
-        str(get_setting(data, "src_lang", where="data", default="src")),
-        str(get_setting(data, "tgt_lang", where="data", default="tgt")),
-    )
-    return prepare_data(
-        files=files,
-        tokenizer=tokenizer_settings,
-        filter=filter_settings,
-        cache_dir=Path(str(cache_dir)),
-        languages=languages,
-        train_corpora=corpora,
-        progress=progress,
-        tokenizers=tokenizers,
-    )
-
-
-def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = None,
-                        tokenizers: Tokenizers | None = None) -> PreparedData:
-    """Runs the data stage from a whole run config (train.yaml or prepare_data.yaml): the root
-    config as plain nested dicts (`OmegaConf.to_container(cfg, resolve=True)`) with `data`,
-    `tokenizer` and `paths.cache_dir`, unset ("???") values reported by name; the rest as
-    :func:`prepare_data_from_config`."""
+    data = get_setting(config, "data", where="config")
     paths = get_setting(config, "paths", where="config")
-    return prepare_data_from_config(
-        data=get_setting(config, "data", where="config"),
-        tokenizer=get_setting(config, "tokenizer", where="config"),
-        cache_dir=get_setting(paths, "cache_dir", where="paths"),
+    return prepare_data(
+        files=corpus_files_from_config(data),
+        tokenizer=TokenizerSettings.from_config(get_setting(config, "tokenizer", where="config")),
+        filter=FilterSettings.from_config(get_setting(data, "filter", where="data", default=None)),
+        cache_dir=Path(str(get_setting(paths, "cache_dir", where="paths"))),
+        languages=(str(get_setting(data, "src_lang", where="data", default="src")),
+                   str(get_setting(data, "tgt_lang", where="data", default="tgt"))),
+        train_corpora=train_corpora_from_config(data),
         progress=progress,
         tokenizers=tokenizers,
     )

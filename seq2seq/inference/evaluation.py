@@ -240,7 +240,7 @@ def split_files(
     Raises:
         DataError: on an unknown split, a config without it, or missing files.
     """
-    from seq2seq.data.prepare import corpus_files_from_config
+    from seq2seq.data.sources import corpus_files_from_config
 
     if split not in SPLITS:
         raise DataError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
