@@ -415,13 +415,13 @@ def test_unknown_config_key_is_one_line(tmp_path, run_python):
 def test_bad_config_value_is_refused_naming_the_key(tiny_train_config, tmp_path, override,
                                                     message):
     """What train.py prints as its one ERROR line (the first line of this error)."""
-    from seq2seq.cli.common import first_line
+    from seq2seq.config_types import error_reason
 
     key, value = override.split("=", 1)
     cfg = tiny_train_config(**{key: value})
     with pytest.raises(ValueError) as raised:
         train(cfg, tmp_path / "run")
-    assert message in first_line(raised.value)
+    assert message in error_reason(raised.value)
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from seq2seq.checkpoint import CheckpointError, save_checkpoint
-from seq2seq.cli.common import first_line
+from seq2seq.config_types import error_reason
 from seq2seq.training.averaging import average_checkpoints
 
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = average_checkpoints(args.checkpoints)
         save_checkpoint(payload, args.output)
     except CheckpointError as error:
-        print(f"error: {first_line(error)}", file=sys.stderr)
+        print(f"error: {error_reason(error)}", file=sys.stderr)
         return 1
     except OSError as error:
         print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)

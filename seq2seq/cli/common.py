@@ -18,14 +18,9 @@ from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 CONFIG_DIR = str(_CONFIG_PATH)
 
 
-def first_line(error: BaseException) -> str:
-    """An exception as one line that keeps its reason (see :func:`error_reason`)."""
-    return error_reason(error)
-
-
 def fail(message: str | BaseException) -> NoReturn:
     """Print ``error: MESSAGE`` (one line) on stderr and exit with status 1."""
-    text = first_line(message) if isinstance(message, BaseException) else message
+    text = error_reason(message) if isinstance(message, BaseException) else message
     print(f"error: {text}", file=sys.stderr, flush=True)
     sys.exit(1)
 

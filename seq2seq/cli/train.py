@@ -28,7 +28,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import fail, first_line
+from seq2seq.cli.common import fail
+from seq2seq.config_types import error_reason
 from seq2seq.console import keep_file_only_records_off_console
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.training.run_folder import LOG_NAME, RunFolderError, claim_run_folder
@@ -75,7 +76,7 @@ def _refuse(error: BaseException, run_dir: Path) -> NoReturn:
     """A one-line error on stderr, before the run folder is claimed: nothing is written into
     it (an earlier run's train.log stays as it was)."""
     _discard_empty_log(run_dir)
-    fail(first_line(error))
+    fail(error)
 
 
 def _claim_run_folder(cfg: DictConfig, run_dir: Path) -> None:
@@ -128,7 +129,7 @@ def run(cfg: DictConfig) -> float | None:
         # Bad input of any kind is one line that says what is wrong (the config key, the
         # file); the traceback is shown with hydra.verbose=true.
         log.debug("details", exc_info=True)
-        log.error("%s", first_line(error))
+        log.error("%s", error_reason(error))
         sys.exit(1)
     log.info("run folder: %s", run_dir)
     return result["best_bleu"]  # what a Hydra sweeper would optimise

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from seq2seq.console import count_bar
 from seq2seq.data.corpus import iter_parallel_chunks
 from seq2seq.data.dataset import TOKENS_SUFFIX, TokenArrayWriter
-from seq2seq.data.progress import progress_bar
 from seq2seq.data.settings import FilterSettings
 from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
 from seq2seq.data.vocab import UNK_ID
@@ -79,7 +79,8 @@ def encode_split(
     empty_kept = 0
     parts = []
     try:
-        with progress_bar(description=f"encoding {split}", enabled=progress) as bar:
+        with count_bar(None, description=f"encoding {split}", unit=" pairs", unit_scale=True,
+                       enabled=progress) as bar:
             for source in sources:
                 part = {"pairs_read": 0, "pairs_kept": 0,
                         "dropped": dict.fromkeys(DROP_REASONS, 0)}

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from seq2seq.console import count_bar
 from seq2seq.data.corpus import iter_parallel_chunks
-from seq2seq.data.progress import progress_bar
 from seq2seq.data.settings import TokenizerSettings
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
 
@@ -33,9 +33,8 @@ class _TrainingSentences:
         use_src = "src" in self._sides
         use_tgt = "tgt" in self._sides
         sides = "+".join(self._sides)
-        with progress_bar(
-            description=f"reading train ({sides}) for the tokenizer", enabled=self._progress
-        ) as bar:
+        with count_bar(None, description=f"reading train ({sides}) for the tokenizer",
+                       unit=" pairs", unit_scale=True, enabled=self._progress) as bar:
             for src_path, tgt_path in self._files:
                 for src_chunk, tgt_chunk in iter_parallel_chunks(src_path, tgt_path):
                     for src, tgt in zip(src_chunk, tgt_chunk, strict=True):
