@@ -266,14 +266,9 @@ def export_for_bench(checkpoint: Path, folder: Path, quantize: str, *,
                      output_format: str = "onnx") -> dict:
     """Export ``checkpoint`` to ``folder``; the export's seconds and the folder's size."""
     started = time.perf_counter()
-    if output_format == "ctranslate2":
-        from seq2seq.export.ctranslate2_export import convert_checkpoint
+    from seq2seq.export.folder import export_checkpoint
 
-        convert_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
-    else:
-        from seq2seq.export.onnx_export import export_checkpoint
-
-        export_checkpoint(checkpoint, folder, quantize=quantize, overwrite=True)
+    export_checkpoint(checkpoint, folder, format=output_format, quantize=quantize, overwrite=True)
     seconds = time.perf_counter() - started
     size = sum(path.stat().st_size for path in folder.iterdir())
     return {"checkpoint": str(checkpoint), "format": output_format, "quantize": quantize,

@@ -51,13 +51,13 @@ def main() -> None:
                        "ARGOS_PACKAGES_DIR": str(home / "packages"),
                        "ARGOS_INTRA_THREADS": str(args.threads)})
 
-    from seq2seq.export.argos import package_checkpoint
+    from seq2seq.export.folder import export_checkpoint
     from seq2seq.metrics import corpus_scores
 
     folder = work / "argos"
     started = time.perf_counter()
-    manifest = package_checkpoint(args.checkpoint, folder, sbd_model=args.sbd_model,
-                                  quantize=args.quantize, overwrite=True)
+    manifest = export_checkpoint(args.checkpoint, folder, format="argos",
+                                 sbd_model=args.sbd_model, quantize=args.quantize, overwrite=True)
     meta = manifest["argos"]
     package = folder / meta["package"]
     print(f"exported {package} ({package.stat().st_size / 1e6:.1f} MB) in "

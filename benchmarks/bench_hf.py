@@ -67,13 +67,13 @@ def main() -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from seq2seq.checkpoint import load_checkpoint
-    from seq2seq.export.huggingface import convert_checkpoint
+    from seq2seq.export.folder import export_checkpoint
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.runtimes import load_translator
     from seq2seq.metrics import corpus_scores
 
     started = time.perf_counter()
-    convert_checkpoint(args.checkpoint, folder, overwrite=True)
+    export_checkpoint(args.checkpoint, folder, format="huggingface", overwrite=True)
     print(f"exported {folder} in {time.perf_counter() - started:.1f}s")
     state = load_checkpoint(args.checkpoint).get("trainer_state") or {}
     print(f"checkpoint: {args.checkpoint}, step {state.get('step')}, "
@@ -115,16 +115,16 @@ def compare_ctranslate2(checkpoint: str, folder: Path, work: Path) -> None:
         return
     from transformers import AutoTokenizer
 
-    from seq2seq.export.ctranslate2_export import convert_checkpoint
-    from seq2seq.export.folder import load_for_export
+    from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
+    from seq2seq.export.folder import export_checkpoint
 
-    _, tokenizers, _, _ = load_for_export(checkpoint)
+    tokenizers = tokenizers_from_payload(load_checkpoint(checkpoint)["tokenizers"])
     if not tokenizers.joint:
         print("separate tokenizers: ct2-transformers-converter registers one vocabulary")
         return
     ctranslate2.converters.TransformersConverter(str(folder)).convert(
         str(work / "hf-ct2"), force=True)
-    convert_checkpoint(checkpoint, work / "ct2", overwrite=True)
+    export_checkpoint(checkpoint, work / "ct2", format="ctranslate2", overwrite=True)
     sources = read(DATA / "val.de.gz")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     options = {"beam_size": 1, "max_decoding_length": 256,

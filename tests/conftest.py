@@ -564,12 +564,12 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     copy corpus beside them (relative paths, for evaluate.py run there); made once for all test
     workers, to be read, not changed. Skips without ctranslate2."""
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.ctranslate2_export import convert_checkpoint
+    from seq2seq.export.folder import export_checkpoint
 
     def make(folder: Path) -> None:
         folder.mkdir(parents=True)
         write_copy_transformer_checkpoint(folder)
-        convert_checkpoint(folder / "transformer.pt", folder / "ct2")
+        export_checkpoint(folder / "transformer.pt", folder / "ct2", format="ctranslate2")
 
     folder = made_once(tmp_path_factory, "ctranslate2_runtime", make)
     return folder / "transformer.pt", folder / "ct2"

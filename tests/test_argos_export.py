@@ -36,11 +36,10 @@ from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE  # noq
 from seq2seq.export.argos import (  # noqa: E402
     check_package,
     check_sources_untagged,
-    package_checkpoint,
     package_metadata,
     package_model,
 )
-from seq2seq.export.folder import ExportError  # noqa: E402
+from seq2seq.export.folder import ExportError, export_checkpoint  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +83,8 @@ def packaged(tmp_path_factory) -> tuple[Path, Path]:
         folder.mkdir(parents=True)
         write_copy_transformer_checkpoint(folder)
         (folder / "de.onnx").write_bytes(b"never loaded: the tests split no sentences")
-        package_checkpoint(folder / "transformer.pt", folder / "argos", from_code="de",
-                           to_code="en", sbd_model=folder / "de.onnx")
+        export_checkpoint(folder / "transformer.pt", folder / "argos", format="argos",
+                          from_code="de", to_code="en", sbd_model=folder / "de.onnx")
 
     folder = made_once(tmp_path_factory, "argos_package", make)
     return folder / "transformer.pt", folder / "argos"
@@ -270,8 +269,7 @@ def test_a_separate_target_model_round_trips_unless_argos_would_misspell_it(tmp_
     config = {"model": model_config, "data": {"kind": "files", "src_lang": "de",
                                               "tgt_lang": "en"}}
     output = tmp_path / "argos"
-    write = lambda: package_model(model, tokenizers, config, output,  # noqa: E731
-                                  metadata=package_metadata(config), quantize="int8")
+    write = lambda: package_model(model, tokenizers, config, output, quantize="int8")  # noqa: E731
     if not byte_fallback:
         assert write()["argos"]["package"] == f"{TOP}.argosmodel"
         assert (output / f"{TOP}.argosmodel").is_file()

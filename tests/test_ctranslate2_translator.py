@@ -26,7 +26,7 @@ from conftest import api_lines, transformer_checkpoint  # noqa: E402
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.cli.translate import format_translations  # noqa: E402
-from seq2seq.export.ctranslate2_export import convert_checkpoint  # noqa: E402
+from seq2seq.export.folder import export_checkpoint  # noqa: E402
 from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
     ATTENTION_SOURCE,
     PHRASE_REFUSAL,
@@ -373,7 +373,7 @@ def test_an_untouched_random_transformer_gives_the_checkpoints_greedy_output(tmp
     """With <pad> and <s> as probable as a random model makes them, CTranslate2's scores are
     renormalized without them, but its greedy translations are still the checkpoint's."""
     checkpoint = transformer_checkpoint(tmp_path)
-    convert_checkpoint(checkpoint, tmp_path / "ct2")
+    export_checkpoint(checkpoint, tmp_path / "ct2", format="ctranslate2")
     greedy = DecodeOptions(beam_size=1)
     want = load_translator(checkpoint).translate(LINES, greedy)
     got = load_translator(tmp_path / "ct2").translate(LINES, greedy)
@@ -385,7 +385,7 @@ def test_an_int8_folder_decodes_with_quantize_int8(exported, tmp_path):
     """An int8 export runs CTranslate2's int8 kernels, asked for or not, and says so. (A random
     tiny model's int8 translations are far from its float ones: closeness is make bench's.)"""
     checkpoint, _ = exported
-    convert_checkpoint(checkpoint, tmp_path / "int8", quantize="int8")
+    export_checkpoint(checkpoint, tmp_path / "int8", format="ctranslate2", quantize="int8")
     for asked in ("int8", "none"):
         translator = load_translator(tmp_path / "int8", quantize=asked)
         assert translator.quantize == "int8"

@@ -42,7 +42,7 @@ from seq2seq.checkpoint import (  # noqa: E402
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers  # noqa: E402
 from seq2seq.data.vocab import EOS_ID, UNK_ID  # noqa: E402
 from seq2seq.export import huggingface  # noqa: E402
-from seq2seq.export.folder import ExportError  # noqa: E402
+from seq2seq.export.folder import ExportError, export_checkpoint  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def exported(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     def make(path: Path) -> None:
         for name in VARIANTS:
             checkpoint = write_checkpoint(path, name)
-            huggingface.convert_checkpoint(checkpoint, path / f"{name}-hf")
+            export_checkpoint(checkpoint, path / f"{name}-hf", format="huggingface")
 
     folder = made_once(tmp_path_factory, "huggingface_exports", make)
     return {name: (folder / f"{name}.pt", folder / f"{name}-hf") for name in VARIANTS}
@@ -209,7 +209,7 @@ def test_a_folder_that_would_translate_otherwise_is_refused(tmp_path, monkeypatc
     with pytest.raises(ExportError, match=r"^transformers' (greedy translation of check "
                                           r"sentence \d differs from ours: \[|"
                                           r"log-probabilities differ from the model's by )"):
-        huggingface.convert_checkpoint(checkpoint, tmp_path / "out")
+        export_checkpoint(checkpoint, tmp_path / "out", format="huggingface")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
 
 
@@ -255,11 +255,10 @@ def test_ctranslate2s_converter_reads_the_folder_as_our_own_ctranslate2_export(
     the checkpoint: the same greedy text and scores (it registers one vocabulary for both sides:
     joint tokenizers only)."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from seq2seq.export.ctranslate2_export import convert_checkpoint
 
     checkpoint, folder = exported[name]
     ctranslate2.converters.TransformersConverter(str(folder)).convert(str(tmp_path / "theirs"))
-    convert_checkpoint(checkpoint, tmp_path / "ours")
+    export_checkpoint(checkpoint, tmp_path / "ours", format="ctranslate2")
     tokenizer = copy_tokenizers().src
     options = {"beam_size": 1, "max_decoding_length": 30, "min_decoding_length": 0,
                "suppress_sequences": [["<pad>"], ["<s>"]], "return_scores": True}

@@ -48,8 +48,7 @@ def test_a_shared_table_trains_saves_and_exports(tiny_train_config, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.export.ctranslate2_export import convert_checkpoint
-    from seq2seq.export.onnx_export import export_checkpoint
+    from seq2seq.export.folder import export_checkpoint
 
     cfg = tiny_train_config(**{
         "model/encoder": "transformer", "model/decoder": "transformer",
@@ -63,7 +62,7 @@ def test_a_shared_table_trains_saves_and_exports(tiny_train_config, tmp_path):
     model, _, _ = model_from_checkpoint(load_checkpoint(checkpoint))
     assert model.encoder.embedding.weight is model.generator.weight
     export_checkpoint(checkpoint, tmp_path / "onnx")
-    manifest = convert_checkpoint(checkpoint, tmp_path / "ct2")
+    manifest = export_checkpoint(checkpoint, tmp_path / "ct2", format="ctranslate2")
     assert manifest["export"]["largest_log_prob_difference"] < 1e-3
 
 

@@ -40,6 +40,11 @@ OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str
 # The packages each format needs (the export extra has them all).
 FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",),
                    "argos": ("ctranslate2",), "huggingface": ("transformers", "safetensors")}
+# Each format's own options (besides overwrite), as its writer takes them.
+FORMAT_OPTIONS = {"onnx": ("quantize", "opset"), "ctranslate2": ("quantize",),
+                  "argos": ("quantize", "from_code", "to_code", "from_name", "to_name",
+                            "package_version", "sbd_model"),
+                  "huggingface": ()}
 # The extra that brings each format's packages.
 FORMAT_EXTRAS = {"onnx": "export", "ctranslate2": "export", "argos": "export",
                  "huggingface": "hf"}
@@ -75,40 +80,21 @@ def run(cfg: DictConfig) -> dict:
         extra = FORMAT_EXTRAS[cfg.format]
         fail(f"format={cfg.format} needs the {extra} extra ({', '.join(missing)} missing): "
              f"pip install '.[{extra}]'")
-    from seq2seq.export.folder import ExportError
+    from seq2seq.export.folder import ExportError, export_checkpoint
 
     started = time.perf_counter()
     log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,
              cfg.format, cfg.quantize)
+    options = {key: cfg[key] for key in FORMAT_OPTIONS[cfg.format]}
     try:
-        if cfg.format == "argos":
-            from seq2seq.export.argos import package_checkpoint
-
-            manifest = package_checkpoint(
-                cfg.checkpoint, cfg.output, from_code=cfg.from_code, to_code=cfg.to_code,
-                from_name=cfg.from_name, to_name=cfg.to_name,
-                package_version=str(cfg.package_version), sbd_model=cfg.sbd_model,
-                quantize=cfg.quantize, overwrite=cfg.overwrite)
-            log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
-        elif cfg.format == "huggingface":
-            from seq2seq.export.huggingface import convert_checkpoint as convert_to_huggingface
-
-            manifest = convert_to_huggingface(cfg.checkpoint, cfg.output,
-                                              overwrite=cfg.overwrite)
-        elif cfg.format == "ctranslate2":
-            from seq2seq.export.ctranslate2_export import convert_checkpoint
-
-            manifest = convert_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
-                                          overwrite=cfg.overwrite)
-        else:
-            from seq2seq.export.onnx_export import export_checkpoint
-
-            manifest = export_checkpoint(cfg.checkpoint, cfg.output, quantize=cfg.quantize,
-                                         opset=cfg.opset, overwrite=cfg.overwrite)
+        manifest = export_checkpoint(cfg.checkpoint, cfg.output, format=cfg.format,
+                                     overwrite=cfg.overwrite, **options)
     except (CheckpointError, ExportError) as error:
         fail(error)
     except OSError as error:
         fail(f"cannot write {cfg.output}: {error.strerror or error}")
+    if cfg.format == "argos":
+        log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
     size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
     if cfg.format == "huggingface":
         log.info("wrote %s (%.1f MB) in %.1fs; load it with transformers' "

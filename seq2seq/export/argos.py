@@ -29,7 +29,7 @@ from seq2seq.checkpoint import LANGUAGE_NAMES, recorded_languages
 from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.export.ctranslate2_export import write_model_folder
-from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.export.folder import ExportError, check_export_options, staged_folder
 from seq2seq.export.manifest import write_manifest
 
 METADATA_NAME = "metadata.json"
@@ -200,15 +200,18 @@ def _check_archive(archive: zipfile.ZipFile, extracted: Path, tokenizers) -> Non
 
 
 def package_model(model, tokenizers, config: dict[str, Any], output: str | Path, *,
-                  metadata: dict[str, Any], sbd_model: str | Path | None = None,
+                  from_code: str | None = None, to_code: str | None = None,
+                  from_name: str | None = None, to_name: str | None = None,
+                  package_version: str = "1.0", sbd_model: str | Path | None = None,
                   quantize: str = "none", overwrite: bool = False,
                   trainer_state: dict[str, Any] | None = None,
                   source: str | None = None) -> dict[str, Any]:
     """Write ``model`` (a Transformer, on the CPU) as the CTranslate2 folder ``output`` with
     the Argos package ``<package_name>.argosmodel`` in it; returns the folder's manifest, whose
-    ``argos`` entry has the metadata and the package's file name. ``metadata`` comes from
-    :func:`package_metadata`; the other arguments are
-    :func:`~seq2seq.export.ctranslate2_export.convert_model`'s.
+    ``argos`` entry has the metadata and the package's file name. The languages (by default
+    those the run config names) and ``package_version`` make :func:`package_metadata`;
+    ``sbd_model`` is a MiniSBD folder to ship (None: Argos fetches one); the other arguments
+    are :func:`~seq2seq.export.ctranslate2_export.convert_model`'s.
 
     Raises:
         ExportError: when the model is not a Transformer, would not translate the same in
@@ -218,6 +221,9 @@ def package_model(model, tokenizers, config: dict[str, Any], output: str | Path,
     check_export_options(output, quantize=quantize, overwrite=overwrite)
     check_sbd_model(sbd_model)
     check_sources_untagged(config)
+    metadata = package_metadata(config, from_code=from_code, to_code=to_code,
+                                from_name=from_name, to_name=to_name,
+                                package_version=package_version)
     started = time.perf_counter()
     with staged_folder(Path(output), overwrite=overwrite) as staging:
         manifest = write_model_folder(model.eval(), tokenizers, config, staging,
@@ -231,26 +237,3 @@ def package_model(model, tokenizers, config: dict[str, Any], output: str | Path,
                       sbd_model)
         check_package(package, tokenizers)
     return manifest
-
-
-def package_checkpoint(checkpoint: str | Path, output: str | Path, *,
-                       from_code: str | None = None, to_code: str | None = None,
-                       from_name: str | None = None, to_name: str | None = None,
-                       package_version: str = "1.0", sbd_model: str | Path | None = None,
-                       quantize: str = "none", overwrite: bool = False) -> dict[str, Any]:
-    """Package a checkpoint file of a Transformer for Argos Translate in the folder ``output``
-    (see :func:`package_model`); the languages default to those its data config names.
-
-    Raises:
-        CheckpointError: on a missing, corrupted or unsafe checkpoint.
-        ExportError: see :func:`package_model` and :func:`package_metadata`.
-    """
-    check_export_options(output, quantize=quantize, overwrite=overwrite)
-    check_sbd_model(sbd_model)
-    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
-    metadata = package_metadata(config, from_code=from_code, to_code=to_code,
-                                from_name=from_name, to_name=to_name,
-                                package_version=package_version)
-    return package_model(model, tokenizers, config, output, metadata=metadata,
-                         sbd_model=sbd_model, quantize=quantize, overwrite=overwrite,
-                         trainer_state=trainer_state, source=str(checkpoint))

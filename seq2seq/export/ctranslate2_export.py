@@ -29,7 +29,6 @@ from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, UNK_PIECE
 from seq2seq.export.folder import (
     ExportError,
     check_export_options,
-    load_for_export,
     model_log_probs,
     random_pairs,
     staged_folder,
@@ -212,18 +211,3 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
                                       source=source)
         write_manifest(staging, manifest, started=started)
     return manifest
-
-
-def convert_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: str = "none",
-                       overwrite: bool = False) -> dict[str, Any]:
-    """Convert a checkpoint file of a Transformer to the CTranslate2 folder ``output``.
-
-    Raises:
-        CheckpointError: on a missing, corrupted or unsafe checkpoint.
-        ExportError: see :func:`convert_model`.
-    """
-    check_export_options(output, quantize=quantize, overwrite=overwrite)
-    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
-    return convert_model(model, tokenizers, config, output, quantize=quantize,
-                         overwrite=overwrite, trainer_state=trainer_state,
-                         source=str(checkpoint))

@@ -53,7 +53,6 @@ from seq2seq.data.vocab import BOS_ID, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK
 from seq2seq.export.folder import (
     ExportError,
     check_export_options,
-    load_for_export,
     model_log_probs,
     random_pairs,
     staged_folder,
@@ -404,17 +403,3 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
                                   transformers_version=transformers.__version__)
         write_manifest(staging, manifest, started=started)
     return manifest
-
-
-def convert_checkpoint(checkpoint: str | Path, output: str | Path, *,
-                       overwrite: bool = False) -> dict[str, Any]:
-    """Convert a checkpoint file of a Transformer to the Hugging Face folder ``output``.
-
-    Raises:
-        CheckpointError: on a missing, corrupted or unsafe checkpoint.
-        ExportError: see :func:`convert_model`.
-    """
-    check_export_options(output, quantize="none", overwrite=overwrite)
-    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
-    return convert_model(model, tokenizers, config, output, overwrite=overwrite,
-                         trainer_state=trainer_state, source=str(checkpoint))

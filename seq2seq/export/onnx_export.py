@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.export.folder import ExportError, check_export_options, load_for_export, staged_folder
+from seq2seq.export.folder import ExportError, check_export_options, staged_folder
 from seq2seq.export.gru_products import gru_steps_as_products
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import (
@@ -392,21 +392,6 @@ def _copy_declared_shapes(source: Path, path: Path) -> None:
         if value.name in declared:
             value.type.tensor_type.shape.CopyFrom(declared[value.name])
     onnx.save(graph_model, str(path))
-
-
-def export_checkpoint(checkpoint: str | Path, output: str | Path, *, quantize: str = "none",
-                      opset: int = DEFAULT_OPSET, overwrite: bool = False) -> dict[str, Any]:
-    """Export a checkpoint file to the folder ``output``; returns the manifest written.
-
-    Raises:
-        CheckpointError: on a missing, corrupted or unsafe checkpoint.
-        ExportError: see :func:`export_model`.
-    """
-    check_export_options(output, quantize=quantize, overwrite=overwrite)
-    model, tokenizers, config, trainer_state = load_for_export(checkpoint)
-    return export_model(model, tokenizers, config, output, quantize=quantize, opset=opset,
-                        overwrite=overwrite, trainer_state=trainer_state,
-                        source=str(checkpoint))
 
 
 def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: str | Path, *,
