@@ -20,9 +20,9 @@ def write_run(folder, bleus: list[float]):
 def test_each_validation_is_a_point_and_the_figure_is_written(tmp_path, capsys):
     first = write_run(tmp_path / "first", [1.0, 5.0, 9.5])
     second = write_run(tmp_path / "second", [2.0])
-    minutes, bleu = validation_curve(first)
-    assert bleu == [1.0, 5.0, 9.5] and len(minutes) == 3
-    assert minutes == sorted(minutes) and minutes[0] >= 0
+    minutes, bleu = zip(*validation_curve(first), strict=True)
+    assert bleu == (1.0, 5.0, 9.5)
+    assert list(minutes) == sorted(minutes) and minutes[0] >= 0
 
     output = tmp_path / "figures" / "curves.png"
     assert main([str(first), str(second), "--output", str(output)]) == 0
@@ -40,3 +40,6 @@ def test_a_folder_without_validation_scores_is_a_one_line_error(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith(f"error: {folder}: {message}") and err.count("\n") == 1
     assert not (tmp_path / "x.png").exists()
+    assert main([str(write_run(tmp_path / "run", [1.0])), "--output", str(tmp_path / "x.svg")]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'x.svg'}: the figure is a PNG file " \
+        "(--output NAME.png)\n"

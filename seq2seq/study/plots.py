@@ -61,7 +61,8 @@ def plot_bleu_curves(
         grid = np.linspace(0.0, end if end > 0 else 1.0, points)
         values = np.array([np.interp(grid, [m for m, _ in run], [b for _, b in run])
                            for run in runs])
-        (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label} ({len(runs)} runs)")
+        count = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+        (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label}{count}")
         axes.fill_between(grid, values.min(axis=0), values.max(axis=0), alpha=0.2,
                           color=line.get_color(), linewidth=0)
     axes.set_xlabel(x_label)
