@@ -5,43 +5,17 @@ tokenization, batching, empty sentences, checks of the request and the conversio
 ``Translation`` s are the shared part's; CTranslate2 runs the search, on its own terms, with
 one ``translate_batch`` call per batch (two for a beam search with attention below
 CTranslate2 4.9, whose first attention row is another sentence's: a greedy first step gives
-the right one). What that means for the options
-(docs/export.md says the same):
-
-- Sources: cut to ``max_source_length`` pieces with a warning, EOS appended by CTranslate2 (the
-  folder's ``add_source_eos``); an empty source gets an empty translation without a search.
-  CTranslate2 gets and returns piece strings, which are the pieces of our ids (its vocabularies
-  were written from our tokenizers, in id order).
-- Output length limit: ``max_decoding_length`` is one number a call, so a batch runs under the
-  longest limit among its sentences, plus one step, and each hypothesis is then cut to its own
-  sentence's limit ``floor(max_len_a * n + max_len_b)``
-  (:func:`~seq2seq.inference.search.max_output_lengths`, raised to a prefix's length). A cut
-  hypothesis keeps the score CTranslate2 gave the longer one it was cut from; its last
-  attention row is the step after its limit, where our searches write EOS.
-- Beam search, greedy search (``beam_size=1``), ``nbest`` (``num_hypotheses``) and sampling
-  (``temperature``, ``top_k``, ``top_p``) are CTranslate2's. Its length penalty divides a
-  summed log-probability by ``length ** alpha`` where ours (GNMT) divides by
-  ``((5 + length) / 6) ** alpha``: it searches with its own, and the n-best list it returns is
-  scored and re-ranked under ours (the one adaptation here), so scores mean what a checkpoint's
-  mean. A forced prefix's pieces score 0 in CTranslate2, so a score counts the pieces after it.
-- Never generated: ``<pad>`` and ``<s>`` (``suppress_sequences``), as in our searches.
-  CTranslate2 removes them before its softmax, where our searches do after.
-- ``seed``: CTranslate2 seeds each worker thread's generator once, the first time it samples,
-  from ``ctranslate2.set_random_seed``, which a seeded call sets. So a process whose first
-  sampling call is seeded draws the same samples for the same inputs, but a later call goes on
-  drawing from where the last one stopped: a seed does not repeat a single call's samples as
-  it does for a checkpoint.
-- Attention: CTranslate2's alignment head (for a folder written by ``seq2seq-export``, the last
-  decoder layer's first head, where a checkpoint shows the mean of every layer and head), with
-  the source EOS column it leaves out restored (a row sums to 1); no per-layer and per-head
-  matrices (``attention_heads``).
+the right one). The one adaptation: its n-best list is re-scored and re-ranked under our (GNMT)
+length penalty, so that a score means what a checkpoint's means. What each option becomes, and
+where CTranslate2 decodes otherwise (output length limits, forced prefixes, seeds, attention),
+is the table in docs/export.md ("In translate.py, evaluate.py and serve.py").
 
 Refused in one line, each naming the option (:attr:`CTranslate2Translator.cannot` and the
 constructor): a search other than CTranslate2's own beam and sample (one a caller registered:
 :mod:`seq2seq.inference.searches`), phrases (``constraints``, ``terms``), ``epsilon``, a
-``shortlist``, a precision
-other than fp32 (the folder runs in its exported types), ``quantize=int8`` for a float folder, a
-device other than the CPU, and lengths past the folder's position table.
+``shortlist``, a precision other than fp32 (the folder runs in its exported types),
+``quantize=int8`` for a float folder, a device other than the CPU, and lengths past the
+folder's position table.
 """
 
 from __future__ import annotations
@@ -230,7 +204,9 @@ class CTranslate2Translator(BaseTranslator):
 
     @contextmanager
     def _decoding(self, options: DecodeOptions) -> Iterator[Any]:
-        if options.seeded:  # see the module docstring: it seeds threads yet to sample
+        # CTranslate2 seeds a worker thread's generator once, when it first samples: a seeded
+        # first call repeats, later ones go on drawing (docs/export.md).
+        if options.seeded:
             self._ctranslate2.set_random_seed(options.seed % SEED_RANGE)
         yield self.engine
 
