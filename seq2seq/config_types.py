@@ -26,6 +26,32 @@ class ConfigError(ValueError):
     """A config value the code cannot use; the message names its key, on one line."""
 
 
+ABSENT = object()  # what a plain config holds at a key it does not have
+
+
+def value_at(config: Any, dotted: str, absent: Any = ABSENT) -> Any:
+    """The value at the dotted key (``data.filter``) of a plain config, or ``absent``."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return absent
+        node = node[part]
+    return node
+
+
+def config_differences(old: Any, new: Any, key: str = "",
+                       absent: Any = ABSENT) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old, new)`` of every leaf where two plain configs differ, in key order;
+    a key one of them lacks holds ``absent`` there (None: a missing key equals a null one)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for name in sorted(set(old) | set(new), key=str):
+            found += config_differences(old.get(name, absent), new.get(name, absent),
+                                        f"{key}.{name}" if key else str(name), absent)
+        return found
+    return [] if old == new else [(key, old, new)]
+
+
 def error_reason(error: BaseException) -> str:
     """An error as one line that keeps its reason.
 

@@ -34,7 +34,7 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     tokenizers_from_payload,
 )
-from seq2seq.config_types import ConfigError
+from seq2seq.config_types import ABSENT, ConfigError, config_differences, value_at
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.data.vocabulary_coverage import (
@@ -130,29 +130,6 @@ def check_outside_run_folder(parent: Parent, run_dir: Path | None) -> None:
                           "hydra.run.dir)")
 
 
-_ABSENT = object()
-
-
-def _value_at(node, parts: Sequence[str]):
-    for part in parts:
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
-
-
-def _first_difference(given, theirs, key: str):
-    """``(key, given, theirs)`` of the first leaf where two plain nodes differ, else None."""
-    if isinstance(given, dict) and isinstance(theirs, dict):
-        for name in sorted(set(given) | set(theirs), key=str):
-            found = _first_difference(given.get(name, _ABSENT), theirs.get(name, _ABSENT),
-                                      f"{key}.{name}")
-            if found is not None:
-                return found
-        return None
-    return None if given == theirs else (key, given, theirs)
-
-
 def parent_model_config(config: dict, parent: Parent, overrides: Sequence[str]) -> dict:
     """The parent's ``model`` node, once every ``model.*`` value (or ``model/...`` group) on
     the command line is found to agree with it.
@@ -165,14 +142,13 @@ def parent_model_config(config: dict, parent: Parent, overrides: Sequence[str]) 
 
     theirs = parent.config["model"]
     for override in OverridesParser.create().parse_overrides(list(overrides)):
-        parts = override.key_or_group.replace("/", ".").split(".")
-        if parts[0] != "model" or override.package:
+        key = override.key_or_group.replace("/", ".")
+        if key.split(".")[0] != "model" or override.package:
             continue
-        found = _first_difference(_value_at(config, parts), _value_at({"model": theirs}, parts),
-                                  ".".join(parts))
-        if found is not None:
-            key, given, parents = found
-            shown = ["unset" if value is _ABSENT else repr(value) for value in (given, parents)]
+        found = config_differences(value_at(config, key), value_at({"model": theirs}, key), key)
+        if found:
+            key, *values = found[0]
+            shown = ["unset" if value is ABSENT else repr(value) for value in values]
             raise ConfigError(
                 f"{override.input_line} contradicts the parent's model: {key} is {shown[0]} "
                 f"here and {shown[1]} in {parent.path} (trainer.init_from takes the model "

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_to_payload
-from seq2seq.config_types import ConfigError, check_config
+from seq2seq.config_types import ConfigError, check_config, config_differences, value_at
 from seq2seq.console import FILE_ONLY
 from seq2seq.device import set_num_threads
 from seq2seq.models.build import build_model, check_model_config, count_parameters, uses_scorer
@@ -42,34 +42,15 @@ RESUME_MUST_MATCH = ("model", "tokenizer", "data.kind", "data.src_lang", "data.t
                      "data.filter", "parent.sha256")
 
 
-def _lookup(config: dict, dotted: str):
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def config_differences(old, new, prefix: str = "") -> list[str]:
-    """``key: old -> new`` for every leaf where two plain configs differ."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        differences = []
-        for key in sorted(set(old) | set(new), key=str):
-            name = f"{prefix}.{key}" if prefix else str(key)
-            differences += config_differences(old.get(key), new.get(key), name)
-        return differences
-    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
-
-
 def check_resume_compatible(checkpoint: dict, config: dict, tokenizers, path: Path) -> None:
     """Stop with a message that says what differs when a checkpoint does not fit this run."""
     differences = []
     for key in RESUME_MUST_MATCH:
-        old, new = _lookup(checkpoint["config"], key), _lookup(config, key)
+        old, new = value_at(checkpoint["config"], key, None), value_at(config, key, None)
         if key == "model" and isinstance(old, dict):  # written before an option was added
             old = with_added_model_options(old)
-        differences += config_differences(old, new, key)
+        differences += [f"{name}: {a!r} -> {b!r}"
+                        for name, a, b in config_differences(old, new, key, None)]
     ours = tokenizers_to_payload(tokenizers)
     theirs = checkpoint["tokenizers"]
     if set(ours) != set(theirs) or any(not torch.equal(ours[k], theirs[k]) for k in ours
