@@ -284,8 +284,17 @@ class BaseTranslator(ABC):
 
     # -- text -----------------------------------------------------------------------------
     def target_ids(self, texts: Sequence[str], what: str) -> list[list[int]]:
-        """Target piece ids of each text (:func:`encode_targets`)."""
-        return encode_targets(self.tokenizers.tgt, texts, what)
+        """Target piece ids of each text, refusing one the model cannot write (a piece that
+        encodes to <unk>): ``what`` names it in the one-line error (an empty text is refused
+        unless it is a prefix)."""
+        encoded = self.tokenizers.tgt.encode(list(texts)) if texts else []
+        for text, ids in zip(texts, encoded, strict=True):
+            if not ids and what != "prefix":
+                raise ValueError(f"{what} {text!r} is empty")
+            if UNK_ID in ids:
+                raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
+                                 "lacks: it cannot be produced")
+        return [list(ids) for ids in encoded]
 
     def translate(
         self, sentences: Sequence[str], options: DecodeOptions | None = None, *,
@@ -465,20 +474,6 @@ class Translator(BaseTranslator):
             return options.search_method.run(
                 self.model, src_tensor, src_lengths, options, generator=generator,
                 constraints=constraints, **settings)
-
-
-def encode_targets(tokenizer, texts: Sequence[str], what: str) -> list[list[int]]:
-    """Target piece ids of each text, refusing one the model cannot write (a piece that
-    encodes to <unk>): ``what`` names it in the one-line error (an empty text is refused
-    unless it is a prefix)."""
-    encoded = tokenizer.encode(list(texts)) if texts else []
-    for text, ids in zip(texts, encoded, strict=True):
-        if not ids and what != "prefix":
-            raise ValueError(f"{what} {text!r} is empty")
-        if UNK_ID in ids:
-            raise ValueError(f"{what} {text!r} has a piece the model's target vocabulary "
-                             "lacks: it cannot be produced")
-    return [list(ids) for ids in encoded]
 
 
 def to_translations(tokenizers, src_ids: Sequence[np.ndarray],
