@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seq2seq.checkpoint import CheckpointError, tokenizers_from_payload
+from seq2seq.checkpoint import CheckpointError
 from seq2seq.config_types import error_reason
 from seq2seq.data.corpus import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_ID
@@ -173,15 +173,6 @@ class CTranslate2Translator(BaseTranslator):
             raise ValueError(f"device={device}: a CTranslate2 folder decodes on the CPU here: "
                              "give device=cpu")
         return chosen
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any], device: str | torch.device = "cpu",
-                     **settings) -> CTranslate2Translator:
-        """The translator of a CTranslate2 folder read with
-        :func:`~seq2seq.inference.loading.load_model_payload`."""
-        exported = payload["exported"]
-        return cls(exported["folder"], exported["manifest"],
-                   tokenizers_from_payload(payload["tokenizers"]), device=device, **settings)
 
     def check(self, options: DecodeOptions, *, phrases: bool = False) -> None:
         """As :meth:`BaseTranslator.check`, and the output length limit within the folder's

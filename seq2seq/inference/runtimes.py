@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.checkpoint import tokenizers_from_payload
 from seq2seq.device import select_device
 from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
@@ -60,7 +61,10 @@ def translator_from_payloads(payloads: Sequence[dict[str, Any]],
             name = names[index] if names is not None else payloads[index]["exported"]["folder"]
             raise ValueError(f"{name} is a CTranslate2 folder, which decodes alone: an "
                              "ensemble's members are checkpoints or ONNX folders")
-        return CTranslate2Translator.from_payload(payloads[0], device, **settings)
+        exported = payloads[0]["exported"]
+        return CTranslate2Translator(exported["folder"], exported["manifest"],
+                                     tokenizers_from_payload(payloads[0]["tokenizers"]),
+                                     device=device, **settings)
     if device == "auto" and any("exported" in payload for payload in payloads):
         device = "cpu"  # ONNX Runtime's CPU provider runs exported models
     device = select_device(device)
