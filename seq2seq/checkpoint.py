@@ -68,6 +68,31 @@ def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
         torch.save(payload, handle)
 
 
+def load_weights_only(path: Path, what: str, error: type[Exception], **load_options) -> Any:
+    """``torch.load`` of a file of tensors and plain containers (``weights_only=True``), with
+    ``load_options``; ``error`` with a one-line reason, naming the file as ``what``, when it is
+    missing, damaged, or holds other Python objects (which are never run)."""
+    if not path.is_file():
+        raise error(f"{what} not found: {path}")
+    if not zipfile.is_zipfile(path):
+        # torch.save writes zip archives; anything else is damaged or not ours (and torch
+        # would read it as a legacy pickle and misreport it as unsafe).
+        raise error(f"cannot read {what} {path}: the file is truncated or corrupted (not a "
+                    "zip archive)")
+    try:
+        return torch.load(path, weights_only=True, **load_options)
+    except pickle.UnpicklingError as exc:
+        # Keep torch's reason (the offending global), not its advice to disable the check.
+        reason = next((line.strip() for line in str(exc).splitlines()
+                       if "Unsupported global" in line), "unsupported content")
+        raise error(f"refusing to load {path}: it contains Python objects other than tensors "
+                    f"and plain containers, which could run code ({reason})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise error(f"cannot read {what} {path}: the file is truncated or corrupted "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                    ) from None
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
                     mmap: bool = False) -> dict:
     """Read a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` on bad files.
@@ -81,29 +106,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     ``format_version`` set to :data:`FORMAT_VERSION`.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    if not zipfile.is_zipfile(path):
-        # torch.save writes zip archives; anything else is damaged or not a checkpoint (and
-        # torch would read it as a legacy pickle and misreport it as unsafe).
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: the file is truncated or corrupted (not a zip archive)"
-        )
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        # Keep torch's reason (the offending global), not its advice to disable the check.
-        reason = next((line.strip() for line in str(error).splitlines()
-                       if "Unsupported global" in line), "unsupported content")
-        raise CheckpointError(
-            f"refusing to load {path}: it contains Python objects other than tensors and plain "
-            f"containers, which could run code ({reason})"
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: the file is truncated or corrupted "
-            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-        ) from None
+    checkpoint = load_weights_only(path, "checkpoint", CheckpointError,
+                                   map_location=map_location, mmap=mmap)
     if not isinstance(checkpoint, dict) or "model" not in checkpoint:
         raise CheckpointError(f"{path} is not a seq2seq checkpoint (no 'model' entry)")
     version = checkpoint.get("format_version")

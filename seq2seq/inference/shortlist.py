@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
-import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -46,6 +44,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.atomic import atomic_write
+from seq2seq.checkpoint import load_weights_only
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SPECIAL_IDS = np.array(sorted((PAD_ID, UNK_ID, BOS_ID, EOS_ID)), dtype=np.int64)
@@ -268,16 +267,7 @@ class Shortlist:
     def load(cls, path: str | os.PathLike) -> Shortlist:
         """Read a shortlist file (weights only). Raises ShortlistError on a bad file."""
         path = Path(path)
-        if not path.is_file():
-            raise ShortlistError(f"shortlist not found: {path}")
-        if not zipfile.is_zipfile(path):
-            raise ShortlistError(f"cannot read shortlist {path}: not a torch.save file")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            raise ShortlistError(f"refusing to load {path}: it holds Python objects") from None
-        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
-            raise ShortlistError(f"cannot read shortlist {path}: {type(error).__name__}") from None
+        payload = load_weights_only(path, "shortlist", ShortlistError, map_location="cpu")
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise ShortlistError(
                 f"{path} is not a shortlist (build one with seq2seq-build-shortlist)"
