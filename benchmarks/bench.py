@@ -266,7 +266,7 @@ def export_for_bench(checkpoint: Path, folder: Path, quantize: str, *,
                      output_format: str = "onnx") -> dict:
     """Export ``checkpoint`` to ``folder``; the export's seconds and the folder's size."""
     started = time.perf_counter()
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
 
     export_checkpoint(checkpoint, folder, format=output_format, quantize=quantize, overwrite=True)
     seconds = time.perf_counter() - started

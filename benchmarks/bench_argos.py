@@ -51,7 +51,7 @@ def main() -> None:
                        "ARGOS_PACKAGES_DIR": str(home / "packages"),
                        "ARGOS_INTRA_THREADS": str(args.threads)})
 
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
     from seq2seq.metrics import corpus_scores
 
     folder = work / "argos"

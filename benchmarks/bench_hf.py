@@ -67,7 +67,7 @@ def main() -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from seq2seq.checkpoint import load_checkpoint
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.runtimes import load_translator
     from seq2seq.metrics import corpus_scores
@@ -116,7 +116,7 @@ def compare_ctranslate2(checkpoint: str, folder: Path, work: Path) -> None:
     from transformers import AutoTokenizer
 
     from seq2seq.checkpoint import load_checkpoint, tokenizers_from_payload
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
 
     tokenizers = tokenizers_from_payload(load_checkpoint(checkpoint)["tokenizers"])
     if not tokenizers.joint:

@@ -564,7 +564,7 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     copy corpus beside them (relative paths, for evaluate.py run there); made once for all test
     workers, to be read, not changed. Skips without ctranslate2."""
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
 
     def make(folder: Path) -> None:
         folder.mkdir(parents=True)

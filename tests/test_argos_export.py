@@ -33,13 +33,14 @@ from conftest import (  # noqa: E402
 
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers  # noqa: E402
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE  # noqa: E402
+from seq2seq.export import export_checkpoint  # noqa: E402
 from seq2seq.export.argos import (  # noqa: E402
     check_package,
     check_sources_untagged,
     package_metadata,
     package_model,
 )
-from seq2seq.export.folder import ExportError, export_checkpoint  # noqa: E402
+from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

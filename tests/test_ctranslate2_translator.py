@@ -26,7 +26,7 @@ from conftest import api_lines, transformer_checkpoint  # noqa: E402
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.cli.translate import format_translations  # noqa: E402
-from seq2seq.export.folder import export_checkpoint  # noqa: E402
+from seq2seq.export import export_checkpoint  # noqa: E402
 from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
     ATTENTION_SOURCE,
     PHRASE_REFUSAL,

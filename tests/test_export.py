@@ -38,6 +38,7 @@ from conftest import (  # noqa: E402
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
 from seq2seq.data.corpus import DataError  # noqa: E402
+from seq2seq.export import export_checkpoint  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.export.onnx_export import export_model  # noqa: E402
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
@@ -245,6 +246,22 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
         export_model(model, copy_tokenizers(), {}, tmp_path / "out", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert (tmp_path / "out" / "best.pt").read_bytes() == b"a checkpoint"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"format": "tflite"}, "format must be one of onnx, ctranslate2, argos, huggingface, "
+                           "got 'tflite'"),
+    ({"format": "huggingface", "quantize": "int8"}, "format=huggingface takes no option quantize"),
+    ({"format": "ctranslate2", "opset": 17}, "format=ctranslate2 takes no option opset"),
+    ({"source": "x"}, "format=onnx takes no option source"),
+    ({"quantize": "int4"}, "quantize must be one of none, int8, got 'int4'"),
+])
+def test_export_checkpoint_refuses_options_before_reading_the_checkpoint(tmp_path, options,
+                                                                        message):
+    """The checkpoint named does not exist: each refusal comes before it is read."""
+    with pytest.raises(ExportError, match=f"^{re.escape(message)}$"):
+        export_checkpoint(tmp_path / "missing.pt", tmp_path / "out", **options)
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- the command-line tools and the server on an exported folder --------------------------------

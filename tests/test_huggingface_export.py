@@ -41,8 +41,8 @@ from seq2seq.checkpoint import (  # noqa: E402
 )
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers  # noqa: E402
 from seq2seq.data.vocab import EOS_ID, UNK_ID  # noqa: E402
-from seq2seq.export import huggingface  # noqa: E402
-from seq2seq.export.folder import ExportError, export_checkpoint  # noqa: E402
+from seq2seq.export import export_checkpoint, huggingface  # noqa: E402
+from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.models.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

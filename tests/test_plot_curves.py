@@ -40,6 +40,17 @@ def test_a_folder_without_validation_scores_is_a_one_line_error(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith(f"error: {folder}: {message}") and err.count("\n") == 1
     assert not (tmp_path / "x.png").exists()
-    assert main([str(write_run(tmp_path / "run", [1.0])), "--output", str(tmp_path / "x.svg")]) == 1
-    assert capsys.readouterr().err == f"error: {tmp_path / 'x.svg'}: the figure is a PNG file " \
-        "(--output NAME.png)\n"
+    assert main([str(write_run(tmp_path / "run", [1.0])), "--output", str(tmp_path / "x.xyz")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'x.xyz'}: ") and err.count("\n") == 1
+    assert not (tmp_path / "x.xyz").exists()
+
+
+def test_runs_of_one_name_are_told_apart_and_the_extension_names_the_format(tmp_path, capsys):
+    first = write_run(tmp_path / "a" / "seed1", [1.0, 2.0])
+    second = write_run(tmp_path / "b" / "seed1", [3.0, 4.0])
+    output = tmp_path / "curves.svg"
+    assert main([str(first), str(second), "--output", str(output)]) == 0
+    figure = output.read_text(encoding="utf-8")
+    assert figure.lstrip().startswith("<?xml") and "<svg" in figure
+    assert str(first) in figure and str(second) in figure

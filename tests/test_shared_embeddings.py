@@ -48,7 +48,7 @@ def test_a_shared_table_trains_saves_and_exports(tiny_train_config, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.export.folder import export_checkpoint
+    from seq2seq.export import export_checkpoint
 
     cfg = tiny_train_config(**{
         "model/encoder": "transformer", "model/decoder": "transformer",

@@ -6,7 +6,7 @@ the numbers equal what ``sacrebleu REF -i HYP`` prints for the written hypothese
 
 The test set is either a split (``split=valid|test``, default test) of the data config stored
 in the checkpoint, rebuilt with the data package's
-:func:`~seq2seq.data.prepare.corpus_files_from_config` (Multi30k is fetched when missing;
+:func:`~seq2seq.data.sources.corpus_files_from_config` (Multi30k is fetched when missing;
 relative data paths are taken from the current directory), or any pair of files
 (``src=FILE ref=FILE``).
 

@@ -80,7 +80,8 @@ def run(cfg: DictConfig) -> dict:
         extra = FORMAT_EXTRAS[cfg.format]
         fail(f"format={cfg.format} needs the {extra} extra ({', '.join(missing)} missing): "
              f"pip install '.[{extra}]'")
-    from seq2seq.export.folder import ExportError, export_checkpoint
+    from seq2seq.export import export_checkpoint
+    from seq2seq.export.folder import ExportError
 
     started = time.perf_counter()
     log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,

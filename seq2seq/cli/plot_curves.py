@@ -4,9 +4,9 @@
         --output docs/learning_curve.png
 
 The x axis is wall-clock minutes since the run's first logged event (validation time
-included); the curve joins the validations (greedy decoding of the whole validation set),
-drawn by :func:`seq2seq.study.plots.plot_bleu_curves` as the comparison draws its own. A run
-folder without validation scores is a one-line ``error: ...`` and exit status 1.
+included); each point is one validation (greedy decoding of the whole validation set), drawn
+by :func:`seq2seq.study.plots.plot_bleu_curves` as the comparison draws its own. A run folder
+without validation scores is a one-line ``error: ...`` and exit status 1.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from seq2seq.config_types import error_reason
 
 
 class CurveError(Exception):
@@ -39,14 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders")
     parser.add_argument("--output", type=Path, default=Path("learning_curve.png"),
-                        help="the PNG file to write")
+                        help="the figure to write, in the format its extension names")
     args = parser.parse_args(argv)
-    if args.output.suffix.lower() != ".png":
-        print(f"error: {args.output}: the figure is a PNG file (--output NAME.png)",
-              file=sys.stderr)
-        return 1
+    # Each run by its folder's name, or its path where two names are the same.
+    names = [run.name for run in args.runs]
+    labels = [name if names.count(name) == 1 else str(run)
+              for name, run in zip(names, args.runs, strict=True)]
     try:
-        curves = {run.name: [validation_curve(run)] for run in args.runs}
+        curves = {label: [validation_curve(run)]
+                  for label, run in zip(labels, args.runs, strict=True)}
     except CurveError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -57,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          x_label="minutes since start (training + validation)")
     except OSError as error:
         print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # an extension matplotlib cannot write
+        print(f"error: {args.output}: {error_reason(error)}", file=sys.stderr)
         return 1
     print(f"written {args.output}")
     return 0

@@ -318,13 +318,18 @@ def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = No
     Raises:
         DataError: On any data or data-configuration problem.
     """
+    # Every setting is read and checked before the corpus files, which may be downloaded.
     data = get_setting(config, "data", where="config")
     paths = get_setting(config, "paths", where="config")
+    cache_dir = Path(str(get_setting(paths, "cache_dir", where="paths")))
+    tokenizer = TokenizerSettings.from_config(get_setting(config, "tokenizer", where="config"))
+    filter_settings = FilterSettings.from_config(
+        get_setting(data, "filter", where="data", default=None))
     return prepare_data(
         files=corpus_files_from_config(data),
-        tokenizer=TokenizerSettings.from_config(get_setting(config, "tokenizer", where="config")),
-        filter=FilterSettings.from_config(get_setting(data, "filter", where="data", default=None)),
-        cache_dir=Path(str(get_setting(paths, "cache_dir", where="paths"))),
+        tokenizer=tokenizer,
+        filter=filter_settings,
+        cache_dir=cache_dir,
         languages=(str(get_setting(data, "src_lang", where="data", default="src")),
                    str(get_setting(data, "tgt_lang", where="data", default="tgt"))),
         train_corpora=train_corpora_from_config(data),

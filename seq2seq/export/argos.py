@@ -210,7 +210,7 @@ def package_model(model, tokenizers, config: dict[str, Any], output: str | Path,
     the Argos package ``<package_name>.argosmodel`` in it; returns the folder's manifest, whose
     ``argos`` entry has the metadata and the package's file name. The languages (by default
     those the run config names) and ``package_version`` make :func:`package_metadata`;
-    ``sbd_model`` is a MiniSBD folder to ship (None: Argos fetches one); the other arguments
+    ``sbd_model`` is a MiniSBD ``.onnx`` file to ship (None: Argos fetches one); the other arguments
     are :func:`~seq2seq.export.ctranslate2_export.convert_model`'s.
 
     Raises:

@@ -10,14 +10,12 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from seq2seq.atomic import default_permissions, fsync_directory
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.vocab import BOS_ID, EOS_ID
 from seq2seq.inference.export_format import MANIFEST_NAME, QUANTIZE_MODES
 from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
@@ -81,40 +79,6 @@ def staged_folder(output: Path, *, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-# Each format's writer (module in seq2seq.export, function): it takes the model, its
-# tokenizers, its run config, the output folder and the format's own keyword options.
-WRITERS = {"onnx": ("onnx_export", "export_model"),
-           "ctranslate2": ("ctranslate2_export", "convert_model"),
-           "argos": ("argos", "package_model"),
-           "huggingface": ("huggingface", "convert_model")}
-
-
-def export_checkpoint(checkpoint: str | Path, output: str | Path, *, format: str = "onnx",
-                      **options: Any) -> dict[str, Any]:
-    """Export a checkpoint file to the folder ``output`` in ``format`` (a :data:`WRITERS`
-    key); returns the manifest written. ``options`` are the format's writer's (``quantize``,
-    ``overwrite``; ``opset`` for onnx; the languages, ``package_version`` and ``sbd_model``
-    for argos); the trainer summary and the checkpoint's path go into the manifest.
-
-    Raises:
-        CheckpointError: on a missing, corrupted or unsafe checkpoint.
-        ExportError: see the writer; an unknown format, quantize mode or an existing output
-            is refused before the checkpoint is read.
-    """
-    import importlib
-
-    if format not in WRITERS:
-        raise ExportError(f"format must be one of {', '.join(WRITERS)}, got {format!r}")
-    check_export_options(output, quantize=options.get("quantize", "none"),
-                         overwrite=options.get("overwrite", False))
-    module, function = WRITERS[format]
-    writer = getattr(importlib.import_module(f"seq2seq.export.{module}"), function)
-    payload = load_checkpoint(checkpoint)
-    model, tokenizers, config = model_from_checkpoint(payload, "cpu")
-    return writer(model, tokenizers, config, output, trainer_state=payload.get("trainer_state"),
-                  source=str(checkpoint), **options)
 
 
 def transformer_parts(model: nn.Module, format_name: str

@@ -27,9 +27,15 @@ from seq2seq.atomic import atomic_write
 
 
 def _save(figure: Figure, path: Path) -> Path:
+    """Write ``figure`` in the format its extension names (png, svg, pdf...).
+
+    Raises:
+        ValueError: for an extension matplotlib cannot write.
+    """
     path = Path(path)
     with atomic_write(path) as handle:
-        figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
+        figure.savefig(handle, format=path.suffix.lstrip(".").lower() or "png", dpi=100,
+                       bbox_inches="tight")
     return path
 
 
@@ -50,19 +56,22 @@ def plot_bleu_curves(
     path: Path, curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], points: int = 200,
     *, x_label: str = "training minutes"
 ) -> Path:
-    """``curves``: per group label, per run, ``(x, BLEU)`` pairs (x: minutes, or steps)."""
+    """``curves``: per group label, per run, ``(x, BLEU)`` pairs (x: minutes, or steps). A
+    group of one run is its validations, marked; a larger one their mean and min-max band."""
     figure = _figure(7, 4.5)
     axes = figure.add_subplot()
     for label, runs in curves.items():
         runs = [sorted(run) for run in runs if run]
+        if len(runs) == 1:
+            axes.plot(*zip(*runs[0], strict=True), marker="o", markersize=3, label=label)
+            continue
         if not runs:
             continue
         end = max(run[-1][0] for run in runs)
         grid = np.linspace(0.0, end if end > 0 else 1.0, points)
         values = np.array([np.interp(grid, [m for m, _ in run], [b for _, b in run])
                            for run in runs])
-        count = f" ({len(runs)} runs)" if len(runs) > 1 else ""
-        (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label}{count}")
+        (line,) = axes.plot(grid, values.mean(axis=0), label=f"{label} ({len(runs)} runs)")
         axes.fill_between(grid, values.min(axis=0), values.max(axis=0), alpha=0.2,
                           color=line.get_color(), linewidth=0)
     axes.set_xlabel(x_label)
