@@ -80,13 +80,6 @@ def _stdin_lines() -> Iterator[str]:
     return decode_lines(sys.stdin.buffer, "<stdin>")
 
 
-def _count_lines(path: Path) -> int:
-    from seq2seq.data.corpus import open_binary
-
-    with open_binary(path) as file:
-        return sum(1 for _ in file)
-
-
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
     iterator = iter(lines)
     while chunk := list(islice(iterator, size)):
@@ -196,7 +189,9 @@ def run(cfg: DictConfig) -> int:
         if cfg.text is not None:
             input_lines = 1
         elif cfg.input is not None and (request.line_files or sys.stderr.isatty()):
-            input_lines = _count_lines(Path(cfg.input))
+            from seq2seq.data.corpora import line_count
+
+            input_lines = line_count(Path(cfg.input))
         guidance = request.guidance(translator, input_lines=input_lines)
     except (DataError, ValueError) as error:
         fail(error)

@@ -134,9 +134,7 @@ class BeamSearch(Search):
 
     phrases = True
 
-    def check(self, options) -> None:
-        if options.beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, got {options.beam_size}")
+    def check(self, options) -> None:  # beam_size >= 1: DecodeOptions checked it before
         if not 1 <= options.nbest <= options.beam_size:
             raise ValueError(f"nbest must be between 1 and beam_size ({options.beam_size}), "
                              f"got {options.nbest}")
