@@ -67,3 +67,17 @@ def test_training_over_holds_the_given_clock_against_max_time():
     state = TrainerState(train_seconds=10.0)  # this rank's clock
     assert training_over(state, settings, seconds_trained=61.0)  # rank 0's
     assert not training_over(TrainerState(train_seconds=61.0), settings, seconds_trained=10.0)
+
+
+def test_epochs_at_end_projects_the_pace_so_far_to_the_first_limit():
+    """A quarter of a 60-minute budget spent in 1.5 epochs: 6 epochs at the end, unless a
+    step limit comes first; nothing to project before the first step."""
+    budget = TrainingBudget(max_steps=None, max_epochs=None, max_time=60.0, batches_per_epoch=10,
+                            broadcast=lambda value: 900.0)  # rank 0's clock: 15 minutes
+    state = TrainerState()
+    assert budget.epochs_at_end(state) is None
+    budget.start(state)
+    state.step, state.epoch, state.batches_in_epoch = 15, 1, 5
+    assert budget.epochs_at_end(state) == pytest.approx(6.0)
+    budget.max_steps = 20  # 75 % of the steps done: they end it first, at 2 epochs
+    assert budget.epochs_at_end(state) == pytest.approx(2.0)

@@ -80,3 +80,11 @@ class TrainingBudget:
         if self.max_time:
             fractions.append(self.seconds_trained / (self.max_time * 60))
         return max(fractions) if fractions else None
+
+    def epochs_at_end(self, state: TrainerState) -> float | None:
+        """The epochs the run will have trained when its budget ends, at its pace so far
+        (None before the first step, or with no limit set)."""
+        progress = self.progress(state)
+        if not progress:
+            return None
+        return (state.epoch + state.batches_in_epoch / self.batches_per_epoch) / progress

@@ -13,6 +13,7 @@ from typing import Any
 
 from seq2seq.config_types import ConfigError, settings_from_dict
 from seq2seq.device import PRECISIONS
+from seq2seq.training.regularization import choices_from_config
 from seq2seq.training.run_folder import NO_RESUME
 
 # The parts trainer.freeze takes (seq2seq.training.finetune.parameters_of says what each holds).
@@ -55,6 +56,9 @@ class TrainerSettings:
     average_last: int | None = None
     # Validate and keep an exponential moving average of the weights of this decay (None: off).
     ema: float | None = None
+    # Dropout and weight decay chosen at the first validation from the epochs the run will
+    # reach (seq2seq.training.regularization); empty: model.dropout and optimizer.weight_decay.
+    regularization_by_epochs: list = field(default_factory=list)
     # Validations in a row without a better BLEU after which training stops (None: never).
     early_stopping_patience: int | None = None
     max_consecutive_nonfinite: int = 5
@@ -101,6 +105,7 @@ class TrainerSettings:
         if not 0 <= settings.subword_sampling <= 1:
             raise ConfigError(f"trainer.subword_sampling must be in [0, 1], "
                               f"got {settings.subword_sampling}")
+        settings.regularization_by_epochs = choices_from_config(settings.regularization_by_epochs)
         _check_fine_tuning(settings)
         return settings
 

@@ -35,6 +35,9 @@ class TrainerState:
     # The validation BLEU of checkpoints/averaged.pt and what it averages (same paths).
     averaged_bleu: float | None = None
     averaged_from: list = field(default_factory=list)
+    # trainer.regularization_by_epochs, once chosen: {"step", "epochs" (projected), "dropout",
+    # "weight_decay"} (None where the config's setting stayed).
+    regularization: dict | None = None
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -46,6 +46,7 @@ from seq2seq.training.checkpointing import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.ema import WeightAverage
 from seq2seq.training.loss import SequenceLoss
+from seq2seq.training.regularization import apply_regularization, choose
 from seq2seq.training.schedulers import Schedule
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.state import TrainerState, capture_rng_state, restore_rng_state
@@ -240,6 +241,10 @@ class Trainer:
         self.schedule.load_state_dict(checkpoint["schedule"])
         self.scaler.load_state_dict(checkpoint["scaler"])
         self.state.load_state_dict(checkpoint["trainer_state"])
+        if self.state.regularization is not None:  # the choice the run made goes on
+            apply_regularization(self.model, self.optimizer,
+                                 dropout=self.state.regularization["dropout"],
+                                 weight_decay=self.state.regularization["weight_decay"])
         self.sampler.load_state_dict(checkpoint["sampler"])
         saved = checkpoint.get("ema")
         if self.ema is not None and saved is not None:
@@ -283,12 +288,39 @@ class Trainer:
         self.checkpoints.record_validation(
             state, bleu, lambda: self.checkpoint_payload(with_training_state=False))
         state.last_validated_step = state.step
+        if self.settings.regularization_by_epochs and state.regularization is None:
+            self._choose_regularization()
         patience = self.settings.early_stopping_patience
         if patience is not None and state.validations_without_improvement >= patience:
             log.info("early stopping: no better validation BLEU in %d validations (best %.2f at "
                      "step %d)", patience, state.best_bleu, state.best_step)
             return True
         return False
+
+    def _choose_regularization(self) -> None:
+        """trainer.regularization_by_epochs, at the first validation: the entry for the epochs
+        the budget will reach at the pace so far (the same on every rank: rank 0's clock)."""
+        state = self.state
+        epochs = self.budget.epochs_at_end(state)
+        if epochs is None:
+            return
+        choice = choose(self.settings.regularization_by_epochs, epochs)
+        dropout = None if choice is None else choice.dropout
+        weight_decay = None if choice is None else choice.weight_decay
+        apply_regularization(self.model, self.optimizer, dropout=dropout,
+                             weight_decay=weight_decay)
+        state.regularization = {"step": state.step, "epochs": epochs, "dropout": dropout,
+                                "weight_decay": weight_decay}
+        if choice is None:
+            log.info("trainer.regularization_by_epochs: the budget will reach %.1f epochs at "
+                     "this pace (step %d): no entry's below_epochs is above that, "
+                     "model.dropout and optimizer.weight_decay stay as set", epochs, state.step)
+            return
+        log.info("trainer.regularization_by_epochs: the budget will reach %.1f epochs at this "
+                 "pace (step %d), below %g: dropout %s and weight decay %s from here on",
+                 epochs, state.step, choice.below_epochs,
+                 "as set" if dropout is None else f"{dropout:g}",
+                 "as set" if weight_decay is None else f"{weight_decay:g}")
 
     def _progress_bar(self, total_steps: int | None):
         """With ``max_time`` set, a bar over the share of the budget spent (whichever limit ends
