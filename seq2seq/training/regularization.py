@@ -46,12 +46,9 @@ def choices_from_config(entries: Sequence) -> list[RegularizationChoice]:
     choices = []
     for index, entry in enumerate(entries):
         key = f"{KEY}[{index}]"
-        if isinstance(entry, RegularizationChoice):
-            choice = entry
-        else:
-            if isinstance(entry, dict) and "below_epochs" not in entry:
-                raise ConfigError(f"{key}: below_epochs is missing")
-            choice = settings_from_dict(RegularizationChoice, entry, key)
+        if isinstance(entry, dict) and "below_epochs" not in entry:
+            raise ConfigError(f"{key}: below_epochs is missing")
+        choice = settings_from_dict(RegularizationChoice, entry, key)
         if choice.below_epochs <= (choices[-1].below_epochs if choices else 0):
             raise ConfigError(f"{key}.below_epochs must be positive and above the entry "
                               f"before's, got {choice.below_epochs}")
