@@ -48,26 +48,29 @@ from seq2seq.models.build import build_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 LINES = sentences(6, seed=11)
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
-# Loads a folder with transformers alone and translates the JSON list of lines on stdin, each
-# alone with translate.py's default length limit (floor(1.5 n + 10) pieces, n counting </s>).
+# Loads each folder given with transformers alone and translates the JSON list of lines on
+# stdin, each alone with translate.py's default length limit (floor(1.5 n + 10) pieces, n
+# counting </s>). One interpreter for all the folders: importing transformers takes seconds.
 CLIENT = """
 import json, sys
 import sentencepiece, torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-folder, lines = sys.argv[1], json.load(sys.stdin)
-tokenizer = AutoTokenizer.from_pretrained(folder)
-model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-ids, texts = [], []
-for line in lines:
-    batch = tokenizer([line], return_tensors="pt")
-    limit = int(1.5 * batch["input_ids"].shape[1] + 10)
-    with torch.no_grad():
-        output = model.generate(**batch, max_new_tokens=limit + 1)[0]
-    ids.append(output.tolist())
-    texts.append(tokenizer.decode(output, skip_special_tokens=True))
+lines, outputs = json.load(sys.stdin), {}
+for folder in sys.argv[1:]:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    ids, texts = [], []
+    for line in lines:
+        batch = tokenizer([line], return_tensors="pt")
+        limit = int(1.5 * batch["input_ids"].shape[1] + 10)
+        with torch.no_grad():
+            output = model.generate(**batch, max_new_tokens=limit + 1)[0]
+        ids.append(output.tolist())
+        texts.append(tokenizer.decode(output, skip_special_tokens=True))
+    outputs[folder] = {"ids": ids, "texts": texts}
 imported = sorted(name for name in sys.modules if name.split(".")[0] == "seq2seq")
-print(json.dumps({"ids": ids, "texts": texts, "seq2seq_modules": imported}))
+print(json.dumps({"folders": outputs, "seq2seq_modules": imported}))
 """
 
 
@@ -132,11 +135,26 @@ def exported(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return {name: (folder / f"{name}.pt", folder / f"{name}-hf") for name in VARIANTS}
 
 
-def run_client(folder: Path, lines: list[str]) -> dict:
-    result = subprocess.run([sys.executable, "-c", CLIENT, str(folder)], input=json.dumps(lines),
-                            capture_output=True, text=True, env=ENV, timeout=180, check=False)
+def run_client(folders: list[Path], lines: list[str]) -> dict:
+    """CLIENT over ``folders`` in a fresh interpreter: {"folders": {folder: {"ids", "texts"}},
+    "seq2seq_modules": the seq2seq modules it imported}."""
+    result = subprocess.run([sys.executable, "-c", CLIENT, *map(str, folders)],
+                            input=json.dumps(lines), capture_output=True, text=True, env=ENV,
+                            timeout=180, check=False)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def transformers_outputs(exported, tmp_path_factory) -> dict:
+    """CLIENT's output over every variant's folder, run once per session."""
+    def make(path: Path) -> None:
+        path.mkdir()
+        output = run_client([folder for _, folder in exported.values()], LINES)
+        (path / "outputs.json").write_text(json.dumps(output), encoding="utf-8")
+
+    folder = made_once(tmp_path_factory, "huggingface_client", make)
+    return json.loads((folder / "outputs.json").read_text(encoding="utf-8"))
 
 
 def our_greedy_ids(checkpoint: Path, lines: list[str]) -> list[list[int]]:
@@ -154,10 +172,11 @@ def our_greedy_ids(checkpoint: Path, lines: list[str]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_transformers_alone_translates_as_translate_py(exported, name, tmp_path, run_python):
+def test_transformers_alone_translates_as_translate_py(exported, transformers_outputs, name,
+                                                      tmp_path, run_python):
     checkpoint, folder = exported[name]
-    got = run_client(folder, LINES)
-    assert got["seq2seq_modules"] == []
+    assert transformers_outputs["seq2seq_modules"] == []
+    got = transformers_outputs["folders"][str(folder)]
     want_ids = our_greedy_ids(checkpoint, LINES)
     assert len({len(ids) for ids in want_ids}) > 1  # outputs of several lengths
     # generate's output: the start id, the translation, then the </s> it made or was forced to.
