@@ -205,17 +205,23 @@ def test_float32_attention_runs_half_precision_attention_in_float32_on_a_cpu():
                                         dropout=0.0))
 
 
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_mask_dropout_keeps_each_element_with_one_minus_p_and_scales_it(dtype):
-    dropout = speed_up(torch.nn.Sequential(torch.nn.Dropout(0.3)), ["mask_dropout"])[0]
-    x = torch.rand(400, 500, dtype=dtype) + 1  # no zeros of its own
+def test_mask_dropout_keeps_each_element_with_one_minus_p_and_scales_it(dtype, p):
+    dropout = speed_up(torch.nn.Sequential(torch.nn.Dropout(p)), ["mask_dropout"])[0]
+    x = (torch.rand(400, 500) + 1).to(dtype).requires_grad_()  # no zeros of its own
     torch.manual_seed(1)
     out = dropout(x)
     torch.manual_seed(1)
     assert torch.equal(dropout(x), out)  # seeded: the same mask
     kept = out != 0
-    assert abs(kept.float().mean().item() - 0.7) < 0.01
-    assert torch.equal(out[kept], (x * (1 / 0.7)).to(dtype)[kept])
+    # each of the four 16-bit parts of a 64-bit draw is uniform (the generator's default range
+    # would leave one part's sign bit at 0, and a quarter of the elements kept more often)
+    for part in range(4):
+        assert abs(kept.flatten()[part::4].float().mean().item() - (1 - p)) < 0.01
+    assert torch.equal(out[kept], (x * (1 / (1 - p))).to(dtype)[kept])
+    out.backward(torch.ones_like(out))
+    assert torch.equal(x.grad, torch.where(kept, torch.tensor(1 / (1 - p)).to(dtype), 0))
     dropout.eval()
     assert dropout(x) is x
 
