@@ -151,13 +151,14 @@ def flops_per_target_token(preset: str, batch: int = 64, length: int = 14) -> fl
     from omegaconf import OmegaConf
     from torch.utils.flop_counter import FlopCounterMode
 
+    from benchmarks.bench_models import TARGET_VOCAB
     from seq2seq import CONFIG_DIR
     from seq2seq.models.build import build_model
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={preset}"])
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    src_vocab, tgt_vocab = cfg.tokenizer.vocab_size, 4273  # Multi30k en pieces of 8k joint BPE
+    src_vocab, tgt_vocab = cfg.tokenizer.vocab_size, TARGET_VOCAB  # Multi30k's output rows
     model = build_model(model_cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab).train()
     src = torch.randint(4, src_vocab, (batch, length))
     tgt_in = torch.randint(4, tgt_vocab, (batch, length))

@@ -6,7 +6,7 @@ Shared by :mod:`benchmarks.profile_training` and :mod:`benchmarks.profile_decodi
 because the batch size changes from batch to batch and step to step. The dimensions that are
 not the size of one of the model's parameters or buffers (the rows of a batch, a source length)
 are written ``n``, so the rows of one product merge whatever the batch: ``(n, 512) x (512,
-4273)`` is the output layer's forward product, ``(4273, n) x (n, 512)`` its weight gradient.
+4288)`` is the output layer's forward product, ``(4288, n) x (n, 512)`` its weight gradient.
 That is a heuristic: a batch that happens to have a parameter's size gets a class of its own.
 
 The table answers the first question of a slow run (do the products run slowly, or does the

@@ -3,8 +3,9 @@
     python -m benchmarks.profile_training experiment=multi30k_gru_additive [--steps 5] \\
         [--by-shape] [--products] [--plain]
 
-Builds the preset's model (source vocabulary 8,000, output vocabulary 4,273 as on Multi30k
-de-en) with the speed kernels training swaps in (:func:`seq2seq.ops.speed_up`; ``--plain``: the
+Builds the preset's model (source vocabulary 8,000, output vocabulary 4,288 as on Multi30k
+de-en; ``--target-vocab N`` another, e.g. 4,273 to see what an unaligned output layer costs)
+with the speed kernels training swaps in (:func:`seq2seq.ops.speed_up`; ``--plain``: the
 model as :mod:`seq2seq.models` writes it, to see what the kernels pay), runs forward + backward
 + optimizer step on synthetic Multi30k-like batches of the preset's ``batch.max_tokens`` (under
 autocast when the preset's ``trainer.precision`` says so), and prints the operators with the
@@ -33,18 +34,20 @@ from seq2seq.ops import speed_up
 from seq2seq.training.loss import SequenceLoss
 
 
-def preset_training(overrides: list[str], batch_count: int, *, plain: bool = False):
+def preset_training(overrides: list[str], batch_count: int, *, plain: bool = False,
+                    target_vocab: int = TARGET_VOCAB):
     """The preset's composed config, its model's loss (seeded), optimizer and synthetic batches
     of its ``batch.max_tokens``; the model with training's speed kernels unless ``plain``."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     torch.manual_seed(0)
-    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=TARGET_VOCAB)
+    model = build_model(cfg.model, src_vocab_size=VOCAB, tgt_vocab_size=target_vocab)
     if not plain:
         speed_up(model)
     objective = SequenceLoss(model, label_smoothing=cfg.trainer.label_smoothing)
     optimizer = instantiate(cfg.optimizer)(model.parameters())
-    batches = synthetic_batches(batch_count, cfg.batch.max_tokens, torch.Generator().manual_seed(1))
+    batches = synthetic_batches(batch_count, cfg.batch.max_tokens, torch.Generator().manual_seed(1),
+                                target_vocab=target_vocab)
     return cfg, objective, optimizer, batches
 
 
@@ -72,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--by-shape", action="store_true", help="group by operator and input shapes")
     parser.add_argument("--plain", action="store_true",
                         help="without the speed kernels of seq2seq.ops (what they pay)")
+    parser.add_argument("--target-vocab", type=int, default=TARGET_VOCAB,
+                        help=f"the output layer's rows (default {TARGET_VOCAB}, as on Multi30k)")
     add_product_options(parser)
     return parser
 
@@ -80,7 +85,8 @@ def main() -> None:
     args = build_parser().parse_args()
     bound_onednn_caches()  # as seq2seq-train does
     cfg, objective, optimizer, batches = preset_training(args.overrides, args.steps + 2,
-                                                         plain=args.plain)
+                                                         plain=args.plain,
+                                                         target_vocab=args.target_vocab)
 
     precision, dtype = preset_dtype(cfg)
 

@@ -331,6 +331,12 @@ def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
     assert target.decode_pieces([target.pieces(ids) for ids in train_ids]) == target.decode(
         train_ids)
     assert 1 in prepared.splits["valid"][30][1].tolist()  # UNK_ID
+    # Rounded up to 64 output rows with the unseen pieces of the highest ids.
+    occurring = set(target.kept_ids[np.unique(np.load(
+        prepared.cache_dir / "train.tgt.tokens.npy"))].tolist()) | {0, 1, 2, 3}
+    unseen = [i for i in range(source.vocab_size) if i not in occurring]
+    assert len(occurring) % 64 != 0 and target.vocab_size == 64
+    assert sorted(target.kept_ids.tolist()) == sorted(occurring | set(unseen[len(occurring) - 64:]))
     # The same subset comes back from the cache and from a checkpoint payload.
     again = _prepare(files, tmp_path / "cache")
     assert again.cache_hit and np.array_equal(again.tokenizers.tgt.kept_ids, target.kept_ids)

@@ -121,4 +121,4 @@ def test_profile_training_reports_products_of_a_preset(tmp_path, monkeypatch, ca
     summary = json.loads(output.read_text())
     assert summary["ceiling_gflops"] == 50.0
     assert 0 < summary["product_seconds"] < summary["total_seconds"]
-    assert "x (16, 4273)" in capsys.readouterr().out  # the output layer
+    assert "x (16, 4288)" in capsys.readouterr().out  # the output layer

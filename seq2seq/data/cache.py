@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 # Bump whenever the cache layout or the meaning of its content changes: old caches are then
 # simply not found (and can be deleted by hand).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the kept target pieces rounded up to a multiple of 64
 
 SUMMARY_FILE = "summary.json"
 FILE_HASHES_FILE = "file_hashes.json"

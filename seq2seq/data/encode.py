@@ -21,12 +21,15 @@ from seq2seq.data.corpus import iter_parallel_chunks
 from seq2seq.data.dataset import TOKENS_SUFFIX, TokenArrayWriter
 from seq2seq.data.settings import FilterSettings
 from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
-from seq2seq.data.vocab import UNK_ID
+from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 DROP_REASONS = ("empty", "too_long", "length_ratio")
 ENCODE_CHUNK_LINES = 10_000
 # Token files are remapped in blocks of this many ids, never loaded whole.
 _REMAP_BLOCK = 1 << 24
+# The output layer's rows are rounded up to a multiple of this: the products of an odd row count
+# run well below the CPU's matrix speed (docs/speed.md), and 64 suits every vector width.
+OUTPUT_ROWS_MULTIPLE = 64
 
 
 def _token_dtype(vocab_size: int) -> type[np.integer]:
@@ -209,24 +212,36 @@ def _filter_chunk(
     return remaining
 
 
-def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path, split: str) -> Tokenizers:
+def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path,
+                            split: str) -> tuple[Tokenizers, int]:
     """Keeps on the target side only the pieces of `split`'s encoded targets; remaps them.
 
     Called on the training split right after it is encoded with the full joint model, before
     the other splits are encoded: those then use the subset (a piece never seen in training
-    targets becomes UNK).
+    targets becomes UNK). The kept pieces are rounded up to a multiple of
+    :data:`OUTPUT_ROWS_MULTIPLE` with the unseen pieces of the highest ids (rare whole words and
+    single characters; never a corpus tag) where the vocabulary has enough: the output layer's
+    matrix products run well below the CPU's speed at an odd row count (docs/speed.md).
 
     Returns:
-        The tokenizers with a SubsetTokenizer as target.
+        The tokenizers with a SubsetTokenizer as target, and how many of its pieces occur in
+        the training targets.
     """
     tokens = np.load(Path(f"{directory / split}.tgt{TOKENS_SUFFIX}"), mmap_mode="r+")
     seen = np.zeros(tokenizers.tgt.vocab_size, dtype=bool)
     for start in range(0, len(tokens), _REMAP_BLOCK):
         seen[tokens[start : start + _REMAP_BLOCK]] = True
+    seen[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = True  # a subset always keeps them
+    occurring = int(seen.sum())
+    tags = set(tokenizers.tgt.user_symbols)  # never an output row for a corpus tag
+    fillers = [i for i in np.flatnonzero(~seen) if tokenizers.tgt.id_to_piece(int(i)) not in tags]
+    shortfall = -occurring % OUTPUT_ROWS_MULTIPLE
+    if shortfall <= len(fillers):  # else the vocabulary is too small to reach the multiple
+        seen[fillers[len(fillers) - shortfall:]] = True
     subset = SubsetTokenizer(base=tokenizers.tgt, kept_ids=np.flatnonzero(seen))
     for start in range(0, len(tokens), _REMAP_BLOCK):
         block = tokens[start : start + _REMAP_BLOCK]
         tokens[start : start + _REMAP_BLOCK] = subset.to_compact[block]
     tokens.flush()
     del tokens
-    return Tokenizers(src=tokenizers.src, tgt=subset, joint=True)
+    return Tokenizers(src=tokenizers.src, tgt=subset, joint=True), occurring

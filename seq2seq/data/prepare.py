@@ -35,7 +35,12 @@ from seq2seq.data.cache import (
 from seq2seq.data.corpora import TrainCorpus, corpus_tags, is_plain, train_corpora_from_config
 from seq2seq.data.corpus import DataError, check_parallel
 from seq2seq.data.dataset import ParallelDataset
-from seq2seq.data.encode import SplitSource, encode_split, prune_target_vocabulary
+from seq2seq.data.encode import (
+    OUTPUT_ROWS_MULTIPLE,
+    SplitSource,
+    encode_split,
+    prune_target_vocabulary,
+)
 from seq2seq.data.hashing import FileHashCache
 from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.settings import FilterSettings, TokenizerSettings, get_setting
@@ -266,11 +271,12 @@ def _build(
                                 for corpus, part in zip(corpora, parts, strict=True)]
         if is_train and tokenizers.joint and tokenizer.prune_target_vocabulary and not given:
             full_size = tokenizers.tgt.vocab_size
-            tokenizers = prune_target_vocabulary(
+            tokenizers, occurring = prune_target_vocabulary(
                 tokenizers=tokenizers, directory=directory, split=split
             )
-            logger.info("target vocabulary: %d of %d pieces occur in the training targets",
-                        tokenizers.tgt.vocab_size, full_size)
+            logger.info("target vocabulary: %d of %d pieces occur in the training targets; the "
+                        "output layer has %d rows (a multiple of %d where the vocabulary allows)",
+                        occurring, full_size, tokenizers.tgt.vocab_size, OUTPUT_ROWS_MULTIPLE)
     save_tokenizers(directory=directory, tokenizers=tokenizers)
     return {
         "tokenizer": dataclasses.asdict(tokenizer),

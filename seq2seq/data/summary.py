@@ -90,7 +90,7 @@ def _vocabulary(summary: Mapping[str, Any]) -> str:
         if vocab["src"] < tokenizer["vocab_size"]:
             text += asked
         if vocab["tgt"] != vocab["src"]:
-            text += f", of which the target side uses {vocab['tgt']:,}"
+            text += f", of which the target side keeps {vocab['tgt']:,}"
         return text
     text = f"{tokenizer['model_type']}, source {vocab['src']:,} / target {vocab['tgt']:,} pieces"
     if min(vocab["src"], vocab["tgt"]) < tokenizer["vocab_size"]:
