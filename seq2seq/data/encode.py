@@ -28,7 +28,7 @@ ENCODE_CHUNK_LINES = 10_000
 # Token files are remapped in blocks of this many ids, never loaded whole.
 _REMAP_BLOCK = 1 << 24
 # The output layer's rows are rounded up to a multiple of this: the products of an odd row count
-# run well below the CPU's matrix speed (docs/speed.md), and 64 suits every vector width.
+# run well below the CPU's matrix speed (docs/speed.md); 64 is a multiple of every vector width.
 OUTPUT_ROWS_MULTIPLE = 64
 
 
@@ -217,8 +217,8 @@ def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path,
     """Keeps on the target side only the pieces of `split`'s encoded targets; remaps them.
 
     Called on the training split right after it is encoded with the full joint model, before
-    the other splits are encoded: those then use the subset (a piece never seen in training
-    targets becomes UNK). The kept pieces are rounded up to a multiple of
+    the other splits are encoded: those then use the subset (a piece it does not keep becomes
+    UNK). The kept pieces are rounded up to a multiple of
     :data:`OUTPUT_ROWS_MULTIPLE` with the unseen pieces of the highest ids (rare whole words and
     single characters; never a corpus tag) where the vocabulary has enough: the output layer's
     matrix products run well below the CPU's speed at an odd row count (docs/speed.md).
