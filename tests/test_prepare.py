@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from seq2seq.data.corpus import DataError, read_lines
+from seq2seq.data.encode import fillers_to_a_multiple
 from seq2seq.data.prepare import prepare_data, prepare_from_config
 from seq2seq.data.settings import FilterSettings, TokenizerSettings
 from seq2seq.data.sources import corpus_files_from_config
@@ -336,7 +337,7 @@ def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
         prepared.cache_dir / "train.tgt.tokens.npy"))].tolist()) | {0, 1, 2, 3}
     unseen = [i for i in range(source.vocab_size) if i not in occurring]
     assert len(occurring) % 64 != 0 and target.vocab_size == 64
-    assert sorted(target.kept_ids.tolist()) == sorted(occurring | set(unseen[len(occurring) - 64:]))
+    assert sorted(target.kept_ids.tolist()) == sorted(occurring | set(unseen[-(64 - len(occurring)):]))
     # The same subset comes back from the cache and from a checkpoint payload.
     again = _prepare(files, tmp_path / "cache")
     assert again.cache_hit and np.array_equal(again.tokenizers.tgt.kept_ids, target.kept_ids)
@@ -345,6 +346,15 @@ def test_joint_target_vocabulary_is_pruned_to_pieces_seen_in_training_targets(
     restored = tokenizers_from_payload(tokenizers_to_payload(prepared.tokenizers)).tgt
     assert np.array_equal(restored.kept_ids, target.kept_ids)
     assert restored.encode(["KALO MIPE"]) == target.encode(["KALO MIPE"])
+
+
+def test_fillers_round_the_kept_pieces_up_with_the_highest_unseen_ids_but_never_an_excluded_one():
+    seen = np.zeros(20, dtype=bool)
+    seen[[0, 1, 2, 3, 9]] = True  # 5 kept
+    assert fillers_to_a_multiple(seen, excluded=[19], multiple=8).tolist() == [16, 17, 18]
+    assert fillers_to_a_multiple(seen, excluded=[], multiple=8).tolist() == [17, 18, 19]
+    assert fillers_to_a_multiple(seen, excluded=[19], multiple=5).tolist() == []  # a multiple
+    assert fillers_to_a_multiple(seen, excluded=[19], multiple=32).tolist() == []  # out of reach
 
 
 def test_pruning_can_be_turned_off(small_corpus, tmp_path: Path) -> None:

@@ -212,6 +212,18 @@ def _filter_chunk(
     return remaining
 
 
+def fillers_to_a_multiple(seen: np.ndarray, *, excluded: Sequence[int],
+                          multiple: int) -> np.ndarray:
+    """The ids to add to ``seen`` (a boolean mask over the vocabulary) so that it counts a
+    multiple of ``multiple``: the unseen ones of the highest ids, never one of ``excluded``;
+    none where there are too few to reach it."""
+    candidates = np.setdiff1d(np.flatnonzero(~seen), excluded)  # sorted
+    shortfall = -int(seen.sum()) % multiple
+    if shortfall == 0 or shortfall > len(candidates):
+        return candidates[:0]
+    return candidates[-shortfall:]
+
+
 def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path,
                             split: str) -> tuple[Tokenizers, int]:
     """Keeps on the target side only the pieces of `split`'s encoded targets; remaps them.
@@ -234,10 +246,8 @@ def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path,
     seen[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = True  # a subset always keeps them
     occurring = int(seen.sum())
     tags = set(tokenizers.tgt.user_symbols)  # never an output row for a corpus tag
-    fillers = [i for i in np.flatnonzero(~seen) if tokenizers.tgt.id_to_piece(int(i)) not in tags]
-    shortfall = -occurring % OUTPUT_ROWS_MULTIPLE
-    if shortfall <= len(fillers):  # else the vocabulary is too small to reach the multiple
-        seen[fillers[len(fillers) - shortfall:]] = True
+    tag_ids = [i for i in np.flatnonzero(~seen) if tokenizers.tgt.id_to_piece(int(i)) in tags]
+    seen[fillers_to_a_multiple(seen, excluded=tag_ids, multiple=OUTPUT_ROWS_MULTIPLE)] = True
     subset = SubsetTokenizer(base=tokenizers.tgt, kept_ids=np.flatnonzero(seen))
     for start in range(0, len(tokens), _REMAP_BLOCK):
         block = tokens[start : start + _REMAP_BLOCK]
