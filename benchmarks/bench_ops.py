@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_ops experiment=multi30k_gru_additive [--mode train|greedy|beam]
         [--kernels additive_energies ...] [--steps 30] [--precision fp32|bf16]
-        [--threads 1] [--clock cpu|wall] [--only plain|swapped]
+        [--threads 1] [--clock cpu|wall] [--only plain|swapped] [--plain-loss]
 
 Builds the preset's model (vocabularies as :mod:`benchmarks.bench_models`), copies it and swaps
 ``--kernels`` (all of :data:`seq2seq.ops.KERNELS` by default) into the copy, then runs the two
@@ -11,6 +11,11 @@ first: a training step each (target tokens/s), or a greedy or beam-5 search of e
 sources, 30 steps (sentences/s). Medians over ``--steps`` batches after 3 untimed ones, and the
 median of the per-batch ratios. ``--clock cpu`` (the default) times the process's CPU time:
 on a shared machine it counts the work, not the wait for a core.
+
+``--plain-loss`` (training) gives the plain model the loss as autograd writes it
+(:func:`seq2seq.training.loss.label_smoothed_formula`) and the swapped one the blockwise kernel
+training uses (:mod:`seq2seq.ops.smoothed_cross_entropy`); with ``--kernels`` and no names, that
+kernel alone is measured.
 
 ``--only VARIANT`` runs that one model alone and prints its peak resident memory, to compare
 across two processes (the two models of one process would share a peak).
@@ -36,7 +41,7 @@ from seq2seq.inference.search import Beam, Choose, run_search
 from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.ops import KERNELS, speed_up
-from seq2seq.training.loss import SequenceLoss
+from seq2seq.training.loss import SequenceLoss, label_smoothed_formula
 
 WARMUP = 3
 OUTPUT_LENGTH = 30  # every search runs this many steps at most, whatever the model emits
@@ -46,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=...")
     parser.add_argument("--mode", default="train", choices=["train", "greedy", "beam"])
-    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--kernels", nargs="*", default=list(KERNELS), choices=list(KERNELS))
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="CPU autocast dtype (as trainer.precision)")
@@ -54,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
     parser.add_argument("--only", choices=["plain", "swapped"], default=None,
                         help="run this model alone and print its peak resident memory")
+    parser.add_argument("--plain-loss", action="store_true",
+                        help="train the plain model with the autograd formula of the loss")
     return parser
 
 
@@ -79,12 +86,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     batches = synthetic_batches(args.steps + WARMUP, cfg.batch.max_tokens,
                                 torch.Generator().manual_seed(1))
     names = list(models)
-    print(" ".join(args.overrides), f"({args.mode}, kernels {' '.join(args.kernels)}, "
+    loss = ", the loss kernel against its formula" if args.plain_loss else ""
+    print(" ".join(args.overrides), f"({args.mode}, kernels {' '.join(args.kernels) or 'none'}{loss}, "
           f"{args.precision}, {torch.get_num_threads()} threads, {args.clock} clock)")
 
     if args.mode == "train":
-        training = {name: (SequenceLoss(models[name],
-                                        label_smoothing=cfg.trainer.label_smoothing),
+        plain_loss = {"criterion": label_smoothed_formula} if args.plain_loss else {}
+        training = {name: (SequenceLoss(models[name], label_smoothing=cfg.trainer.label_smoothing,
+                                        **(plain_loss if name == "plain" else {})),
                            torch.optim.Adam(models[name].parameters(), lr=1e-3))
                     for name in names}
 
