@@ -215,29 +215,46 @@ def training_ratios(rows: list[dict]) -> dict[str, float]:
     return ratios
 
 
-def auto_precision_shares(rows: list[dict], chosen: str) -> dict[str, float]:
-    """For each preset with an fp32 row: the speed of the precision ``auto`` chose as a share of
-    the faster of its fp32 and bf16 rows (1.0: auto chose the faster). A preset without a bf16
-    row ran where bf16 is emulated (far slower: fp32 is the faster); auto's bf16 there has no
-    row to go by, and counts 0."""
+def auto_precision_shares(rows: list[dict], chosen: dict[str, str]) -> dict[str, float]:
+    """For each preset with an fp32 row: the speed of the precision ``auto`` chose for it
+    (``chosen``, by preset) as a share of the faster of its fp32 and bf16 rows (1.0: auto chose
+    the faster). A preset without a bf16 row ran where bf16 is emulated (far slower: fp32 is
+    the faster); auto's bf16 there has no row to go by, and counts 0."""
     speed = {(row["preset"], row["precision"]): row["tokens_per_second_median"] for row in rows}
     shares = {}
     for preset in dict.fromkeys(row["preset"] for row in rows):
         fp32, bf16 = speed.get((preset, "fp32")), speed.get((preset, "bf16"))
-        if fp32 is None:
+        if fp32 is None or preset not in chosen:
             continue
         if bf16 is None:
-            shares[preset] = 1.0 if chosen == "fp32" else 0.0
+            shares[preset] = 1.0 if chosen[preset] == "fp32" else 0.0
         else:
-            shares[preset] = (bf16 if chosen == "bf16" else fp32) / max(fp32, bf16)
+            shares[preset] = (bf16 if chosen[preset] == "bf16" else fp32) / max(fp32, bf16)
     return shares
 
 
-def auto_precision_line(chosen: str, reason: str, shares: dict[str, float]) -> str:
-    """``precision=auto -> fp32 (why); its speed against the faster precision: PRESET 100%, ...``"""
-    return (f"precision=auto -> {chosen} ({reason}); its training speed against the faster of "
-            "fp32 and bf16: " + ", ".join(f"{preset} {100 * share:.0f}%"
-                                          for preset, share in shares.items()))
+def auto_precision_line(preset: str, chosen: str, reason: str, share: float | None) -> str:
+    """``PRESET: precision=auto -> fp32 (why); 100% of the faster precision's speed``"""
+    against = "" if share is None else (f"; {100 * share:.0f}% of the training speed of the "
+                                        "faster of fp32 and bf16 above")
+    return f"{preset}: precision=auto -> {chosen} ({reason}){against}"
+
+
+def auto_choices(presets: list[str]) -> dict[str, tuple[str, str]]:
+    """What ``trainer.precision=auto`` picks for each preset's training step on this CPU, and
+    why: its workload timed on the preset's model and synthetic batches (or read from the
+    cache, where a run or an earlier bench timed it)."""
+    from benchmarks.profile_training import preset_training
+    from seq2seq.device import decide_precision
+    from seq2seq.training.step_timing import BATCHES, training_workload
+
+    cpu, choices = torch.device("cpu"), {}
+    for preset in presets:
+        cfg, objective, optimizer, batches = preset_training([f"experiment={preset}"], BATCHES)
+        workload = training_workload(objective, optimizer, batches, device=cpu,
+                                     max_tokens=cfg.batch.max_tokens)
+        choices[preset] = decide_precision("auto", cpu, workload=workload)
+    return choices
 
 
 def bench_decoding(checkpoint: Path, max_sentences: int | None, precision: str, *,
@@ -466,14 +483,17 @@ def main() -> None:
               f"{row['percent_of_ceiling']:>9.0f}% {row['peak_rss_gib']:>8.2f} GiB", flush=True)
     results["ratios"] = training_ratios(results["training"])
     print("ratios: " + ", ".join(f"{name} {value:.2f}x" for name, value in results["ratios"].items()))
-    # What precision=auto picks here (measured once per CPU, threads and torch, then cached),
-    # against the rows just measured: it should be the faster, or within 5 % of it.
-    from seq2seq.device import decide_precision
-
-    chosen, reason = decide_precision("auto", torch.device("cpu"))
-    shares = auto_precision_shares(results["training"], chosen)
-    results["auto_precision"] = {"chosen": chosen, "reason": reason, "share_of_faster": shares}
-    print(auto_precision_line(chosen, reason, shares), flush=True)
+    # What precision=auto picks for each preset here (its step timed once per CPU, threads,
+    # torch and model, then cached), against the rows just measured: the faster, or within 3 %.
+    presets = list(dict.fromkeys(row["preset"] for row in results["training"]))
+    choices = auto_choices(presets)
+    shares = auto_precision_shares(results["training"],
+                                   {preset: chosen for preset, (chosen, _) in choices.items()})
+    results["auto_precision"] = {
+        preset: {"chosen": chosen, "reason": reason, "share_of_faster": shares.get(preset)}
+        for preset, (chosen, reason) in choices.items()}
+    for preset, (chosen, reason) in choices.items():
+        print(auto_precision_line(preset, chosen, reason, shares.get(preset)), flush=True)
     if args.memory_steps:
         memory_precision = runs["memory_precision"]
         row = bench_training("multi30k_luong_fast", memory_precision, args.memory_steps,

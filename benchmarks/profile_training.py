@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.bench_models import TARGET_VOCAB, VOCAB, synthetic_batches
 from benchmarks.product_table import add_product_options, print_products
 from seq2seq import CONFIG_DIR
-from seq2seq.device import AUTOCAST_DTYPES, resolve_precision
+from seq2seq.device import AUTOCAST_DTYPES, decide_precision
 from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.ops import speed_up
@@ -52,8 +52,9 @@ def preset_training(overrides: list[str], batch_count: int, *, plain: bool = Fal
 
 
 def preset_dtype(cfg) -> tuple[str, torch.dtype | None]:
-    """The preset's precision on this CPU (``auto`` resolved) and its autocast dtype."""
-    precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))
+    """The preset's precision on this CPU (``auto``: what its products measure) and its
+    autocast dtype."""
+    precision = decide_precision(cfg.trainer.precision, torch.device("cpu"))[0]
     return precision, AUTOCAST_DTYPES[precision]
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from collections.abc import Sequence
 
 import torch
 
-from seq2seq.precision import choose_cpu_precision
+from seq2seq.precision import Workload, choose_cpu_precision
 
 # The autocast dtype of each ``precision`` option, in training and in search (fp32: none).
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -60,14 +59,12 @@ _WARNED: set[str] = set()  # the precision warnings this process has given
 
 
 def choose_precision(precision: str, device: torch.device, *, log: logging.Logger,
-                     option: str = "precision",
-                     shapes: Sequence[tuple[int, int]] | None = None,
-                     decoding: bool = False) -> str:
-    """:func:`resolve_precision`, logging in one line what ``auto`` chose and why, and, once
+                     option: str = "precision", workload: Workload | None = None) -> str:
+    """:func:`decide_precision`, logging in one line what ``auto`` chose and why, and, once
     per process (validation builds a translator each time), the :func:`half_precision_warning`
-    of the result. ``option`` names the setting in both lines; ``shapes`` and ``decoding`` are
+    of the result. ``option`` names the setting in both lines; ``workload`` is
     :func:`decide_precision`'s."""
-    chosen, reason = decide_precision(precision, device, shapes=shapes, decoding=decoding)
+    chosen, reason = decide_precision(precision, device, workload=workload)
     if precision == "auto":
         log.info("%s=auto -> %s (%s)", option, chosen, reason)
     warning = half_precision_warning(chosen, device)
@@ -77,27 +74,15 @@ def choose_precision(precision: str, device: torch.device, *, log: logging.Logge
     return chosen
 
 
-def resolve_precision(precision: str, device: torch.device, *,
-                      shapes: Sequence[tuple[int, int]] | None = None) -> str:
-    """The precision to run: ``precision`` itself, or what :func:`decide_precision` makes of
-    ``auto``.
-
-    Raises:
-        ValueError: for a value not in :data:`PRECISIONS`.
-    """
-    return decide_precision(precision, device, shapes=shapes)[0]
-
-
 def decide_precision(precision: str, device: torch.device, *,
-                     shapes: Sequence[tuple[int, int]] | None = None,
-                     decoding: bool = False) -> tuple[str, str]:
+                     workload: Workload | None = None) -> tuple[str, str]:
     """The precision to run and why, for every caller (training, translate, evaluate, serve).
 
     ``auto`` is bf16 on CUDA GPUs from Ampere on, and fp32 on older GPUs and MPS; on a CPU,
-    bf16 where :func:`seq2seq.precision.choose_cpu_precision` measures it at least 10 % faster
-    than fp32 (products of ``shapes``, the model's, measured once and cached; measured too
-    where torch has no bf16 matrix kernels for the CPU, which the reason then says).
-    ``decoding`` words the reason for a decoder, which shares the training products' probe.
+    the faster of fp32 and bf16 on ``workload`` (the caller's own step: training's or a
+    search's; None: matrix products, :func:`seq2seq.precision.product_workload`), timed once
+    and cached by :func:`seq2seq.precision.choose_cpu_precision`; timed too where torch has no
+    bf16 matrix kernels for the CPU, which the reason then says.
 
     Raises:
         ValueError: for a value not in :data:`PRECISIONS`.
@@ -113,9 +98,9 @@ def decide_precision(precision: str, device: torch.device, *,
     if device.type != "cpu":
         return "fp32", f"auto keeps {device.type} in fp32"
     # Measured also where torch has no bf16 kernels for the CPU: a flag is not a measurement,
-    # and the probe of an emulated bf16 stops at its time budget.
-    choice = choose_cpu_precision(shapes)
-    reason = choice.describe(decoding=decoding)
+    # and the timing of an emulated bf16 stops at its budget.
+    choice = choose_cpu_precision(workload)
+    reason = choice.describe()
     kernels = onednn_half_precision_kernels()
     if kernels is not None and not kernels["bf16"]:
         reason += (f"; torch has no bf16 matrix kernels for this CPU "

@@ -1,14 +1,20 @@
-"""``precision=auto`` on a CPU: bf16 only where it measures at least 10 % faster than fp32.
+"""``precision=auto`` on a CPU: the faster of fp32 and bf16, timed on the work it decides for.
 
 A CPU flag is not a measurement: a Xeon with AVX512-BF16 but no AMX multiplies in bf16 at
-about 0.6x fp32, an EPYC with the same flag at about 1.6x (docs/speed.md). So the first use on
-a CPU times matrix products of the model's own sizes, forward and backward, in fp32 and under
-bf16 autocast (a fraction of a second), and the ratio is kept per CPU model and flags, torch
-thread count and torch version in the user's cache folder (:func:`default_cache_path`), for
-every later run, training and decoding alike.
+about 0.6x fp32, an EPYC with the same flag at about 1.6x (docs/speed.md); and a product is not
+a step: on a Xeon with AMX bf16 products ran 5.2x fp32 while the Transformer's step ran 1.15x,
+and a probe of small products read 1.01x. So the first use on a CPU times the work itself, a
+:class:`Workload`: training, the model's own training step (forward, backward and optimizer,
+at the run's batch shape, a few steps); decoding, the model's own greedy search of a batch.
+fp32 and bf16 alternate, and the ratio is kept per CPU model and flags, torch thread count,
+torch version and workload in the user's cache folder (:func:`default_cache_path`) for every
+later run. bf16 is chosen where it is at least :data:`BF16_MIN_SPEEDUP` times as fast, so a run
+never goes at under 97 % of the faster mode. A caller with no model to time falls back on
+matrix products of the model's sizes (:func:`product_workload`), under a wider margin.
 
-:func:`choose_cpu_precision` decides; the timing function and the cache file are arguments, so
-that tests inject timings and never time anything. ``seq2seq.device`` calls it for ``auto``.
+:func:`choose_cpu_precision` decides; the workload's timing function and the cache file are
+arguments, so that tests inject timings and never time anything. ``seq2seq.device`` calls it
+for ``auto``.
 """
 
 from __future__ import annotations
@@ -32,34 +38,72 @@ from seq2seq.atomic import write_text
 
 log = logging.getLogger(__name__)
 
-# bf16 is chosen where fp32 time / bf16 time is at least this: a smaller gain is within what
-# the rest of a step (and the probe's noise) can eat.
-BF16_MIN_SPEEDUP = 1.10
+# bf16 is chosen where fp32 time / bf16 time of the work itself is at least this: fp32 (exact
+# to the formula) where the two are within 3 %, so auto never runs at under 97 % of the faster.
+BF16_MIN_SPEEDUP = 1.03
+# The same for the products-only fallback: the rest of a step can eat a gain this small.
+PRODUCTS_MIN_SPEEDUP = 1.10
 CACHE_DIR_ENV = "SEQ2SEQ_CACHE_DIR"  # overrides $XDG_CACHE_HOME/seq2seq and ~/.cache/seq2seq
 CACHE_FILE = "precision.json"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 1 held one products ratio per CPU; 2 one ratio per CPU and workload
 
 # (inputs, outputs) of the products timed when the caller names none: a 512-wide model's
 # hidden, feed-forward and 8k-vocabulary output products.
 DEFAULT_SHAPES: tuple[tuple[int, int], ...] = ((512, 512), (512, 2048), (2048, 512), (512, 8000))
-MAX_SHAPES = 4           # the model's largest distinct products are timed, not all of them
 MAX_WIDTH = 2048         # wider sides (a vocabulary) are timed at this width, to stay short
 PROBE_FLOPS = 4e8        # per repetition (forward and backward): sets the rows of the products
 MIN_ROWS, MAX_ROWS = 32, 256
 WARMUP, REPEATS = 1, 5   # pairs of an fp32 and a bf16 repetition
-PROBE_BUDGET_S = 0.4     # no pair starts after this, whatever the CPU
+PROBE_BUDGET_S = 0.4     # the products: no pair starts after this, whatever the CPU
+STEP_REPEATS = 4         # a workload's timed pairs (each a step or a search in both modes)
+STEP_BUDGET_S = 12.0     # no pair of a workload starts after this
 
 
 @dataclass(frozen=True)
 class ProbeTimes:
-    """The median seconds of one repetition of the probe's products in each precision."""
+    """The median seconds of one repetition of the work in each precision."""
 
     fp32_seconds: float
     bf16_seconds: float
 
 
-# What a probe function takes: the (inputs, outputs) of each product and the rows to multiply.
-Measure = Callable[[Sequence[tuple[int, int]], int], ProbeTimes]
+@dataclass(frozen=True)
+class Workload:
+    """What ``auto`` times: ``name`` (the cache's key beside the CPU's, and the log's words,
+    e.g. "the training step of Seq2Seq (7.1 M parameters) on 1,600-token batches"), the timing
+    function, and the speed-up bf16 needs to be chosen."""
+
+    name: str
+    measure: Callable[[], ProbeTimes]
+    min_speedup: float = BF16_MIN_SPEEDUP
+
+
+# One repetition of the work under autocast to the dtype (None: fp32); the argument is the
+# pair's number (a workload of several batches runs pair i on batch i in both precisions).
+Repetition = Callable[[torch.dtype | None, int], None]
+
+
+def time_alternately(repetition: Repetition, *, warmup: int = WARMUP, repeats: int = REPEATS,
+                     budget_s: float = PROBE_BUDGET_S) -> ProbeTimes:
+    """Median seconds of ``repetition`` in fp32 and under bf16 autocast, the two alternating (so
+    that a neighbour's load falls on both), the first ``warmup`` pairs untimed. No pair starts
+    after ``budget_s``; a warm-up pair over the whole budget is the measurement (one more would
+    not change a decision between modes that far apart: an emulated bf16)."""
+    started = time.perf_counter()
+    fp32, bf16 = [], []
+    for pair in range(warmup + repeats):
+        times = []
+        for dtype in (None, torch.bfloat16):
+            begun = time.perf_counter()
+            repetition(dtype, pair)
+            times.append(time.perf_counter() - begun)
+        over_budget = time.perf_counter() - started > budget_s
+        if pair >= warmup or (over_budget and not fp32):
+            fp32.append(times[0])
+            bf16.append(times[1])
+        if over_budget:
+            break
+    return ProbeTimes(statistics.median(fp32), statistics.median(bf16))
 
 
 @dataclass(frozen=True)
@@ -94,17 +138,17 @@ class CpuPrecision:
     probe_seconds: float | None  # how long the probe took (None: read from the cache)
     cache_path: Path | None      # where the measurement is kept (None: it could not be)
     cache_error: str | None = None  # why it could not be kept
+    workload: str = ""              # what was timed (Workload.name)
 
-    def describe(self, *, decoding: bool = False) -> str:
-        """The reason, one line: ``bf16 0.60x fp32 on this CPU, measured now in 0.21 s,
-        cached in ~/.cache/seq2seq/precision.json``; ``decoding`` says that a decoder goes by
-        the training products' ratio."""
+    def describe(self) -> str:
+        """The reason, one line: ``bf16 1.45x fp32 on this CPU for the training step of ...,
+        measured now in 4.10 s, cached in ~/.cache/seq2seq/precision.json``."""
         when = (f"measured {self.measured}" if self.from_cache
                 else f"measured now in {self.probe_seconds:.2f} s")
         kept = (f"cached in {_home_relative(self.cache_path)}" if self.cache_path is not None
                 else f"not cached: {self.cache_error}")
-        shared = " (training products, used for decoding too)" if decoding else ""
-        return f"bf16 {self.speedup:.2f}x fp32 on this CPU{shared}, {when}, {kept}"
+        timed = f" for {self.workload}" if self.workload else ""
+        return f"bf16 {self.speedup:.2f}x fp32 on this CPU{timed}, {when}, {kept}"
 
 
 def default_cache_path() -> Path:
@@ -145,17 +189,16 @@ def cpu_features() -> str:
     return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
 
 
-def product_shapes(model: object, *, limit: int = MAX_SHAPES) -> tuple[tuple[int, int], ...] | None:
-    """The (inputs, outputs) of ``model``'s largest distinct matrix products, read from its 2-D
-    weights (a linear or recurrent layer's, an embedding table as the output layer it is or
-    matches), largest first; None for a model that is not a torch module (the probe then uses
-    :data:`DEFAULT_SHAPES`)."""
-    if not isinstance(model, torch.nn.Module):
-        return None
-    shapes = {(int(weight.shape[1]), int(weight.shape[0]))
-              for weight in model.parameters() if weight.dim() == 2}
-    largest = sorted(shapes, key=lambda shape: (shape[0] * shape[1], shape), reverse=True)
-    return tuple(largest[:limit]) or None
+def model_description(model) -> str:
+    """``Seq2Seq 7.1 M parameters [3f2a9c]``: the class, the size (a
+    :class:`~seq2seq.models.interfaces.DecodingModel`'s ``parameter_count``) and, for a torch
+    module, a digest of its parameter names and shapes, for a workload's name (two models of
+    one size but other layers are timed apart)."""
+    digest = ""
+    if isinstance(model, torch.nn.Module):
+        shapes = [(name, tuple(weight.shape)) for name, weight in model.named_parameters()]
+        digest = f" [{hashlib.sha256(repr(shapes).encode()).hexdigest()[:6]}]"
+    return f"{type(model).__name__} {model.parameter_count / 1e6:.1f} M parameters{digest}"
 
 
 def probe_products(shapes: Sequence[tuple[int, int]]) -> tuple[int, tuple[tuple[int, int], ...]]:
@@ -171,86 +214,81 @@ def probe_products(shapes: Sequence[tuple[int, int]]) -> tuple[int, tuple[tuple[
 
 def measure_products(shapes: Sequence[tuple[int, int]], rows: int) -> ProbeTimes:
     """Time ``rows`` x ``shapes`` products, forward and backward, in fp32 and under bf16
-    autocast, on torch's current threads: fp32 and bf16 repetitions alternate (so a neighbour's
-    load falls on both), the first :data:`WARMUP` pairs untimed; medians. No pair starts after
-    :data:`PROBE_BUDGET_S`."""
+    autocast, on torch's current threads (:func:`time_alternately`, within
+    :data:`PROBE_BUDGET_S`)."""
     generator = torch.Generator().manual_seed(0)
     operands = [(torch.randn(rows, inputs, generator=generator, requires_grad=True),
                  torch.randn(outputs, inputs, generator=generator, requires_grad=True))
                 for inputs, outputs in shapes]
     leaves = [tensor for pair in operands for tensor in pair]
 
-    def step(dtype: torch.dtype | None) -> float:
-        start = time.perf_counter()
+    def repetition(dtype: torch.dtype | None, _pair: int) -> None:
         with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             products = [F.linear(rows_in, weight) for rows_in, weight in operands]
         loss = torch.stack([product.float().sum() for product in products]).sum()
         torch.autograd.grad(loss, leaves)
-        return time.perf_counter() - start
 
-    started = time.perf_counter()
-    fp32, bf16 = [], []
-    for pair in range(WARMUP + REPEATS):
-        fp32_seconds, bf16_seconds = step(None), step(torch.bfloat16)
-        over_budget = time.perf_counter() - started > PROBE_BUDGET_S
-        if pair >= WARMUP or (over_budget and not fp32):
-            # A warm-up pair over the whole budget is the measurement: one more would not
-            # change a decision between products that slow (an emulated bf16).
-            fp32.append(fp32_seconds)
-            bf16.append(bf16_seconds)
-        if over_budget:
-            break
-    return ProbeTimes(statistics.median(fp32), statistics.median(bf16))
+    return time_alternately(repetition)
+
+
+def product_workload(shapes: Sequence[tuple[int, int]] | None = None, *,
+                     measure: Callable[[Sequence[tuple[int, int]], int], ProbeTimes]
+                     = measure_products) -> Workload:
+    """The fallback workload of a caller with no model step to time: matrix products of
+    ``shapes`` (None: :data:`DEFAULT_SHAPES`), forward and backward, a fraction of a second;
+    bf16 needs :data:`PRODUCTS_MIN_SPEEDUP` here."""
+    rows, capped = probe_products(shapes or DEFAULT_SHAPES)
+    name = "matrix products " + ", ".join(f"{rows}x{inputs}x{outputs}"
+                                          for inputs, outputs in capped)
+    return Workload(name, lambda: measure(capped, rows), min_speedup=PRODUCTS_MIN_SPEEDUP)
 
 
 def choose_cpu_precision(
-    shapes: Sequence[tuple[int, int]] | None = None,
+    workload: Workload | None = None,
     *,
-    measure: Measure | None = None,
     cache_path: str | os.PathLike | None = None,
     identity: CpuIdentity | None = None,
     today: datetime.date | None = None,
 ) -> CpuPrecision:
-    """bf16 where it is at least :data:`BF16_MIN_SPEEDUP` times as fast as fp32 on this CPU,
-    else fp32: the cached ratio of ``identity`` if there is one, else measured now and cached.
+    """bf16 where ``workload`` runs at least ``workload.min_speedup`` times as fast in bf16 as in
+    fp32 on this CPU, else fp32: the cached ratio of ``identity`` and the workload if there is
+    one, else measured now and cached.
 
     Args:
-        shapes: (inputs, outputs) of the products to time (the model's: :func:`product_shapes`);
-            None: :data:`DEFAULT_SHAPES`. They only matter when nothing is cached yet.
-        measure: the timing function (default :func:`measure_products`); tests inject one.
+        workload: what to time (None: :func:`product_workload` of the default shapes).
         cache_path: the JSON file (default :func:`default_cache_path`). An unreadable one is
             ignored with a warning and rewritten; one that cannot be written leaves the
             measurement uncached.
         identity: what the measurement holds for (default: this CPU, threads and torch).
         today: the date recorded with a new measurement (default: today).
     """
-    measure = measure or measure_products
+    workload = workload or product_workload()
     path = Path(cache_path) if cache_path is not None else default_cache_path()
     identity = identity or CpuIdentity.current()
+    key = f"{identity.key} | {workload.name}"
     entries = _read_cache(path)
-    entry = entries.get(identity.key)
+    entry = entries.get(key)
     if entry is not None:
         try:
             speedup, measured = float(entry["speedup"]), str(entry["measured"])
         except (KeyError, TypeError, ValueError):
             log.warning("precision cache %s: the entry for %s is unreadable; measuring again",
-                        path, identity.key)
+                        path, key)
         else:
-            return CpuPrecision(_decide(speedup), speedup, measured, from_cache=True,
-                                probe_seconds=None, cache_path=path)
+            return CpuPrecision(_decide(speedup, workload), speedup, measured, from_cache=True,
+                                probe_seconds=None, cache_path=path, workload=workload.name)
 
-    rows, shapes = probe_products(shapes or DEFAULT_SHAPES)
     started = time.perf_counter()
-    times = measure(shapes, rows)
+    times = workload.measure()
     probe_seconds = time.perf_counter() - started
     speedup = times.fp32_seconds / max(times.bf16_seconds, 1e-12)
     measured = (today or datetime.date.today()).isoformat()
-    entries[identity.key] = {
+    entries[key] = {
         "cpu": identity.cpu, "threads": identity.threads, "torch": identity.torch_version,
-        "speedup": round(speedup, 4), "precision": _decide(speedup), "measured": measured,
+        "workload": workload.name, "speedup": round(speedup, 4),
+        "precision": _decide(speedup, workload), "measured": measured,
         "fp32_ms": round(times.fp32_seconds * 1e3, 3),
         "bf16_ms": round(times.bf16_seconds * 1e3, 3),
-        "products": ", ".join(f"{rows}x{inputs}x{outputs}" for inputs, outputs in shapes),
     }
     cache_error = None
     try:
@@ -258,13 +296,13 @@ def choose_cpu_precision(
                                     indent=1, sort_keys=True) + "\n")
     except OSError as error:  # a read-only home still trains, measuring each time
         cache_error = f"{type(error).__name__}: {error.strerror or error}"
-    return CpuPrecision(_decide(speedup), speedup, measured, from_cache=False,
+    return CpuPrecision(_decide(speedup, workload), speedup, measured, from_cache=False,
                         probe_seconds=probe_seconds, cache_path=None if cache_error else path,
-                        cache_error=cache_error)
+                        cache_error=cache_error, workload=workload.name)
 
 
-def _decide(speedup: float) -> str:
-    return "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32"
+def _decide(speedup: float, workload: Workload) -> str:
+    return "bf16" if speedup >= workload.min_speedup else "fp32"
 
 
 def _read_cache(path: Path) -> dict[str, dict]:
@@ -279,6 +317,10 @@ def _read_cache(path: Path) -> dict[str, dict]:
         return {}
     try:
         content = json.loads(text)
+        if content.get("format") == 1:  # products ratios per CPU alone: measured anew
+            log.info("precision cache %s holds the products of an earlier version; "
+                     "measuring the work itself", path)
+            return {}
         if content.get("format") != CACHE_FORMAT or not isinstance(
                 content.get("measurements"), dict):
             raise ValueError(f"not format {CACHE_FORMAT} with a 'measurements' table")

@@ -56,11 +56,15 @@ def test_auto_precisions_speed_is_a_share_of_the_faster_rows(bench):
             {"preset": "b", "precision": "fp32", "tokens_per_second_median": 1000},
             {"preset": "b", "precision": "bf16", "tokens_per_second_median": 1600},
             {"preset": "c", "precision": "fp32", "tokens_per_second_median": 800}]  # emulated bf16
-    assert bench.auto_precision_shares(rows, "fp32") == {"a": 1.0, "b": 0.625, "c": 1.0}
-    assert bench.auto_precision_shares(rows, "bf16") == {"a": 0.6, "b": 1.0, "c": 0.0}
-    line = bench.auto_precision_line("fp32", "bf16 0.60x fp32 on this CPU", {"a": 1.0, "b": 0.625})
-    assert line == ("precision=auto -> fp32 (bf16 0.60x fp32 on this CPU); its training speed "
-                    "against the faster of fp32 and bf16: a 100%, b 62%")
+    assert bench.auto_precision_shares(rows, dict.fromkeys("abc", "fp32")) == {
+        "a": 1.0, "b": 0.625, "c": 1.0}
+    assert bench.auto_precision_shares(rows, dict.fromkeys("abc", "bf16")) == {
+        "a": 0.6, "b": 1.0, "c": 0.0}
+    # each preset goes by its own choice; one auto was not asked about has no share
+    assert bench.auto_precision_shares(rows, {"a": "fp32", "b": "bf16"}) == {"a": 1.0, "b": 1.0}
+    line = bench.auto_precision_line("b", "fp32", "bf16 0.60x fp32 on this CPU", 0.625)
+    assert line == ("b: precision=auto -> fp32 (bf16 0.60x fp32 on this CPU); 62% of the "
+                    "training speed of the faster of fp32 and bf16 above")
 
 
 def test_an_emulated_bf16_leaves_out_every_bf16_run(bench):

@@ -16,7 +16,6 @@ from seq2seq.device import (
     decide_precision,
     half_precision_warning,
     onednn_half_precision_kernels,
-    resolve_precision,
 )
 from seq2seq.onednn_caches import (
     MATMUL_SETUP_CACHE,
@@ -25,7 +24,7 @@ from seq2seq.onednn_caches import (
     TRAINING_ONEDNN_CACHE,
     bound_onednn_caches,
 )
-from seq2seq.precision import CpuPrecision
+from seq2seq.precision import CpuPrecision, Workload
 
 CPU = torch.device("cpu")
 
@@ -66,10 +65,11 @@ def test_auto_precision_on_a_cpu_goes_by_the_measurement(monkeypatch, kernels, s
     asked = []
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: None if kernels is None else {"bf16": kernels, "fp16": False})
-    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: asked.append(
-        shapes) or fake_cpu_choice(expected, speedup))
-    assert resolve_precision("auto", CPU, shapes=[(8, 16)]) == expected
-    assert asked == [[(8, 16)]]  # the model's sizes reach the probe
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda workload: asked.append(
+        workload) or fake_cpu_choice(expected, speedup))
+    step = Workload("the step", lambda: pytest.fail("timed"))
+    assert decide_precision("auto", CPU, workload=step)[0] == expected
+    assert asked == [step]  # the caller's own work reaches the measurement
     chosen, reason = decide_precision("auto", CPU)
     assert chosen == expected and reason.startswith(f"bf16 {speedup:.2f}x fp32 on this CPU")
 
@@ -79,8 +79,8 @@ def test_auto_precision_on_a_cpu_without_bf16_kernels_is_measured_too(monkeypatc
     asked = []
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
-    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: asked.append(
-        shapes) or fake_cpu_choice("fp32", 0.25))
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda workload: asked.append(
+        workload) or fake_cpu_choice("fp32", 0.25))
     chosen, reason = decide_precision("auto", CPU)
     assert chosen == "fp32" and asked == [None]
     assert reason.startswith("bf16 0.25x fp32 on this CPU, measured 2026-11-27")
@@ -89,20 +89,20 @@ def test_auto_precision_on_a_cpu_without_bf16_kernels_is_measured_too(monkeypatc
 
 
 def test_explicit_precisions_are_kept_and_others_refused(monkeypatch):
-    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: pytest.fail(
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda workload: pytest.fail(
         "measured for an explicit precision or another device"))
-    assert resolve_precision("auto", torch.device("mps")) == "fp32"
+    assert decide_precision("auto", torch.device("mps"))[0] == "fp32"
     for explicit in ("fp32", "bf16", "fp16"):  # an explicit choice is kept, on any CPU
-        assert resolve_precision(explicit, CPU) == explicit
+        assert decide_precision(explicit, CPU) == (explicit, "as asked")
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16"):
-        resolve_precision("fp8", CPU)
+        decide_precision("fp8", CPU)
 
 
 @pytest.mark.parametrize(("capability", "expected"), [((7, 0), "fp32"), ((8, 0), "bf16")])
 def test_auto_precision_on_a_gpu_is_bf16_from_ampere_on(monkeypatch, capability, expected):
     """Older GPUs emulate bf16 (torch.cuda.is_bf16_supported() says True there by default)."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+    assert decide_precision("auto", torch.device("cuda", 0))[0] == expected
 
 
 def test_half_precision_warns_only_where_torch_has_no_kernel_for_it(monkeypatch):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.device import resolve_precision
+from seq2seq.device import decide_precision
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
 from seq2seq.training.run import train
@@ -79,7 +79,8 @@ def test_gpu_check_dry_run_reports_every_step(tmp_path):
 @needs_cuda
 def test_cuda_auto_precision_is_bf16_from_ampere_on():
     major, _ = torch.cuda.get_device_capability(0)
-    assert resolve_precision("auto", torch.device("cuda", 0)) == ("bf16" if major >= 8 else "fp32")
+    assert decide_precision("auto", torch.device("cuda", 0))[0] == (
+        "bf16" if major >= 8 else "fp32")
 
 
 @needs_cuda

@@ -1,5 +1,6 @@
 """seq2seq/precision.py: precision=auto on a CPU decided by a cached measurement of bf16
-against fp32. Every timing here is injected; none is measured or asserted."""
+against fp32 on the work itself (a workload). Every timing here is injected; none is measured
+or asserted."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ from seq2seq.precision import (
     MIN_ROWS,
     CpuIdentity,
     ProbeTimes,
+    Workload,
     choose_cpu_precision,
     default_cache_path,
     measure_products,
+    model_description,
     probe_products,
-    product_shapes,
+    product_workload,
+    time_alternately,
 )
 
 CPU = torch.device("cpu")
@@ -33,30 +37,46 @@ HERE = CpuIdentity("Test CPU 9000", 2, "2.13.0")
 DAY = datetime.date(2026, 11, 27)
 
 
+STEP = "the training step of Seq2Seq 7.1 M parameters [abcdef] on 1,600-token batches"
+
+
 class FakeProbe:
-    """A timing function giving bf16 ``speedup`` times fp32's speed, counting its calls."""
+    """A timing function giving bf16 ``speedup`` times fp32's speed, counting its calls: as a
+    workload's (no arguments) or as the products probe's (shapes and rows)."""
 
     def __init__(self, speedup: float):
         self.speedup = speedup
-        self.calls: list[tuple[tuple[tuple[int, int], ...], int]] = []
+        self.calls: list[tuple] = []
 
-    def __call__(self, shapes, rows) -> ProbeTimes:
-        self.calls.append((tuple(shapes), rows))
+    def __call__(self, *arguments) -> ProbeTimes:
+        self.calls.append(tuple(tuple(argument) if isinstance(argument, list) else argument
+                                for argument in arguments))
         return ProbeTimes(fp32_seconds=0.010, bf16_seconds=0.010 / self.speedup)
 
 
-def choose(probe, cache_path, identity=HERE, shapes=None):
-    return choose_cpu_precision(shapes, measure=probe, cache_path=cache_path,
+def choose(probe, cache_path, identity=HERE, name=STEP):
+    return choose_cpu_precision(Workload(name, probe), cache_path=cache_path,
                                 identity=identity, today=DAY)
 
 
 @pytest.mark.parametrize(("speedup", "expected"),
-                         [(1.6, "bf16"), (1.10, "bf16"), (1.05, "fp32"), (0.6, "fp32")])
-def test_bf16_only_where_it_measures_at_least_ten_percent_faster(tmp_path, speedup, expected):
+                         [(1.6, "bf16"), (1.03, "bf16"), (1.02, "fp32"), (0.6, "fp32")])
+def test_bf16_where_the_work_itself_runs_at_least_three_percent_faster(tmp_path, speedup,
+                                                                        expected):
+    """Never under 97 % of the faster mode: fp32 (exact) only where bf16 gains under 3 %."""
     choice = choose(FakeProbe(speedup), tmp_path / "precision.json")
     assert choice.precision == expected
     assert math.isclose(choice.speedup, speedup)
     assert not choice.from_cache and choice.measured == "2026-11-27"
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(1.10, "bf16"), (1.05, "fp32")])
+def test_the_products_fallback_asks_ten_percent(tmp_path, speedup, expected):
+    """Products alone say less about a step than the step: they need a wider margin."""
+    probe = FakeProbe(speedup)
+    choice = choose_cpu_precision(product_workload(measure=probe),
+                                  cache_path=tmp_path / "precision.json", identity=HERE, today=DAY)
+    assert choice.precision == expected and choice.workload.startswith("matrix products 32x512")
 
 
 def test_the_measurement_is_cached_and_reused(tmp_path):
@@ -64,12 +84,12 @@ def test_the_measurement_is_cached_and_reused(tmp_path):
     probe = FakeProbe(1.6)
     first = choose(probe, path)
     saved = json.loads(path.read_text(encoding="utf-8"))
-    assert saved["format"] == 1
-    entry = saved["measurements"][HERE.key]
+    assert saved["format"] == 2
+    entry = saved["measurements"][f"{HERE.key} | {STEP}"]
     assert entry["cpu"] == "Test CPU 9000" and entry["threads"] == 2
     assert entry["torch"] == "2.13.0" and entry["precision"] == "bf16"
     assert entry["measured"] == "2026-11-27" and math.isclose(entry["speedup"], 1.6)
-    assert entry["products"] == "32x512x512, 32x512x2048, 32x2048x512"  # DEFAULT_SHAPES, capped
+    assert entry["workload"] == STEP and entry["fp32_ms"] == 10.0
     assert not [name for name in path.parent.iterdir() if name != path]  # no temporary left
 
     again = choose(probe, path)
@@ -90,8 +110,29 @@ def test_another_cpu_its_flags_thread_count_or_torch_version_measure_again(tmp_p
     assert len(probe.calls) == 1
     measurements = json.loads(path.read_text(encoding="utf-8"))["measurements"]
     assert {key: entry["precision"] for key, entry in measurements.items()} == {
-        HERE.key: "bf16", other.key: "fp32"}  # both kept
+        f"{HERE.key} | {STEP}": "bf16", f"{other.key} | {STEP}": "fp32"}  # both kept
     assert choose(probe, path).precision == "bf16" and len(probe.calls) == 1
+
+
+def test_each_workload_is_measured_and_kept_apart(tmp_path):
+    """The Transformer's step may pay in bf16 where the GRU's does not, on one CPU."""
+    path = tmp_path / "precision.json"
+    choose(FakeProbe(1.4), path)
+    gru = STEP.replace("7.1 M parameters [abcdef]", "9.4 M parameters [123456]")
+    probe = FakeProbe(0.96)
+    assert choose(probe, path, name=gru).precision == "fp32" and len(probe.calls) == 1
+    assert choose(probe, path).precision == "bf16" and len(probe.calls) == 1
+
+
+def test_a_cache_of_the_products_only_version_is_measured_again_quietly(tmp_path, caplog):
+    path = tmp_path / "precision.json"
+    path.write_text(json.dumps({"format": 1, "measurements": {HERE.key: {"speedup": 1.6}}}),
+                    encoding="utf-8")
+    probe = FakeProbe(0.9)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.precision"):
+        assert choose(probe, path).precision == "fp32"
+    assert len(probe.calls) == 1 and not caplog.records
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == 2
 
 
 def test_cpus_of_one_model_name_but_other_flags_are_told_apart(monkeypatch):
@@ -109,7 +150,7 @@ def test_cpus_of_one_model_name_but_other_flags_are_told_apart(monkeypatch):
 
 
 @pytest.mark.parametrize("content", [
-    "{not json", "[1, 2]", '{"format": 99, "measurements": {}}', '{"format": 1}',
+    "{not json", "[1, 2]", '{"format": 99, "measurements": {}}', '{"format": 2}',
     b"\xff\xfe\x00binary",
 ])
 def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(tmp_path, caplog, content):
@@ -124,13 +165,13 @@ def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(tmp_path, caplo
     assert len(probe.calls) == 1
     assert [record.levelname for record in caplog.records] == ["WARNING"]
     assert f"precision cache {path}" in caplog.records[0].getMessage()
-    assert HERE.key in json.loads(path.read_text(encoding="utf-8"))["measurements"]
+    assert f"{HERE.key} | {STEP}" in json.loads(path.read_text(encoding="utf-8"))["measurements"]
 
 
 def test_an_unreadable_entry_is_measured_again(tmp_path, caplog):
     path = tmp_path / "precision.json"
-    path.write_text(json.dumps({"format": 1, "measurements": {HERE.key: {"speedup": "fast"}}}),
-                    encoding="utf-8")
+    path.write_text(json.dumps({"format": 2, "measurements": {
+        f"{HERE.key} | {STEP}": {"speedup": "fast"}}}), encoding="utf-8")
     probe = FakeProbe(1.6)
     with caplog.at_level(logging.WARNING, logger="seq2seq.precision"):
         assert choose(probe, path).precision == "bf16"
@@ -152,25 +193,25 @@ def test_a_cache_folder_that_cannot_be_written_still_decides(tmp_path):
 
 def test_the_log_line_says_what_auto_chose_and_why_in_one_line(tmp_path, monkeypatch, caplog):
     """The lines of a run that measures, a run that reads the cache, and a decoder."""
-    monkeypatch.setattr(seq2seq.precision, "measure_products", FakeProbe(0.6))
     monkeypatch.setattr(seq2seq.precision.CpuIdentity, "current", classmethod(lambda cls: HERE))
     monkeypatch.setattr("seq2seq.device.onednn_half_precision_kernels",
                         lambda: {"bf16": True, "fp16": False})
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the path is shown as it is
     log = logging.getLogger("test.precision")
+    step = Workload(STEP, FakeProbe(0.6))
     with caplog.at_level(logging.INFO, logger="test.precision"):
-        assert choose_precision("auto", CPU, log=log, option="trainer.precision") == "fp32"
-        assert choose_precision("auto", CPU, log=log, decoding=True) == "fp32"
-        assert choose_precision("fp32", CPU, log=log) == "fp32"  # nothing to say
+        assert choose_precision("auto", CPU, log=log, option="trainer.precision",
+                                workload=step) == "fp32"
+        assert choose_precision("auto", CPU, log=log, workload=step) == "fp32"
+        assert choose_precision("fp32", CPU, log=log, workload=step) == "fp32"  # nothing to say
     measured, cached = [record.getMessage() for record in caplog.records]
     assert measured.startswith(
-        "trainer.precision=auto -> fp32 (bf16 0.60x fp32 on this CPU, measured now in ")
+        f"trainer.precision=auto -> fp32 (bf16 0.60x fp32 on this CPU for {STEP}, measured now in ")
     assert measured.endswith(f" s, cached in {tmp_path / 'precision.json'})")
     today = datetime.date.today().isoformat()
-    assert cached == (
-        "precision=auto -> fp32 (bf16 0.60x fp32 on this CPU (training products, used for "
-        f"decoding too), measured {today}, cached in {tmp_path / 'precision.json'})")
+    assert cached == (f"precision=auto -> fp32 (bf16 0.60x fp32 on this CPU for {STEP}, "
+                      f"measured {today}, cached in {tmp_path / 'precision.json'})")
     assert "\n" not in measured + cached
 
 
@@ -178,11 +219,11 @@ def test_the_cache_path_shown_under_home_starts_with_a_tilde(tmp_path, monkeypat
     monkeypatch.setenv("HOME", str(tmp_path))
     path = tmp_path / ".cache" / "seq2seq" / "precision.json"
     choice = choose(FakeProbe(1.62), path)
-    assert choice.describe() == ("bf16 1.62x fp32 on this CPU, measured now in "
+    assert choice.describe() == (f"bf16 1.62x fp32 on this CPU for {STEP}, measured now in "
                                  f"{choice.probe_seconds:.2f} s, cached in "
                                  "~/.cache/seq2seq/precision.json")
     assert choose(FakeProbe(1.62), path).describe() == (
-        "bf16 1.62x fp32 on this CPU, measured 2026-11-27, cached in "
+        f"bf16 1.62x fp32 on this CPU for {STEP}, measured 2026-11-27, cached in "
         "~/.cache/seq2seq/precision.json")
 
 
@@ -197,19 +238,44 @@ def test_the_cache_folder_is_the_override_then_xdg_then_home(tmp_path, monkeypat
     assert default_cache_path() == tmp_path / "mine" / "precision.json"
 
 
-def test_the_probe_multiplies_the_models_own_sizes(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Embedding(300, 16), torch.nn.Linear(16, 32),
-                                torch.nn.GRU(32, 24), torch.nn.Linear(16, 32))
-    shapes = product_shapes(model)
-    # Largest first, each once (an embedding as the output layer it matches); no biases.
-    assert shapes == ((16, 300), (32, 72), (24, 72), (16, 32))
-    assert product_shapes(object()) is None  # not a torch module: the default shapes
+def test_the_products_fallback_multiplies_the_shapes_it_is_given(tmp_path):
     probe = FakeProbe(1.6)
-    choose(probe, tmp_path / "precision.json", shapes=shapes)
+    shapes = ((16, 300), (32, 72))
+    choose_cpu_precision(product_workload(shapes, measure=probe),
+                         cache_path=tmp_path / "precision.json", identity=HERE, today=DAY)
     assert probe.calls == [(shapes, MAX_ROWS)]  # tiny products: the most rows
-    choose(probe, tmp_path / "other.json", shapes=None)
+    choose_cpu_precision(product_workload(measure=probe), cache_path=tmp_path / "other.json",
+                         identity=HERE, today=DAY)
     assert probe.calls[1][0] == tuple(dict.fromkeys((min(i, MAX_WIDTH), min(o, MAX_WIDTH))
                                                     for i, o in DEFAULT_SHAPES))
+
+
+def test_a_model_is_described_by_class_size_and_layers():
+    """Two models of one size but other layers get other names: they are timed apart."""
+    from seq2seq.models.interfaces import DecodingModel
+
+    class Tiny(torch.nn.Sequential, DecodingModel):
+        pass
+
+    first = Tiny(torch.nn.Linear(4, 6), torch.nn.Linear(6, 4))  # 58 parameters
+    other = Tiny(torch.nn.Linear(4, 6), torch.nn.Linear(6, 4, bias=False), torch.nn.Linear(1, 2))
+    assert model_description(first).startswith("Tiny 0.0 M parameters [")
+    assert first.parameter_count == other.parameter_count == 58
+    assert model_description(first) != model_description(other)
+
+
+def test_time_alternately_alternates_and_leaves_out_the_warm_up():
+    calls = []
+    times = time_alternately(lambda dtype, pair: calls.append((dtype, pair)), warmup=1,
+                             repeats=3, budget_s=60)
+    assert calls == [(dtype, pair) for pair in range(4) for dtype in (None, torch.bfloat16)]
+    assert times.fp32_seconds >= 0 and times.bf16_seconds >= 0
+
+
+def test_time_alternately_stops_at_its_budget_with_the_first_pair_as_the_measurement():
+    calls = []
+    time_alternately(lambda dtype, pair: calls.append(pair), warmup=1, repeats=5, budget_s=0)
+    assert calls == [0, 0]  # one pair: over the budget at once, it is the measurement
 
 
 def test_the_probes_products_stay_small():

@@ -510,7 +510,7 @@ def test_auto_precision_trains_in_fp32_where_bf16_is_emulated_and_bf16_warns(
 
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": False, "fp16": False})
-    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda shapes: CpuPrecision(
+    monkeypatch.setattr(seq2seq.device, "choose_cpu_precision", lambda workload: CpuPrecision(
         "fp32", 0.25, "2026-11-27", from_cache=True, probe_seconds=None, cache_path=None,
         cache_error="test"))  # the probe's verdict on an emulated bf16, without timing
     monkeypatch.setattr(seq2seq.device, "_WARNED", set())

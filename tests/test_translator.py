@@ -152,12 +152,19 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
     units, 0.25x without, where it is emulated); bf16 asked for on a CPU without bf16 units
     decodes in bf16 as asked, with a one-line warning."""
     import seq2seq.device
+    import seq2seq.inference.decode_timing
     import seq2seq.precision
 
     bf16_seconds = 0.010 if bf16_units else 0.064
-    monkeypatch.setattr(seq2seq.precision, "measure_products", lambda shapes, rows:
-                        seq2seq.precision.ProbeTimes(fp32_seconds=0.016,
-                                                     bf16_seconds=bf16_seconds))
+    searched = []
+
+    def injected(repetition, **budget):  # the model's greedy search runs once in each mode
+        for dtype in (None, torch.bfloat16):
+            repetition(dtype, 0)
+            searched.append((dtype, model.training))
+        return seq2seq.precision.ProbeTimes(fp32_seconds=0.016, bf16_seconds=bf16_seconds)
+
+    monkeypatch.setattr(seq2seq.inference.decode_timing, "time_alternately", injected)
     monkeypatch.setenv(seq2seq.precision.CACHE_DIR_ENV, str(tmp_path))  # a cache of its own
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": bf16_units, "fp16": False})
@@ -168,6 +175,7 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
         assert not caplog.records
         asked = Translator(model, tokenizers, device="cpu", precision="bf16")
         Translator(model, tokenizers, device="cpu", precision="bf16")  # warned once only
+    assert searched == [(None, False), (torch.bfloat16, False)]  # in eval mode, once
     assert auto.precision == ("bf16" if bf16_units else "fp32")
     assert auto.autocast_dtype == (torch.bfloat16 if bf16_units else None)
     assert asked.autocast_dtype == torch.bfloat16

@@ -3,6 +3,7 @@
 Typical use::
 
     from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.decode_timing import decoding_workload
     from seq2seq.inference.runtimes import load_translator
 
     translator = load_translator("runs/x/checkpoints/best.pt")
@@ -63,13 +64,13 @@ from seq2seq.data.batching import collate, cut_sorted, pad_sources
 from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.decode_timing import decoding_workload
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.forcing import pad_prefixes
 from seq2seq.inference.loading import require_cpu
 from seq2seq.inference.search import Hypothesis
 from seq2seq.inference.shortlist import Shortlist
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
-from seq2seq.precision import product_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -402,8 +403,13 @@ class Translator(BaseTranslator):
                 "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
             )
         self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
-        self.precision = choose_precision(precision, self.device, log=logger,  # or ValueError
-                                          shapes=product_shapes(model), decoding=True)
+        workload = None
+        if precision == "auto":  # timed on the model's own greedy search, in eval mode
+            workload = decoding_workload(
+                model, source_vocab_size=tokenizers.src.vocab_size, device=self.device)
+        with eval_mode(model):
+            self.precision = choose_precision(precision, self.device, log=logger,  # ValueError
+                                              workload=workload)
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         self.parameter_count = model.parameter_count
         self.model = model

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
-from seq2seq.device import resolve_precision, select_device
+from seq2seq.device import decide_precision, select_device
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.study.positions import position_counts
 
@@ -78,8 +78,10 @@ def settings_key(options: ScoringOptions) -> dict[str, Any]:
     settings |= {option.name: getattr(options, option.name) for option in fields(options)
                  if option.name not in ("decoding", "device")}  # scores do not depend on device
     with contextlib.suppress(ValueError):  # a bad value is reported by the scoring itself
-        # The scores do depend on the precision auto chooses on that device.
-        settings["precision"] = resolve_precision(options.precision, select_device(options.device))
+        # The scores do depend on the precision auto chooses on that device (here its
+        # products-only measurement: no model is loaded yet).
+        settings["precision"] = decide_precision(options.precision,
+                                                 select_device(options.device))[0]
     return {"version": CACHE_VERSION, "settings": settings}
 
 

@@ -39,7 +39,6 @@ from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.data.mixing import CorpusMix, PairsSeen
 from seq2seq.device import AUTOCAST_DTYPES, PRECISIONS, choose_precision
-from seq2seq.precision import product_shapes
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
 from seq2seq.training.checkpointing import CheckpointManager
@@ -50,6 +49,7 @@ from seq2seq.training.regularization import apply_regularization, choose
 from seq2seq.training.schedulers import Schedule
 from seq2seq.training.settings import BatchSettings, TrainerSettings
 from seq2seq.training.state import TrainerState, capture_rng_state, restore_rng_state
+from seq2seq.training.step_timing import first_batches, training_workload
 from seq2seq.training.validation import Validator
 
 log = logging.getLogger(__name__)
@@ -112,10 +112,19 @@ class Trainer:
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
 
+        loss = SequenceLoss(model, label_smoothing=settings.label_smoothing)
         precision = settings.precision
         if context.is_main:  # auto measures on rank 0 alone, and every rank takes its choice
+            workload = None
+            if precision == "auto":  # the run's own step, on its own batches
+                workload = training_workload(
+                    loss, optimizer, first_batches(train_data, max_tokens=batch.max_tokens,
+                                                   max_sentences=batch.max_sentences,
+                                                   bucket_size=batch.bucket_size,
+                                                   seed=settings.seed),
+                    device=self.device, max_tokens=batch.max_tokens)
             precision = choose_precision(precision, self.device, log=log,
-                                         option="trainer.precision", shapes=product_shapes(model))
+                                         option="trainer.precision", workload=workload)
         if context.is_distributed:
             precision = PRECISIONS[int(context.broadcast(PRECISIONS.index(precision)))]
         self.amp_dtype = amp_dtype = AUTOCAST_DTYPES[precision]
@@ -129,7 +138,7 @@ class Trainer:
         self.precision = precision if amp_dtype is not None else "fp32"
         self.config = {**config, TRAINED_PRECISION: self.precision}
 
-        objective: nn.Module = SequenceLoss(model, label_smoothing=settings.label_smoothing)
+        objective: nn.Module = loss
         if settings.compile:
             objective = torch.compile(objective)
         if context.is_distributed:

@@ -1,0 +1,50 @@
+"""``precision=auto``'s workload for decoding: the model's own greedy search of a batch.
+
+:func:`decoding_workload` gives :func:`seq2seq.precision.choose_cpu_precision` a greedy search
+(encoder, every decoder step, output layer) of a fixed batch of made-up sources, in fp32 and
+under bf16 autocast alternately: what translate, evaluate and serve decide for. The search is
+seeded by nothing and changes nothing in the model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from seq2seq.data.vocab import EOS_ID
+from seq2seq.inference.search import Choose, run_search
+from seq2seq.precision import (
+    STEP_BUDGET_S,
+    STEP_REPEATS,
+    Workload,
+    model_description,
+    time_alternately,
+)
+
+SENTENCES, SOURCE_PIECES = 64, 16  # about a Multi30k batch's sentences and length
+FIRST_ID = 4                       # after the special pieces (pad, unk, bos, eos)
+
+
+def decoding_workload(model, *, source_vocab_size: int, device: torch.device) -> Workload:
+    """Greedy search of ``SENTENCES`` sources of ``SOURCE_PIECES`` pieces (ids drawn once from
+    a fixed seed) by ``model`` (a :class:`~seq2seq.models.interfaces.DecodingModel`), up to as
+    many output pieces, as a :class:`Workload` named by the model."""
+    name = (f"greedy search of {model_description(model)}, {SENTENCES} sources of "
+            f"{SOURCE_PIECES} pieces")
+
+    def measure():
+        generator = torch.Generator().manual_seed(0)
+        src = torch.randint(FIRST_ID, max(source_vocab_size, FIRST_ID + 1),
+                            (SENTENCES, SOURCE_PIECES), generator=generator)
+        src[:, -1] = EOS_ID
+        src = src.to(device)
+        lengths = torch.full((SENTENCES,), SOURCE_PIECES)
+
+        def repetition(dtype: torch.dtype | None, _pair: int) -> None:
+            with torch.inference_mode(), torch.autocast(
+                    device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                run_search(model, src, lengths, Choose(), max_len_a=0.0,
+                           max_len_b=SOURCE_PIECES)
+
+        return time_alternately(repetition, repeats=STEP_REPEATS, budget_s=STEP_BUDGET_S)
+
+    return Workload(name, measure)
