@@ -110,3 +110,29 @@ def test_gradient_is_the_gradient_of_the_formula(tiny_model):
     ((0.8 * nll + 0.2 * smooth) * real).sum().backward()
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(got[name], parameter.grad, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_the_blockwise_kernel_and_the_formula_make_the_same_optimizer_step(tiny_model, dtype):
+    """Training's criterion (seq2seq.ops.smoothed_cross_entropy) against the autograd formula
+    on the same weights: one SGD step each, the same weights after it (fp32: to rounding;
+    under bf16 autocast: within a bf16 rounding of the step). (Adam's first step is lr times
+    the gradient's sign, which rounding flips where a gradient is near zero.)"""
+    import copy
+
+    from seq2seq.training.loss import label_smoothed_formula
+
+    weights = {}
+    for name, criterion in (("kernel", None), ("formula", label_smoothed_formula)):
+        model = copy.deepcopy(tiny_model()).train()
+        objective = SequenceLoss(model, label_smoothing=0.1,
+                                 **({} if criterion is None else {"criterion": criterion}))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss, _ = objective(*padded_batch())
+        loss.backward()
+        optimizer.step()
+        weights[name] = {key: value.clone() for key, value in model.state_dict().items()}
+    tolerance = {"rtol": 1e-6, "atol": 1e-6} if dtype is None else {"rtol": 0, "atol": 2e-4}
+    for key, value in weights["kernel"].items():
+        torch.testing.assert_close(value, weights["formula"][key], **tolerance, msg=key)
