@@ -70,8 +70,8 @@ class ProbeTimes:
 @dataclass(frozen=True)
 class Workload:
     """What ``auto`` times: ``name`` (the cache's key beside the CPU's, and the log's words,
-    e.g. "the training step of Seq2Seq (7.1 M parameters) on 1,600-token batches"), the timing
-    function, and the speed-up bf16 needs to be chosen."""
+    e.g. "the training step of Seq2Seq 7.1 M parameters [06ad85] on 1,600-token batches"), the
+    timing function, and the speed-up bf16 needs to be chosen."""
 
     name: str
     measure: Callable[[], ProbeTimes]
