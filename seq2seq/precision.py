@@ -10,7 +10,7 @@ fp32 and bf16 alternate, and the ratio is kept per CPU model and flags, torch th
 torch version and workload in the user's cache folder (:func:`default_cache_path`) for every
 later run. bf16 is chosen where it is at least :data:`BF16_MIN_SPEEDUP` times as fast, so a run
 never goes at under 97 % of the faster mode. A caller with no model to time falls back on
-matrix products of the model's sizes (:func:`product_workload`), under a wider margin.
+matrix products of fixed sizes (:func:`product_workload`), under a wider margin.
 
 :func:`choose_cpu_precision` decides; the workload's timing function and the cache file are
 arguments, so that tests inject timings and never time anything. ``seq2seq.device`` calls it

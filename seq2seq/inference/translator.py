@@ -3,7 +3,6 @@
 Typical use::
 
     from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.decode_timing import decoding_workload
     from seq2seq.inference.runtimes import load_translator
 
     translator = load_translator("runs/x/checkpoints/best.pt")

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-# Float32 elements of one block of rows (1 MiB: a Zen 4 core's L2).
+# Float32 elements of one block of rows on a CPU (1 MiB: a Zen 4 core's L2). A GPU takes the
+# whole matrix as one block: there each block costs kernel launches, not cache misses.
 BLOCK_ELEMENTS = 1 << 18
 
 
-def _blocks(rows: int, width: int) -> list[slice]:
-    step = max(1, BLOCK_ELEMENTS // max(width, 1))
-    return [slice(start, start + step) for start in range(0, rows, step)]
+def _blocks(logits: Tensor) -> list[slice]:
+    rows, width = logits.shape
+    step = max(1, BLOCK_ELEMENTS // max(width, 1)) if logits.device.type == "cpu" else rows
+    return [slice(start, start + step) for start in range(0, rows, max(step, 1))]
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -41,10 +44,10 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        rows, width = logits.shape
+        rows = logits.size(0)
         lse = logits.new_empty(rows, dtype=torch.float32)
         means = logits.new_empty(rows, dtype=torch.float32)
-        for block in _blocks(rows, width):
+        for block in _blocks(logits):
             x = logits[block].to(torch.float32, copy=True)  # (n, V), changed in place below
             torch.mean(x, dim=-1, out=means[block])
             top = x.amax(dim=-1, keepdim=True)  # (n, 1)
@@ -57,11 +60,12 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         return loss, nll
 
     @staticmethod
+    @once_differentiable  # its gradient is not differentiable again (no double backward)
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
         logits, targets, lse = ctx.saved_tensors
         smoothing, width = ctx.smoothing, logits.size(1)
         grad = torch.empty_like(logits)  # (N, V), in the logits' dtype
-        for block in _blocks(*logits.shape):
+        for block in _blocks(logits):
             scale = grad_loss[block].unsqueeze(1)  # (n, 1)
             x = logits[block].to(torch.float32, copy=True).sub_(lse[block].unsqueeze(1)).exp_().mul_(scale)  # p * g
             if smoothing:
@@ -71,6 +75,7 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+@torch.compiler.disable  # trainer.compile: its loop over a batch's rows stays eager
 def smoothed_cross_entropy(logits: Tensor, targets: Tensor, smoothing: float = 0.0
                            ) -> tuple[Tensor, Tensor]:
     """Per row of ``logits`` (N, V): the label-smoothed loss, which carries the gradient, and

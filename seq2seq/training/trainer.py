@@ -116,7 +116,7 @@ class Trainer:
         precision = settings.precision
         if context.is_main:  # auto measures on rank 0 alone, and every rank takes its choice
             workload = None
-            if precision == "auto":  # the run's own step, on its own batches
+            if precision == "auto" and self.device.type == "cpu":  # its own step and batches
                 workload = training_workload(
                     loss, optimizer, first_batches(train_data, max_tokens=batch.max_tokens,
                                                    max_sentences=batch.max_sentences,
