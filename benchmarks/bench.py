@@ -244,16 +244,14 @@ def auto_choices(presets: list[str]) -> dict[str, tuple[str, str]]:
     """What ``trainer.precision=auto`` picks for each preset's training step on this CPU, and
     why: its workload timed on the preset's model and synthetic batches (or read from the
     cache, where a run or an earlier bench timed it)."""
-    from benchmarks.profile_training import preset_training
-    from seq2seq.device import decide_precision
-    from seq2seq.training.step_timing import BATCHES, training_workload
+    from benchmarks.profile_training import preset_precision, preset_training
+    from seq2seq.training.step_timing import BATCHES
 
-    cpu, choices = torch.device("cpu"), {}
+    choices = {}
     for preset in presets:
-        cfg, objective, optimizer, batches = preset_training([f"experiment={preset}"], BATCHES)
-        workload = training_workload(objective, optimizer, batches, device=cpu,
-                                     max_tokens=cfg.batch.max_tokens)
-        choices[preset] = decide_precision("auto", cpu, workload=workload)
+        cfg, *training = preset_training([f"experiment={preset}", "trainer.precision=auto"],
+                                         BATCHES)
+        choices[preset] = preset_precision(cfg, *training)
     return choices
 
 

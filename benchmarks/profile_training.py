@@ -32,6 +32,7 @@ from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.ops import speed_up
 from seq2seq.training.loss import SequenceLoss
+from seq2seq.training.step_timing import BATCHES, training_workload
 
 
 def preset_training(overrides: list[str], batch_count: int, *, plain: bool = False,
@@ -51,11 +52,13 @@ def preset_training(overrides: list[str], batch_count: int, *, plain: bool = Fal
     return cfg, objective, optimizer, batches
 
 
-def preset_dtype(cfg) -> tuple[str, torch.dtype | None]:
-    """The preset's precision on this CPU (``auto``: what its products measure) and its
-    autocast dtype."""
-    precision = decide_precision(cfg.trainer.precision, torch.device("cpu"))[0]
-    return precision, AUTOCAST_DTYPES[precision]
+def preset_precision(cfg, objective, optimizer, batches) -> tuple[str, str]:
+    """The preset's precision on this CPU and why: ``auto`` decided as training decides it, by
+    timing the preset's own step (on ``batches``; or read from the cache a run filled)."""
+    cpu = torch.device("cpu")
+    workload = training_workload(objective, optimizer, lambda: batches[:BATCHES], device=cpu,
+                                 max_tokens=cfg.batch.max_tokens)
+    return decide_precision(cfg.trainer.precision, cpu, workload=workload)
 
 
 def train_step(objective, optimizer, batch, dtype: torch.dtype | None) -> None:
@@ -89,7 +92,8 @@ def main() -> None:
                                                          plain=args.plain,
                                                          target_vocab=args.target_vocab)
 
-    precision, dtype = preset_dtype(cfg)
+    precision = preset_precision(cfg, objective, optimizer, batches)[0]
+    dtype = AUTOCAST_DTYPES[precision]
 
     for batch in batches[:2]:  # warm-up
         train_step(objective, optimizer, batch, dtype)

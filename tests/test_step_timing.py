@@ -73,12 +73,16 @@ def test_the_workload_runs_on_a_copy_and_leaves_the_random_state(tiny_model, mon
              torch.randint(4, 20, (6, 4), generator=generator))
     modes: list = []
     monkeypatch.setattr(step_timing, "time_alternately", injected_timing(1.2, modes))
-    workload = step_timing.training_workload(objective, optimizer, [batch],
+    made = []
+    workload = step_timing.training_workload(objective, optimizer,
+                                             lambda: made.append(1) or [batch],
                                              device=torch.device("cpu"), max_tokens=1600)
+    assert not made  # the batches are made only when the step is timed (not on a cache hit)
     assert workload.name.startswith("the training step of ")
     assert workload.name.endswith(" on 1,600-token batches")
     state = torch.get_rng_state()
     assert workload.measure() == ProbeTimes(0.3, 0.25)
+    assert made == [1]
     assert modes == [None, torch.bfloat16]
     assert torch.equal(torch.get_rng_state(), state)
     assert not optimizer.state  # the run's optimizer made no step

@@ -10,6 +10,7 @@ measurement was cached or made now.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -45,18 +46,19 @@ def first_batches(train_data, *, max_tokens: int, max_sentences: int | None,
 
 
 def training_workload(objective: nn.Module, optimizer: torch.optim.Optimizer,
-                      batches: list[tuple[Tensor, ...]], *, device: torch.device,
+                      batches: Callable[[], list[tuple[Tensor, ...]]], *, device: torch.device,
                       max_tokens: int) -> Workload:
     """The training step of ``objective`` (a :class:`~seq2seq.training.loss.SequenceLoss`) and
-    ``optimizer`` on ``batches`` (``(src, src_lengths, tgt_in, tgt_out)``, moved to ``device``
-    but the lengths), as a :class:`Workload` named by the model and the batch size."""
+    ``optimizer`` on the batches ``batches()`` makes (``(src, src_lengths, tgt_in, tgt_out)``,
+    moved to ``device`` but the lengths; made only when the step is timed, not on a cache
+    hit), as a :class:`Workload` named by the model and the batch size."""
     name = (f"the training step of {model_description(objective.model)} on "
             f"{max_tokens:,}-token batches")
 
     def measure():
         trial, trial_optimizer = copy.deepcopy((objective, optimizer))  # one memo: tied params
         on_device = [(src.to(device), src_lengths, tgt_in.to(device), tgt_out.to(device))
-                     for src, src_lengths, tgt_in, tgt_out in batches]
+                     for src, src_lengths, tgt_in, tgt_out in batches()]
 
         def repetition(dtype: torch.dtype | None, pair: int) -> None:
             batch = on_device[pair % len(on_device)]

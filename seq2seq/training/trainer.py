@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
+from functools import partial
 from itertools import islice
 from pathlib import Path
 
@@ -118,10 +119,10 @@ class Trainer:
             workload = None
             if precision == "auto" and self.device.type == "cpu":  # its own step and batches
                 workload = training_workload(
-                    loss, optimizer, first_batches(train_data, max_tokens=batch.max_tokens,
-                                                   max_sentences=batch.max_sentences,
-                                                   bucket_size=batch.bucket_size,
-                                                   seed=settings.seed),
+                    loss, optimizer, partial(first_batches, train_data,
+                                             max_tokens=batch.max_tokens,
+                                             max_sentences=batch.max_sentences,
+                                             bucket_size=batch.bucket_size, seed=settings.seed),
                     device=self.device, max_tokens=batch.max_tokens)
             precision = choose_precision(precision, self.device, log=log,
                                          option="trainer.precision", workload=workload)
