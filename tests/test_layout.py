@@ -185,6 +185,35 @@ def test_no_modules_import_each_other():
     assert not cycles, "modules that import each other:\n" + "\n".join(map(str, cycles))
 
 
+def package_of(name: str) -> str | None:
+    """The part of ``seq2seq`` a module belongs to: ``seq2seq.export.argos`` -> ``export``, a
+    top-level module (``seq2seq.checkpoint``) -> itself; None for the package's ``__init__``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "seq2seq" else None
+
+
+def test_no_packages_import_each_other():
+    # Modules may each be free of cycles while their packages form one (inference reading a
+    # constant of export, export verifying with inference): the layers must stay a ladder.
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        own = package_of(module)
+        if own is None:
+            continue
+        names = imported_modules(path.read_text("utf-8"), module=module,
+                                 is_package=path.name == "__init__.py")
+        graph.setdefault(own, set()).update(
+            other for _, name in names
+            if (other := package_of(name)) not in (None, own)
+            and ((PACKAGE / other).is_dir() or (PACKAGE / f"{other}.py").is_file()))
+    for imported in set().union(*graph.values()):
+        graph.setdefault(imported, set())
+    assert {"export", "inference", "cli"} <= set(graph)
+    cycles = import_cycles(graph)
+    assert not cycles, "packages that import each other:\n" + "\n".join(map(str, cycles))
+
+
 def class_assignments(source: str) -> list[int]:
     """The lines of ``source`` that assign an object's ``__class__``."""
     return [node.lineno for node in ast.walk(ast.parse(source))

@@ -38,7 +38,6 @@ from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
 from seq2seq.models.transformer import MultiHeadAttention, sinusoidal_positions
 
-FORMAT_VERSION = 1
 # Rows of the position tables: the longest source (EOS included), and the longest output, the
 # engine decodes; our tools' defaults stop at 251 and 386.
 MAX_POSITIONS = 1024
@@ -181,8 +180,7 @@ def write_model_folder(model: nn.Module, tokenizers, config: dict[str, Any], fol
     difference = check_against_model(model, tokenizers, folder, quantize=quantize)
     # After the conversion, which empties the folder it writes into.
     manifest = build_manifest(folder, model, tokenizers, config,
-                              format_name=CTRANSLATE2_FORMAT_NAME,
-                              format_version=FORMAT_VERSION, quantize=quantize,
+                              format_name=CTRANSLATE2_FORMAT_NAME, quantize=quantize,
                               trainer_state=trainer_state, source=source)
     manifest["export"].update(max_positions=MAX_POSITIONS,
                               largest_log_prob_difference=difference,

@@ -64,7 +64,6 @@ from seq2seq.inference.export_format import HUGGINGFACE_FORMAT_NAME
 from seq2seq.inference.search import Choose, max_output_lengths, run_search
 from seq2seq.models.transformer import sinusoidal_positions
 
-FORMAT_VERSION = 1
 # Rows of Pegasus's position table: the longest source and output the folder can take.
 MAX_POSITIONS = 1024
 # generate's default output limit (max_new_tokens): ours is per sentence, floor(1.5 n + 10)
@@ -389,8 +388,7 @@ def convert_model(model: nn.Module, tokenizers, config: dict[str, Any], output: 
         write_text(staging / "generation_config.json",
                    json.dumps(generation_config(), indent=1) + "\n")
         manifest = build_manifest(staging, model, tokenizers, config,
-                                  format_name=HUGGINGFACE_FORMAT_NAME,
-                                  format_version=FORMAT_VERSION, quantize="none",
+                                  format_name=HUGGINGFACE_FORMAT_NAME, quantize="none",
                                   trainer_state=trainer_state, source=source,
                                   tokenizer_files=(SOURCE_SPM, TARGET_SPM))
         write_tokenizer(staging, tokenizers, config)

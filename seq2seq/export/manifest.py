@@ -23,7 +23,7 @@ import seq2seq
 from seq2seq.atomic import write_bytes, write_text
 from seq2seq.checkpoint import tokenizers_to_payload
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.inference.export_format import MANIFEST_NAME
+from seq2seq.inference.export_format import FORMAT_VERSIONS, MANIFEST_NAME
 from seq2seq.models.build import count_parameters
 
 # The sentencepiece models' file names in an exported folder (source, target).
@@ -56,7 +56,7 @@ def write_tokenizers(folder: Path, tokenizers, names: tuple[str, str] = TOKENIZE
 
 
 def build_manifest(folder: Path, model: nn.Module, tokenizers, config: dict[str, Any], *,
-                   format_name: str, format_version: int, quantize: str,
+                   format_name: str, quantize: str,
                    trainer_state: dict[str, Any] | None, source: str | None,
                    tokenizer_files: tuple[str, str] = TOKENIZER_FILES) -> dict[str, Any]:
     """The entries of every export format's manifest, with the sentencepiece model(s) written
@@ -67,7 +67,7 @@ def build_manifest(folder: Path, model: nn.Module, tokenizers, config: dict[str,
     """
     return {
         "format": format_name,
-        "format_version": format_version,
+        "format_version": FORMAT_VERSIONS[format_name],
         "package_version": seq2seq.__version__,
         "config": config,
         "parameters": count_parameters(model),

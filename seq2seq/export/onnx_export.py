@@ -44,7 +44,6 @@ from seq2seq.inference.export_format import (
     ENCODED_NAMES,
     ENCODER_FILE,
     FORMAT_NAME,
-    FORMAT_VERSION,
     STEP_FILE,
 )
 from seq2seq.inference.onnx_model import OnnxModel
@@ -427,8 +426,7 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
         model = gru_steps_as_products(model)
     with staged_folder(Path(output), overwrite=overwrite) as staging:
         manifest = build_manifest(staging, model, tokenizers, config, format_name=FORMAT_NAME,
-                                  format_version=FORMAT_VERSION, quantize=quantize,
-                                  trainer_state=trainer_state, source=source)
+                                  quantize=quantize, trainer_state=trainer_state, source=source)
         _write_graphs(model, staging, manifest, opset=opset)
         if quantize == "int8":
             quantize_graphs(staging)

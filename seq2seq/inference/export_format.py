@@ -16,7 +16,8 @@ FORMAT_NAME = "seq2seq-onnx"
 CTRANSLATE2_FORMAT_NAME = "seq2seq-ctranslate2"
 # The manifest of a format=huggingface folder (transformers loads it; our tools do not decode it).
 HUGGINGFACE_FORMAT_NAME = "seq2seq-huggingface"
-FORMAT_VERSION = 1
+# Each format's version, the one place for it: the writers stamp it, the loader checks it.
+FORMAT_VERSIONS = {FORMAT_NAME: 1, CTRANSLATE2_FORMAT_NAME: 1, HUGGINGFACE_FORMAT_NAME: 1}
 # The weight formats of an export (and of decoding it): float as trained, or int8 weights.
 QUANTIZE_MODES = ("none", "int8")
 ENCODER_FILE = "encoder.onnx"

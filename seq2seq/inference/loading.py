@@ -24,12 +24,11 @@ from seq2seq.checkpoint import (
     model_from_checkpoint,
     tokenizers_from_payload,
 )
-from seq2seq.export.ctranslate2_export import FORMAT_VERSION as CTRANSLATE2_FORMAT_VERSION
 from seq2seq.inference.export_format import (
     CTRANSLATE2_FORMAT_NAME,
     ENCODER_FILE,
     FORMAT_NAME,
-    FORMAT_VERSION,
+    FORMAT_VERSIONS,
     HUGGINGFACE_FORMAT_NAME,
     MANIFEST_NAME,
     QUANTIZE_MODES,
@@ -59,7 +58,7 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{folder} is not an exported model (no {MANIFEST_NAME})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"cannot read {path}: {error}") from None
-    formats = {FORMAT_NAME: FORMAT_VERSION, CTRANSLATE2_FORMAT_NAME: CTRANSLATE2_FORMAT_VERSION}
+    formats = {name: FORMAT_VERSIONS[name] for name in (FORMAT_NAME, CTRANSLATE2_FORMAT_NAME)}
     if isinstance(manifest, dict) and manifest.get("format") == HUGGINGFACE_FORMAT_NAME:
         raise CheckpointError(f"{folder} is a Hugging Face transformers folder: load it with "
                               "transformers (AutoModelForSeq2SeqLM.from_pretrained), or give "
