@@ -654,7 +654,7 @@ def test_parameter_count_counts_tied_embeddings_once(tmp_path):
     """A checkpoint keeps tied weights as two keys over one storage; the count the report's
     params column takes (the translator's) counts them once, as ``model.parameters()`` does."""
     from seq2seq.checkpoint import load_checkpoint, save_checkpoint
-    from seq2seq.inference.runtimes import translator_from_payloads
+    from seq2seq.inference.runtimes import load_translator
 
     model = random_transformer_model(vocab=39, tie_embeddings=True)
     payload = checkpoint_payload(model, write_copy_corpus(tmp_path),
@@ -662,7 +662,7 @@ def test_parameter_count_counts_tied_embeddings_once(tmp_path):
     save_checkpoint(payload, tmp_path / "tied.pt")
     loaded = load_checkpoint(tmp_path / "tied.pt")
     state_numbers = sum(t.numel() for t in loaded["model"].values())
-    translator = translator_from_payloads([loaded], "cpu")
+    translator = load_translator(tmp_path / "tied.pt", "cpu")
     parameters = sum(p.numel() for p in model.parameters())
     assert translator.parameter_count == parameters < state_numbers  # the tie is in the state
 

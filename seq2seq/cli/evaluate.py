@@ -53,12 +53,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import (
-    checkpoint_paths,
-    fail,
-    set_up_decoding,
-)
-from seq2seq.cli.search_options import DecodingRequest, check_config
+from seq2seq.cli.common import checkpoint_paths, fail
+from seq2seq.cli.search_options import DecodingRequest, check_config, start_decoding
 from seq2seq.inference.export_format import is_exported
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -118,23 +114,17 @@ def evaluate_checkpoint(
     """
     started = time.perf_counter() if started is None else started
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
-    from seq2seq.inference.loading import load_model_payload
-    from seq2seq.inference.runtimes import translator_from_payloads
 
     members = path if isinstance(path, list) else [path]
     options = request.options
-    payloads = [load_model_payload(member) for member in members]
-    checkpoint = payloads[0]
-    # A Translator, or a CTranslate2 folder's own translator (the same interface).
-    translator = translator_from_payloads(
-        payloads, cfg.device, names=[str(m) for m in members], **request.translator_settings)
-    request.check(translator)
+    opened = request.open(members, cfg.device)
+    translator = opened.translator
     if cfg.src is not None:
         src_path, ref_path = Path(cfg.src), Path(cfg.ref)
         test_name = src_path.name
     else:
         overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.data else None
-        src_path, ref_path = split_files(checkpoint["config"], cfg.split, overrides)
+        src_path, ref_path = split_files(opened.config, cfg.split, overrides)
         test_name = cfg.split
     sources, references = read_parallel(src_path, ref_path)
     guidance = request.guidance(translator, input_lines=len(sources))
@@ -236,10 +226,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
 
-    set_up_decoding(cfg.get("num_threads"))
+    request = start_decoding(cfg)
     summaries = []
     try:
-        request = DecodingRequest.of(cfg)
         for number, path in enumerate(paths):
             summary = evaluate_checkpoint(path, cfg, request,
                                           started=MODULE_LOADED if number == 0 else None)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import fail, translator_options
+from seq2seq.cli.common import fail, set_up_decoding, translator_options
 from seq2seq.config_types import ConfigError, check_value
 from seq2seq.inference.decode_options import option_types
 
@@ -56,6 +56,19 @@ def check_config(cfg: DictConfig) -> None:
     for key in ("constraints", "prefix", "terms"):
         if cfg.get(key) and not Path(cfg[key]).is_file():
             fail(f"{key} file not found: {cfg[key]}")
+
+
+def start_decoding(cfg: DictConfig) -> DecodingRequest:
+    """What every decoding tool does once its own options are checked: set up torch for
+    decoding (:func:`~seq2seq.cli.common.set_up_decoding`) and make the request, exiting with a
+    one-line error on a value out of range or an unreadable shortlist or glossary."""
+    from seq2seq.data.corpus import DataError
+
+    set_up_decoding(cfg.get("num_threads"))
+    try:
+        return DecodingRequest.of(cfg)
+    except (DataError, ValueError) as error:
+        fail(error)
 
 
 def phrases_of(line: str) -> list[str]:
@@ -201,6 +214,20 @@ class DecodingRequest:
                     if cfg.get("terms") else None)
         return cls(DecodeOptions.of(cfg), translator_options(cfg), glossary,
                    {key: str(cfg[key]) for key in ("constraints", "prefix") if cfg.get(key)})
+
+    def open(self, paths: Sequence[str | Path], device: str):
+        """The model at ``paths`` (:func:`~seq2seq.inference.runtimes.open_model`) with this
+        request's translator settings, checked against what the request asks (:meth:`check`).
+
+        Raises:
+            CheckpointError: on a file or folder that does not make a model.
+            ValueError: on what the model cannot do, in one line.
+        """
+        from seq2seq.inference.runtimes import open_model
+
+        opened = open_model(list(paths), device, **self.translator_settings)
+        self.check(opened.translator)
+        return opened
 
     def check(self, translator) -> None:
         """A one-line ValueError where ``translator`` cannot do what is asked: the search, or

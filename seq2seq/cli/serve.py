@@ -27,13 +27,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import (
-    checkpoint_paths,
-    fail,
-    require_checkpoint_files,
-    set_up_decoding,
-)
-from seq2seq.cli.search_options import DecodingRequest, check_config
+from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
+from seq2seq.cli.search_options import check_config, start_decoding
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -91,11 +86,7 @@ def build_app(cfg: DictConfig):
         fail(f"serving needs FastAPI and uvicorn ({error.name} is missing): pip install '.[serve]'")
     from seq2seq.checkpoint import CheckpointError
 
-    set_up_decoding(cfg.get("num_threads"))
-    try:
-        request = DecodingRequest.of(cfg)
-    except ValueError as error:
-        fail(error)
+    request = start_decoding(cfg)
     served = {}
     languages = {}
     for name, path in paths.items():

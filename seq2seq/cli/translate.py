@@ -55,13 +55,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import atomic_write
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import (
-    checkpoint_paths,
-    fail,
-    require_checkpoint_files,
-    set_up_decoding,
-)
-from seq2seq.cli.search_options import DecodingRequest, SentenceGuidance, check_config
+from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
+from seq2seq.cli.search_options import SentenceGuidance, check_config, start_decoding
 from seq2seq.console import count_bar
 
 if TYPE_CHECKING:
@@ -171,15 +166,12 @@ def run(cfg: DictConfig) -> int:
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError, iter_lines
-    from seq2seq.inference.runtimes import load_translator
 
-    set_up_decoding(cfg.get("num_threads"))
+    request = start_decoding(cfg)
+    options = request.options
     try:
-        request = DecodingRequest.of(cfg)
-        options = request.options
         # A Translator, or a CTranslate2 folder's own translator (the same interface).
-        translator = load_translator(paths, device=cfg.device, **request.translator_settings)
-        request.check(translator)
+        translator = request.open(paths, cfg.device).translator
     except (CheckpointError, DataError, ValueError) as error:
         fail(error)
     # Line counts compared before decoding where the input's is known (a stream: as it is read).

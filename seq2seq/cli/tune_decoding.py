@@ -220,22 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from seq2seq.cli.common import set_up_decoding
 
     set_up_decoding(args.num_threads)  # as seq2seq-translate does
-    from seq2seq.checkpoint import CheckpointError, load_checkpoint
+    from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.runtimes import translator_from_payloads
+    from seq2seq.inference.runtimes import open_model
     from seq2seq.inference.searches import search_named
 
     try:
         if search_named(args.search).draws:  # (an unknown name: a ValueError naming the known)
             return fail(f"--search {args.search} draws at random, so its scores are noise: "
                         "tune a search that does not (beam)")
-        payloads = [load_checkpoint(path) for path in args.checkpoint]
-        checkpoint = payloads[0]
+        opened = open_model(args.checkpoint, args.device, max_tokens=args.max_tokens,
+                            precision=args.precision)
+        translator = opened.translator
         if args.src is not None:
             src_path, ref_path = Path(args.src), Path(args.ref)
             try:
-                test_src, test_ref = split_files(checkpoint["config"], "test")
+                test_src, test_ref = split_files(opened.config, "test")
             except DataError:
                 test_src = test_ref = None
             if test_src is not None and (
@@ -244,16 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return fail("these are the checkpoint's test files: tuning on the test split "
                             "is not allowed")
         else:
-            src_path, ref_path = split_files(checkpoint["config"], "valid")
+            src_path, ref_path = split_files(opened.config, "valid")
         sources, references = read_parallel(src_path, ref_path)
         if args.max_sentences is not None:
             sources, references = sources[: args.max_sentences], references[: args.max_sentences]
         if not sources:
             return fail(f"{src_path} holds no sentences", 1)
-        translator = translator_from_payloads(payloads, args.device, names=args.checkpoint,
-                                              max_tokens=args.max_tokens,
-                                              precision=args.precision)
-        del checkpoint, payloads
         cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties,
                      search=args.search)
     except (CheckpointError, DataError, ValueError) as error:

@@ -78,36 +78,27 @@ def load_model(
             sum; no training summary).
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
         options: what a request is decoded with unless it says otherwise (default: beam 5).
-        **settings: the translator's (:func:`~seq2seq.inference.runtimes.translator_from_payloads`).
+        **settings: the translator's (:func:`~seq2seq.inference.runtimes.open_model`).
 
     Raises:
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.
         ValueError: on an invalid decoding option.
     """
     from seq2seq.checkpoint import recorded_languages
-    from seq2seq.inference.loading import load_model_payload
-    from seq2seq.inference.runtimes import translator_from_payloads
+    from seq2seq.inference.runtimes import open_model
 
-    paths = list(path) if isinstance(path, list | tuple) else [path]
-    checkpoints = [load_model_payload(p) for p in paths]
-    # A Translator, or a CTranslate2 folder's own translator (the same interface).
-    translator = translator_from_payloads(
-        checkpoints, device, names=[str(p) for p in paths], **settings
-    )
+    opened = open_model(path if isinstance(path, list | tuple) else [path], device, **settings)
+    translator = opened.translator
     options = options or DecodeOptions()
     translator.check(options)
-    scorers = [_scorer_of_config(checkpoint["config"].get("model", {}))
-               for checkpoint in checkpoints]
-    state = checkpoints[0].get("trainer_state") if len(checkpoints) == 1 else None
-    training = (
-        {name: state[name] for name in TRAINING_FIELDS if name in state}
-        if isinstance(state, dict) else None
-    )
-    if len(checkpoints) == 1:
+    scorers = [_scorer_of_config(config.get("model", {})) for config in opened.configs]
+    training = ({name: opened.trainer_state[name] for name in TRAINING_FIELDS
+                 if name in opened.trainer_state} if opened.trainer_state is not None else None)
+    if len(scorers) == 1:
         scorer = scorers[0] or _scorer_of_module(translator.model)
     else:
         scorer = "+".join(s or "?" for s in scorers)
-    languages = recorded_languages(checkpoints[0]["config"])  # an ensemble: its first member's
+    languages = recorded_languages(opened.config)  # an ensemble: its first member's
     return ServedModel(
         translator,
         options,

@@ -136,15 +136,13 @@ def score_run(
             cached["cached"] = True
             return cached
 
-    from seq2seq.checkpoint import load_checkpoint
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
-    from seq2seq.inference.runtimes import translator_from_payloads
+    from seq2seq.inference.runtimes import open_model
 
-    payload = load_checkpoint(checkpoint)
-    src_path, ref_path = split_files(payload["config"], options.split)
+    opened = open_model(checkpoint, options.device, **options.translator_options())
+    translator = opened.translator
+    src_path, ref_path = split_files(opened.config, options.split)
     sources, references = read_parallel(src_path, ref_path)
-    translator = translator_from_payloads([payload], options.device,
-                                          **options.translator_options())
     parameters = translator.parameter_count  # model.parameters(): a tied embedding counted once
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
