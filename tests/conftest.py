@@ -41,6 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from python_runner import PreloadedPython
 
+import seq2seq.cli.common  # noqa: F401  (gives Hydra the decoding options, as every tool does)
 from seq2seq import CONFIG_DIR
 
 # -- data preparation corpora ----------------------------------------------------------------

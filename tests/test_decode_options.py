@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 import pytest
 from omegaconf import OmegaConf
@@ -41,14 +41,23 @@ def test_every_option_is_described_once_in_its_declaration():
 
 
 @pytest.mark.parametrize("tool", ["translate", "evaluate", "serve"])
-def test_the_tools_configs_start_from_decode_options_defaults(tool):
-    """A tool's YAML sets the decoding options it shows to DecodeOptions' defaults: the two
-    cannot drift apart unnoticed."""
-    config = OmegaConf.load(CONFIG_DIR / f"{tool}.yaml")
-    shared = [name for name in described_options() if name in config]
-    assert {"beam_size", "length_penalty", "max_len_a", "max_len_b"} <= set(shared)
-    assert {name: config[name] for name in shared} == {
-        name: getattr(DecodeOptions(), name) for name in shared}
+def test_every_decoding_tool_gets_decode_options_defaults_from_the_decoding_group(tool):
+    """The tools' configs include the decoding group, whose options are made from
+    DecodeOptions: no YAML file restates one, so none can drift from the declaration."""
+    from seq2seq.cli.common import compose
+
+    cfg = compose(tool)
+    assert {name: cfg[name] for name in described_options()} == asdict(DecodeOptions())
+    assert cfg.hydra.runtime.choices["decoding"] == "default"
+    for path in (CONFIG_DIR / f"{tool}.yaml", CONFIG_DIR / "decoding" / "default.yaml"):
+        assert not set(described_options()) & set(OmegaConf.load(path)), path
+
+
+def test_the_decoding_group_is_where_an_option_is_changed():
+    from seq2seq.cli.common import compose
+
+    cfg = compose("serve", ["search=sample", "top_p=0.9", "nbest=2"])
+    assert DecodeOptions.of(cfg) == DecodeOptions(search="sample", top_p=0.9, nbest=2)
 
 
 def test_help_describes_a_decoding_option_with_its_declaration():
@@ -57,6 +66,3 @@ def test_help_describes_a_decoding_option_with_its_declaration():
     text = " ".join(render_help("evaluate", "python evaluate.py", width=400).split())
     top_p = described_options()["top_p"][2]
     assert f"top_p {top_p} [default 1.0]" in text
-    # A tool's own words win where its file has them: translate.py's nbest names its output.
-    text = " ".join(render_help("translate", "python translate.py", width=400).split())
-    assert 'N lines "SCORE<TAB>TRANSLATION" each' in text

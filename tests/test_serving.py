@@ -308,6 +308,25 @@ def test_serve_py_reads_terms_and_refuses_one_a_model_cannot_write(trained_check
         "vocabulary lacks: it cannot be produced")
 
 
+def test_serve_yaml_sets_the_servers_default_search(trained_checkpoint, translator):
+    """serve.yaml takes every decoding option (the decoding group's): sampling can be the
+    default of every request, which still may ask for beam search."""
+    from seq2seq.cli.common import compose
+    from seq2seq.cli.serve import build_app
+
+    cfg = compose("serve", [f"checkpoint={trained_checkpoint}", "name=copy", "device=cpu",
+                            "search=sample", "seed=3", "nbest=2", "top_k=2"])
+    sampled = DecodeOptions(search="sample", seed=3, nbest=2, top_k=2)
+    with TestClient(build_app(cfg)) as client:
+        defaults = client.get("/v1/models").json()["models"][0]["defaults"]
+        assert (defaults["search"], defaults["nbest"], defaults["top_k"]) == ("sample", 2, 2)
+        body = translate(client, ["red cat"]).json()["translations"][0]
+        assert [h["text"] for h in body["hypotheses"]] == [
+            t.text for t in translator.translate(["red cat"], sampled)[0]]
+        beam = translate(client, ["red cat"], search="beam", nbest=1).json()
+        assert beam["translations"][0]["text"] == best_text(translator, "red cat")
+
+
 def test_malformed_json_and_oversized_body(client):
     response = client.post("/v1/translate", content=b'{"text": ["red"',
                            headers={"content-type": "application/json"})

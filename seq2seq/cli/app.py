@@ -12,6 +12,7 @@ exception's structure (:func:`explain_composition_error`).
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -86,16 +87,20 @@ def config_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+@functools.cache
 def _file_node(config_name: str) -> dict:
-    import yaml
+    """A primary config as its file and the groups it includes set it (no ``hydra``), as
+    written (``???`` and interpolations unresolved)."""
+    from omegaconf import OmegaConf
 
-    text = (CONFIG_DIR / f"{config_name}.yaml").read_text(encoding="utf-8")
-    node = yaml.safe_load(text) or {}
-    return {key: value for key, value in node.items() if key not in ("defaults", "hydra")}
+    plain = OmegaConf.to_container(compose(config_name), resolve=False)
+    plain.pop("hydra", None)
+    return plain
 
 
 def file_keys(config_name: str) -> list[str]:
-    """The keys a primary config file declares (its own, not its groups', nor ``hydra``)."""
+    """The keys a tool's config declares: its file's and those of the groups it includes (the
+    decoding group's), not ``hydra``."""
     return config_keys(_file_node(config_name))
 
 

@@ -9,13 +9,24 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import CONFIG_DIR as _CONFIG_PATH
+from seq2seq import CONFIG_DIR
 from seq2seq.config_types import error_reason
 from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 
-# An absolute path: Hydra resolves a relative config_path against the importing module's
-# package, which breaks when an app is imported (root scripts, console scripts) not run.
-CONFIG_DIR = str(_CONFIG_PATH)
+
+def register_decode_options() -> None:
+    """Give Hydra the decoding options as the config ``decode_options``, made from
+    :class:`~seq2seq.inference.decode_options.DecodeOptions`' defaults: the decoding group
+    (``configs/decoding/default.yaml``) includes it, so no YAML restates them."""
+    from hydra.core.config_store import ConfigStore
+
+    from seq2seq.inference.decode_options import described_options
+
+    ConfigStore.instance().store(name="decode_options", node={
+        name: default for name, (_, default, _) in described_options().items()})
+
+
+register_decode_options()  # before any tool composes its config
 
 
 def fail(message: str | BaseException) -> NoReturn:

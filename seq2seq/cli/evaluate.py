@@ -213,6 +213,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         fail("no checkpoint given: add checkpoint=PATH (a file, a run folder or a glob)")
     if (cfg.src is None) != (cfg.ref is None):
         fail("give both src=FILE and ref=FILE, or neither (to score a split)")
+    if cfg.nbest != 1:
+        fail(f"nbest={cfg.nbest}: evaluate.py scores each sentence's best translation; "
+             "translate.py nbest=N writes the N best")
     try:
         if OmegaConf.is_list(cfg.checkpoint):
             # One ensemble of every checkpoint the entries name.
