@@ -76,9 +76,11 @@ class DecodeOptions:
         search = self.search_method
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-        search.check(self)  # sampling draws nbest whatever the beam: beam search bounds it
-        if self.nbest < 1:
-            raise ValueError(f"nbest must be at least 1, got {self.nbest}")
+        if self.nbest < 1 or (search.nbest_within_beam and self.nbest > self.beam_size):
+            bound = f"between 1 and beam_size ({self.beam_size})" if search.nbest_within_beam \
+                else "at least 1"
+            raise ValueError(f"nbest must be {bound}, got {self.nbest}")
+        search.check(self)
         if not (self.length_penalty >= 0 and math.isfinite(self.length_penalty)):
             raise ValueError(f"length_penalty must be a number >= 0, got {self.length_penalty}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):

@@ -45,12 +45,15 @@ class Search:
         no_phrases: why not, in the one-line refusal of phrases.
         draws: whether it draws at random (``seed`` then counts, and a seeded call is decoded
             alone: its draws depend on the sentences drawn together).
+        nbest_within_beam: whether its ``nbest`` best come from its beams, so at most
+            ``beam_size`` (sampling draws any number).
     """
 
     name: ClassVar[str] = ""
     phrases: ClassVar[bool] = False
     no_phrases: ClassVar[str] = "this search cannot promise a phrase"
     draws: ClassVar[bool] = False
+    nbest_within_beam: ClassVar[bool] = True
 
     def check(self, options) -> None:
         """A one-line ValueError, naming the option, where ``options`` are out of range for
@@ -134,11 +137,6 @@ class BeamSearch(Search):
 
     phrases = True
 
-    def check(self, options) -> None:  # beam_size >= 1: DecodeOptions checked it before
-        if not 1 <= options.nbest <= options.beam_size:
-            raise ValueError(f"nbest must be between 1 and beam_size ({options.beam_size}), "
-                             f"got {options.nbest}")
-
     def run(self, model, src, src_lengths, options, *, constraints=None, **guidance):
         if constraints is not None and any(constraints):
             strategy = Grid(constraints, options.beam_size, src.device)
@@ -157,6 +155,7 @@ class SampleSearch(Search):
 
     no_phrases = "sampling cannot promise a phrase"
     draws = True
+    nbest_within_beam = False
 
     def label(self, options) -> str:
         return "sample"

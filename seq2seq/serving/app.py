@@ -115,17 +115,14 @@ def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int
              if getattr(request, name) is not None}
     defaults = model.options
     beam_size = given.get("beam_size", defaults.beam_size)
-    given.setdefault("nbest", min(defaults.nbest, beam_size))
-    for name, size in (("beam_size", beam_size), ("nbest", given["nbest"])):
-        if size > max_beam_size:  # samples cost as much as beams
-            raise ApiError(422, f"{name}: at most {max_beam_size}, got {size}")
+    given.setdefault("nbest", min(defaults.nbest, beam_size))  # a smaller beam: its n best
     try:
         options = replace(defaults, **given)
         model.translator.check(options)
     except ValueError as error:
         raise ApiError(422, str(error)) from None
-    rows = options.search_method.rows(options)
-    if rows > max_beam_size:  # a registered search that widens its beam
+    rows = options.search_method.rows(options)  # beams, or samples, which cost as much
+    if rows > max_beam_size:
         raise ApiError(422, f"search={options.search} keeps {rows} hypotheses a sentence with "
                             f"these options; at most {max_beam_size}")
     return options
