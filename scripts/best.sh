@@ -87,5 +87,6 @@ if ((failed)); then
     exit 1
 fi
 
-run "$PYTHON" -m seq2seq.cli.tune_decoding "$BEST_DIR/$name_a/checkpoints/best.pt" \
-    "$BEST_DIR/$name_b/checkpoints/best.pt" --beam-sizes 1,5,8 --length-penalties 1.0,1.4
+run "$PYTHON" -m seq2seq.cli.tune_decoding \
+    "checkpoint=[$BEST_DIR/$name_a/checkpoints/best.pt,$BEST_DIR/$name_b/checkpoints/best.pt]" \
+    "beam_sizes=[1,5,8]" "length_penalties=[1.0,1.4]"

@@ -101,8 +101,9 @@ def test_best_trains_two_members_side_by_side_then_tunes_their_ensemble():
         for seed in (1, 2)]
     tune = shlex.split(lines[-1])
     assert tune == ["python", "-m", "seq2seq.cli.tune_decoding",
-                    "runs/best/seed1/checkpoints/best.pt", "runs/best/seed2/checkpoints/best.pt",
-                    "--beam-sizes", "1,5,8", "--length-penalties", "1.0,1.4"]
+                    "checkpoint=[runs/best/seed1/checkpoints/best.pt,"
+                    "runs/best/seed2/checkpoints/best.pt]",
+                    "beam_sizes=[1,5,8]", "length_penalties=[1.0,1.4]"]
 
 
 def test_best_takes_the_first_two_seeds_and_refuses_one():
@@ -129,8 +130,8 @@ def test_best_transformer_and_a_mixed_pair_train_their_experiments_in_named_fold
         "experiment=multi30k_transformer", "experiment=multi30k_best"]
     assert "hydra.run.dir=runs/m/transformer_seed1 > runs/m/transformer_seed1.log" in members[0]
     assert "hydra.run.dir=runs/m/best_seed1 > runs/m/best_seed1.log" in members[1]
-    assert shlex.split(lines[-1])[3:5] == ["runs/m/transformer_seed1/checkpoints/best.pt",
-                                           "runs/m/best_seed1/checkpoints/best.pt"]
+    assert shlex.split(lines[-1])[3] == ("checkpoint=[runs/m/transformer_seed1/checkpoints/"
+                                         "best.pt,runs/m/best_seed1/checkpoints/best.pt]")
 
 
 @pytest.mark.parametrize(("experiments", "seeds", "message"), [

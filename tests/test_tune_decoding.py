@@ -36,9 +36,8 @@ def workdir(tmp_path, trained_checkpoint) -> Path:
 
 def test_grid_on_valid_picks_the_best_cell_as_evaluate_scores_it(run_script, workdir, monkeypatch):
     result = run_script(
-        ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "0.6,1.4",
-         "--max-sentences", str(SENTENCES), "--device", "cpu", "--num-threads", "1",
-         "--json", "out/tune.json"],
+        ["checkpoint=run/checkpoints/best.pt", "beam_sizes=[1,3]", "length_penalties=[0.6,1.4]",
+         f"max_sentences={SENTENCES}", "device=cpu", "num_threads=1", "json=out/tune.json"],
         cwd=workdir,
     )
     assert result.returncode == 0, result.stderr
@@ -90,11 +89,12 @@ def test_several_checkpoints_are_tuned_as_one_ensemble(run_script, workdir):
     # An ensemble of a model with itself scores as that model: the grid is the same, and the
     # printed evaluate.py command names the whole ensemble.
     shutil.copy(workdir / "run/checkpoints/best.pt", workdir / "run/checkpoints/copy.pt")
-    common = ["--beam-sizes", "1,3", "--length-penalties", "1.0", "--max-sentences",
-              str(SENTENCES), "--device", "cpu", "--num-threads", "1"]
-    single = run_script(["run/checkpoints/best.pt", *common, "--json", "one.json"], cwd=workdir)
-    pair = run_script(["run/checkpoints/best.pt", "run/checkpoints/copy.pt", *common,
-                       "--json", "two.json"], cwd=workdir)
+    common = ["beam_sizes=[1,3]", "length_penalties=[1.0]", f"max_sentences={SENTENCES}",
+              "device=cpu", "num_threads=1"]
+    single = run_script(["checkpoint=run/checkpoints/best.pt", *common, "json=one.json"],
+                        cwd=workdir)
+    pair = run_script(["checkpoint=[run/checkpoints/best.pt,run/checkpoints/copy.pt]", *common,
+                       "json=two.json"], cwd=workdir)
     assert single.returncode == 0 and pair.returncode == 0, single.stderr + pair.stderr
     one, two = (json.loads((workdir / name).read_text(encoding="utf-8"))
                 for name in ("one.json", "two.json"))
@@ -107,14 +107,15 @@ def test_several_checkpoints_are_tuned_as_one_ensemble(run_script, workdir):
 @pytest.mark.parametrize(
     "args",
     [
-        ["--split", "test"],
-        ["--src", "corpus/test.src", "--ref", "corpus/test.tgt"],
+        ["split=test"],
+        ["src=corpus/test.src", "ref=corpus/test.tgt"],
     ],
     ids=["split-test", "test-files"],
 )
 def test_tuning_on_the_test_set_is_refused(run_script, workdir, args):
     result = run_script(
-        ["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties", "1.0", *args],
+        ["checkpoint=run/checkpoints/best.pt", "beam_sizes=[1,3]", "length_penalties=[1.0]",
+         *args],
         cwd=workdir,
     )
     assert result.returncode != 0
@@ -124,18 +125,54 @@ def test_tuning_on_the_test_set_is_refused(run_script, workdir, args):
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "message"),
     [
-        ["--beam-sizes", "0,3"],
-        ["--length-penalties", "a,b"],
-        ["--split", "train"],
-        ["--src", "corpus/valid.src"],
-        ["--max-sentences", "0"],
+        (["beam_sizes=[0,3]"], "beam_size must be at least 1, got 0"),
+        (["length_penalties=[a,b]"], "length_penalties: expected a list of numbers ([1,3,5]), "
+                                     "got ['a', 'b']"),
+        (["split=train"], "split must be valid, got 'train'"),
+        (["src=corpus/valid.src"], "src and ref go together"),
+        (["max_sentences=0"], "max_sentences must be positive, got 0"),
+        (["beam_size=3"], "beam_size=3: tune-decoding tries every cell of beam_sizes x "
+                          "length_penalties and returns the best translation; set those instead"),
     ],
 )
-def test_bad_arguments_are_one_line_errors(run_script, workdir, args):
-    result = run_script(["run/checkpoints/best.pt", *args], cwd=workdir)
-    assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.strip()]
-    assert any(line.startswith(("error:", "seq2seq-tune-decoding: error:")) for line in errors)
-    assert len([line for line in errors if "error" in line]) == 1
+def test_bad_arguments_are_one_line_errors(run_script, workdir, args, message):
+    result = run_script(["checkpoint=run/checkpoints/best.pt", *args], cwd=workdir)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+def test_the_previous_releases_flags_still_work_with_a_warning(run_script, workdir):
+    result = run_script(["run/checkpoints/best.pt", "--beam-sizes", "1,3", "--length-penalties",
+                         "1.0", "--max-sentences", str(SENTENCES), "--device", "cpu",
+                         "--json", "old.json"], cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert ("write key=value: checkpoint=run/checkpoints/best.pt beam_sizes=[1,3] "
+            f"length_penalties=[1.0] max_sentences={SENTENCES} device=cpu json=old.json"
+            in result.stderr)
+    report = json.loads((workdir / "old.json").read_text(encoding="utf-8"))
+    assert (report["beam_sizes"], report["length_penalties"]) == ([1, 3], [1.0])
+
+
+def test_an_onnx_folder_is_tuned_as_evaluate_scores_it(run_script, workdir, monkeypatch):
+    """tune-decoding opens models as every decoding tool does: an exported folder too."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.export import export_checkpoint
+    from seq2seq.inference.decode_options import DecodeOptions
+    from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
+    from seq2seq.inference.runtimes import load_translator
+
+    monkeypatch.chdir(workdir)
+    export_checkpoint("run/checkpoints/best.pt", "exported", format="onnx")
+    result = run_script(["checkpoint=exported", "beam_sizes=[2]", "length_penalties=[1.0]",
+                         f"max_sentences={SENTENCES}", "json=onnx.json"], cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((workdir / "onnx.json").read_text(encoding="utf-8"))
+    assert report["device"] == "cpu" and report["test_command"].startswith(
+        "seq2seq-evaluate checkpoint=exported split=test")
+    config = load_checkpoint("run/checkpoints/best.pt")["config"]
+    sources, references = read_parallel(*split_files(config, "valid"))
+    evaluation = evaluate_translations(load_translator("exported"), sources[:SENTENCES],
+                                       references[:SENTENCES], DecodeOptions(beam_size=2))
+    assert report["best"]["bleu"] == pytest.approx(evaluation.scores["bleu"], abs=1e-9)

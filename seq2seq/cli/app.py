@@ -274,6 +274,45 @@ def hydra_tool(run: Callable[[Any], Any], *, config_name: str, summary: str, str
     return main
 
 
+# Hydra's own flags that take a value: the word after one is no positional argument.
+_HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-path", "-cp",
+                      "--config-name", "-cn", "--config-dir", "-cd", "--shell-completion", "-sc",
+                      "--experimental-rerun"}
+
+
+def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, positional: str,
+                       lists: Sequence[str] = ()) -> list[str]:
+    """A command line in a tool's previous, argparse form (``A B --beam-sizes 1,3``) as the
+    ``key=value`` overrides every tool takes now (``checkpoint=[A,B] beam_sizes=[1,3]``), with
+    a warning on stderr; a command line in today's form comes back as it is.
+
+    Args:
+        flags: each old flag (``--beam-sizes``) and the key it sets.
+        positional: the key the positional arguments set (a list when several).
+        lists: the keys whose comma-separated values are a list.
+    """
+    overrides, values, previous = [], [], ""
+    arguments = iter(argv)
+    for argument in arguments:
+        if argument in flags:
+            key = flags[argument]
+            value = next(arguments, "")
+            overrides.append(f"{key}=[{value}]" if key in lists else f"{key}={value}")
+        elif "=" not in argument and not argument.startswith("-") \
+                and previous not in _HYDRA_VALUE_FLAGS:
+            values.append(argument)
+        else:
+            overrides.append(argument)
+        previous = argument
+    if values:
+        overrides.insert(0, f"{positional}={values[0]}" if len(values) == 1
+                         else f"{positional}=[{','.join(values)}]")
+    if overrides != list(argv):
+        print(f"warning: --flags and bare paths are the previous release's form, read this once "
+              f"more; write key=value: {' '.join(overrides)}", file=sys.stderr, flush=True)
+    return overrides
+
+
 def script_command(path: str | Path) -> str:
     """How the user started the tool, for its usage line (``python translate.py``)."""
     name = Path(path).name

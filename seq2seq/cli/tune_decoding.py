@@ -1,17 +1,20 @@
-"""Choose the beam size and length penalty on the validation set, never on a test set.
+"""``seq2seq-tune-decoding checkpoint=PATH [overrides]``: choose the beam size and length
+penalty on the validation set, never on a test set.
 
-    seq2seq-tune-decoding runs/x/checkpoints/best.pt \\
-        --beam-sizes 1,3,5,8 --length-penalties 0.6,1.0,1.4 [--split valid] \\
-        [--max-sentences N] [--json tune.json]
-    seq2seq-tune-decoding best.pt --src dev.de --ref dev.en ...   # your own dev set
-    seq2seq-tune-decoding runs/a/checkpoints/best.pt runs/b/checkpoints/best.pt  # an ensemble
+    seq2seq-tune-decoding checkpoint=runs/x/checkpoints/best.pt \\
+        beam_sizes=[1,3,5,8] length_penalties=[0.6,1.0,1.4] [max_sentences=N] [json=tune.json]
+    seq2seq-tune-decoding checkpoint=best.pt src=dev.de ref=dev.en ...   # your own dev set
+    seq2seq-tune-decoding 'checkpoint=[runs/a/checkpoints/best.pt,runs/b/checkpoints/best.pt]'
+    seq2seq-tune-decoding checkpoint=exported/x-int8 quantize=int8        # an exported folder
 
-Loads the checkpoint once (several: decoded as one ensemble, as ``seq2seq-evaluate
-'checkpoint=[A,B]'`` does; the valid split is the first one's) and scores every beam size x
-length penalty on the ``valid`` split of the checkpoint's own data config (or on
-``--src``/``--ref``) through :func:`seq2seq.inference.evaluation.evaluate_translations`, the
-path ``seq2seq-evaluate`` takes, so a cell's BLEU is the BLEU ``seq2seq-evaluate split=valid
-beam_size=B length_penalty=A`` prints.
+Opens the model once as every decoding tool does (:func:`~seq2seq.inference.runtimes.open_model`:
+a checkpoint, an ONNX or CTranslate2 folder, or an ensemble, whose valid split is the first
+one's), with the decoding group's settings (``device``, ``precision`` including ``auto``,
+``quantize``, ``shortlist``, ``batch.max_tokens``, ``search``), and scores every beam size x
+length penalty on the ``valid`` split of the checkpoint's own data config (or on ``src``/``ref``)
+through :func:`seq2seq.inference.evaluation.evaluate_translations`, the path ``seq2seq-evaluate``
+takes, so a cell's BLEU is the BLEU ``seq2seq-evaluate split=valid beam_size=B
+length_penalty=A`` prints.
 
 Prints a table (rows: beam size; columns: length penalty; cells: BLEU, sacreBLEU's length
 ratio of the output to the references, then sentences/s), the best setting (ties go to the
@@ -21,64 +24,32 @@ below 1 means short output, which BLEU's brevity penalty punishes: a larger leng
 lengthens beam search's output.
 
 Greedy search (beam size 1) ranks nothing, so the length penalty cannot change it: it is
-translated once and its BLEU stands in every column of its row. ``--search NAME`` tunes another
+translated once and its BLEU stands in every column of its row. ``search=NAME`` tunes another
 registered search (:mod:`seq2seq.inference.searches`) over the same grid; one that draws at
 random is refused (its scores would be noise).
 
-``--split test``, and ``--src`` files that are the checkpoint's test split, are refused:
-settings tuned on a test set make its score an overestimate. A bad option is a one-line
-error before torch loads.
+``split=test``, and ``src`` files that are the checkpoint's test split, are refused: settings
+tuned on a test set make its score an overestimate. The previous release's form
+(``seq2seq-tune-decoding best.pt --beam-sizes 1,3``) still works, with a warning
+(:func:`~seq2seq.cli.app.flags_as_overrides`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.config_types import error_reason
+from omegaconf import DictConfig, OmegaConf
 
-
-def _number_list(kind):
-    def parse(text: str) -> list:
-        try:
-            values = [kind(item) for item in text.split(",") if item.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated {kind.__name__}s, got {text!r}"
-            ) from None
-        if not values:
-            raise argparse.ArgumentTypeError("expected at least one value")
-        return sorted(set(values))
-
-    return parse
-
-
-def _beam_sizes(text: str) -> list[int]:
-    values = _number_list(int)(text)
-    if values[0] < 1:
-        raise argparse.ArgumentTypeError(f"beam sizes must be at least 1, got {values[0]}")
-    return values
-
-
-def _length_penalties(text: str) -> list[float]:
-    values = _number_list(float)(text)
-    if values[0] < 0:
-        raise argparse.ArgumentTypeError(f"length penalties must be >= 0, got {values[0]}")
-    return values
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+from seq2seq import CONFIG_DIR
+from seq2seq.atomic import write_text
+from seq2seq.cli.app import flags_as_overrides, hydra_tool
+from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
+from seq2seq.cli.search_options import check_config, start_decoding
+from seq2seq.config_types import ConfigError, check_value
 
 
 def tune(translator, sources, references, beam_sizes, length_penalties, *,
@@ -150,21 +121,20 @@ def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
     return "\n".join(lines)
 
 
-def evaluate_command(args, best: dict) -> str:
-    checkpoints = args.checkpoint
-    named = checkpoints[0] if len(checkpoints) == 1 else f"[{','.join(checkpoints)}]"
+def evaluate_command(cfg: DictConfig, paths: list[str], best: dict) -> str:
+    """The one ``seq2seq-evaluate`` command that reports ``best`` on the test set."""
+    named = paths[0] if len(paths) == 1 else f"[{','.join(paths)}]"
     parts = ["seq2seq-evaluate", f"checkpoint={named}"]
-    if args.src is not None:
-        parts += ["src=YOUR_TEST_SRC", "ref=YOUR_TEST_REF"]
-    else:
-        parts.append("split=test")
-    if args.search != "beam":
-        parts.append(f"search={args.search}")
+    parts += ["src=YOUR_TEST_SRC", "ref=YOUR_TEST_REF"] if cfg.src is not None else ["split=test"]
+    if cfg.search != "beam":
+        parts.append(f"search={cfg.search}")
     parts += [f"beam_size={best['beam_size']}", f"length_penalty={best['length_penalty']:g}"]
-    if args.precision != "fp32":
-        parts.append(f"precision={args.precision}")
-    if args.max_tokens != 4000:
-        parts.append(f"batch.max_tokens={args.max_tokens}")
+    # The translator's settings that differ from the decoding group's defaults.
+    defaults = decoding_defaults()
+    for key in ("precision", "quantize", "shortlist", "batch.max_tokens", "max_source_length"):
+        value = OmegaConf.select(cfg, key)
+        if value != OmegaConf.select(defaults, key):
+            parts.append(f"{key}={value}")
     return " ".join(shlex.quote(part) for part in parts)
 
 
@@ -175,66 +145,77 @@ def _same_file(a, b) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seq2seq-tune-decoding",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", nargs="+",
-                        help="a checkpoint file; several: decoded as one ensemble")
-    parser.add_argument("--beam-sizes", type=_beam_sizes, default=[1, 3, 5, 8],
-                        help="comma-separated, e.g. 1,3,5,8")
-    parser.add_argument("--length-penalties", type=_length_penalties, default=[0.6, 1.0, 1.4],
-                        help="comma-separated GNMT alphas, e.g. 0.6,1.0,1.4")
-    parser.add_argument("--search", default="beam",
-                        help="the registered search tuned (seq2seq.inference.searches): beam, "
-                             "or one your code registered")
-    parser.add_argument("--split", default=None,
-                        help="valid (the default; test is refused): a split of the "
-                             "checkpoint's data config")
-    parser.add_argument("--src", default=None, help="tune on these source sentences instead")
-    parser.add_argument("--ref", default=None, help="... and these references (with --src)")
-    parser.add_argument("--max-sentences", type=_positive_int, default=None,
-                        help="use the first N sentences only")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    parser.add_argument("--max-tokens", type=_positive_int, default=4000,
-                        help="padded source ids per batch")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
-                        help="autocast dtype of the search")
-    parser.add_argument("--num-threads", type=_positive_int, default=None,
-                        help="CPU threads for torch")
-    parser.add_argument("--json", default=None, help="also write the results here as JSON")
-    args = parser.parse_args(argv)
-    def fail(message: str, status: int = 2) -> int:
-        print(f"error: {message}", file=sys.stderr)
-        return status
+def decoding_defaults() -> DictConfig:
+    """The decoding group's defaults: DecodeOptions' and the translator's settings."""
+    from seq2seq.inference.decode_options import described_options
 
-    if args.split == "test":
-        return fail("tuning on the test split is not allowed: tune on --split valid (or your "
-                    "own --src/--ref dev files), then score the chosen setting on test once")
-    if args.split not in (None, "valid"):
-        return fail(f"--split must be valid, got {args.split!r}")
-    if (args.src is None) != (args.ref is None):
-        return fail("--src and --ref go together")
-    if args.src is not None and args.split is not None:
-        return fail("give either --split or --src/--ref, not both")
+    group = OmegaConf.load(CONFIG_DIR / "decoding" / "default.yaml")
+    del group["defaults"]
+    return OmegaConf.merge({name: default for name, (_, default, _)
+                            in described_options().items()}, group)
 
-    from seq2seq.cli.common import set_up_decoding
 
-    set_up_decoding(args.num_threads)  # as seq2seq-translate does
+def check_tune_config(cfg: DictConfig) -> list[str]:
+    """The checkpoint paths, after every option is checked: a one-line error (and exit) on a
+    bad value, a test split, or a decoding option the grid sets."""
+    check_config(cfg)
+    if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
+        fail("no checkpoint given: add checkpoint=PATH")
+    for key, annotation in (("max_sentences", int | None), ("split", str), ("src", str | None),
+                            ("ref", str | None), ("json", str | None)):
+        try:
+            check_value(cfg[key], annotation, key)
+        except ConfigError as error:
+            fail(error)
+    for key, kind in (("beam_sizes", int), ("length_penalties", float)):
+        values = cfg[key]
+        if not OmegaConf.is_list(values) or not values or not all(
+                isinstance(value, int | float) and not isinstance(value, bool)
+                and (kind is float or isinstance(value, int)) for value in values):
+            what = "integers" if kind is int else "numbers"
+            fail(f"{key}: expected a list of {what} ([1,3,5]), got {values}")
+    defaults = decoding_defaults()
+    for name in ("beam_size", "length_penalty", "nbest"):
+        if (value := cfg[name]) != defaults[name]:
+            fail(f"{name}={value}: tune-decoding tries every cell of beam_sizes x "
+                 "length_penalties and returns the best translation; set those instead")
+    if cfg.split == "test":
+        fail("tuning on the test split is not allowed: tune on split=valid (or your own "
+             "src/ref dev files), then score the chosen setting on test once")
+    if cfg.split != "valid":
+        fail(f"split must be valid, got {cfg.split!r}")
+    if (cfg.src is None) != (cfg.ref is None):
+        fail("src and ref go together")
+    if cfg.max_sentences is not None and cfg.max_sentences < 1:
+        fail(f"max_sentences must be positive, got {cfg.max_sentences}")
+    paths = checkpoint_paths(cfg.checkpoint)
+    require_checkpoint_files(paths)
+    return paths
+
+
+def run(cfg: DictConfig) -> dict:
+    """Tune as configured; returns the report (what ``json=`` writes)."""
+    paths = check_tune_config(cfg)
+    beam_sizes = sorted(set(cfg.beam_sizes))
+    length_penalties = sorted(set(float(value) for value in cfg.length_penalties))
+    request = start_decoding(cfg)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.corpus import DataError
+    from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.runtimes import open_model
-    from seq2seq.inference.searches import search_named
 
     try:
-        if search_named(args.search).draws:  # (an unknown name: a ValueError naming the known)
-            return fail(f"--search {args.search} draws at random, so its scores are noise: "
-                        "tune a search that does not (beam)")
-        opened = open_model(args.checkpoint, args.device, max_tokens=args.max_tokens,
-                            precision=args.precision)
+        for beam_size in beam_sizes:  # every cell's options, checked before the model loads
+            for length_penalty in length_penalties:
+                DecodeOptions(search=cfg.search, beam_size=beam_size,
+                              length_penalty=length_penalty)
+        if request.options.search_method.draws:
+            fail(f"search={cfg.search} draws at random, so its scores are noise: tune a search "
+                 "that does not (beam)")
+        opened = request.open(paths, cfg.device)
         translator = opened.translator
-        if args.src is not None:
-            src_path, ref_path = Path(args.src), Path(args.ref)
+        if cfg.src is not None:
+            src_path, ref_path = Path(cfg.src), Path(cfg.ref)
             try:
                 test_src, test_ref = split_files(opened.config, "test")
             except DataError:
@@ -242,57 +223,72 @@ def main(argv: Sequence[str] | None = None) -> int:
             if test_src is not None and (
                 _same_file(src_path, test_src) or _same_file(ref_path, test_ref)
             ):
-                return fail("these are the checkpoint's test files: tuning on the test split "
-                            "is not allowed")
+                fail("these are the checkpoint's test files: tuning on the test split is not "
+                     "allowed")
         else:
             src_path, ref_path = split_files(opened.config, "valid")
         sources, references = read_parallel(src_path, ref_path)
-        if args.max_sentences is not None:
-            sources, references = sources[: args.max_sentences], references[: args.max_sentences]
+        if cfg.max_sentences is not None:
+            sources, references = sources[: cfg.max_sentences], references[: cfg.max_sentences]
         if not sources:
-            return fail(f"{src_path} holds no sentences", 1)
-        cells = tune(translator, sources, references, args.beam_sizes, args.length_penalties,
-                     search=args.search)
+            fail(f"{src_path} holds no sentences")
+        cells = tune(translator, sources, references, beam_sizes, length_penalties,
+                     search=cfg.search)
     except (CheckpointError, DataError, ValueError) as error:
-        return fail(error_reason(error), 1)
+        fail(error)
 
     best = best_cell(cells)
-    command = evaluate_command(args, best)
-    where = "valid split" if args.src is None else str(src_path)
+    command = evaluate_command(cfg, paths, best)
+    where = "valid split" if cfg.src is None else str(src_path)
     print(f"{len(sources)} sentences of {where} ({src_path}), device {translator.device}, "
-          f"precision {args.precision}")
-    print(format_table(cells, args.beam_sizes, args.length_penalties))
+          f"precision {cfg.precision}")
+    print(format_table(cells, beam_sizes, length_penalties))
     print(f"best on {where}: beam_size={best['beam_size']} "
           f"length_penalty={best['length_penalty']:g} BLEU {best['bleu']:.2f}, length ratio "
           f"{best['length_ratio']:.3f}"
           + (" (greedy: the length penalty does not matter)"
-             if args.search == "beam" and best["beam_size"] == 1 else "")
+             if cfg.search == "beam" and best["beam_size"] == 1 else "")
           + (" (short output: a larger length penalty lengthens beam search's)"
              if best["length_ratio"] < 1 and best["beam_size"] > 1 else ""))
     print("report it on the test set, once:")
     print(f"  {command}", flush=True)
-    if args.json:
-        report = {
-            "checkpoint": args.checkpoint[0] if len(args.checkpoint) == 1 else args.checkpoint,
-            "split": "valid" if args.src is None else None,
-            "src": str(src_path),
-            "ref": str(ref_path),
-            "sentences": len(sources),
-            "device": str(translator.device),
-            "precision": args.precision,
-            "max_tokens": args.max_tokens,
-            "search": args.search,
-            "beam_sizes": args.beam_sizes,
-            "length_penalties": args.length_penalties,
-            "cells": cells,
-            "best": best,
-            "test_command": command,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    report = {
+        "checkpoint": paths[0] if len(paths) == 1 else paths,
+        "split": "valid" if cfg.src is None else None,
+        "src": str(src_path),
+        "ref": str(ref_path),
+        "sentences": len(sources),
+        "device": str(translator.device),
+        "precision": cfg.precision,
+        "max_tokens": cfg.batch.max_tokens,
+        "search": cfg.search,
+        "beam_sizes": beam_sizes,
+        "length_penalties": length_penalties,
+        "cells": cells,
+        "best": best,
+        "test_command": command,
+    }
+    if cfg.json:
+        write_text(Path(cfg.json), json.dumps(report, indent=2) + "\n")
+        print(f"wrote {cfg.json}", file=sys.stderr)
+    return report
+
+
+# The previous release's flags, still read (with a warning): --name VALUE is name=VALUE.
+FLAGS = {"--beam-sizes": "beam_sizes", "--length-penalties": "length_penalties",
+         "--search": "search", "--split": "split", "--src": "src", "--ref": "ref",
+         "--max-sentences": "max_sentences", "--device": "device",
+         "--max-tokens": "batch.max_tokens", "--precision": "precision",
+         "--num-threads": "num_threads", "--json": "json"}
+_main = hydra_tool(run, config_name="tune_decoding", summary=__doc__.splitlines()[0])
+
+
+def main() -> None:
+    """``seq2seq-tune-decoding``: see the module docstring (``--help`` lists the options)."""
+    sys.argv[1:] = flags_as_overrides(sys.argv[1:], FLAGS, positional="checkpoint",
+                                      lists=("beam_sizes", "length_penalties"))
+    _main()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
