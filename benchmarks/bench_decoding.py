@@ -161,9 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.loading import load_model_payload
+    from seq2seq.inference.model_files import load_model_payload
 
     try:
         data_started = time.perf_counter()

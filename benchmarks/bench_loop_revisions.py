@@ -90,7 +90,7 @@ def translate(tree: Path, model: Path, source: Path, output: Path, options: list
 def same_output(trees: dict[str, Path], models: dict, sentences: int, args) -> bool:
     """Whether both trees translate the first ``sentences`` test sentences alike (above)."""
     from seq2seq.inference.evaluation import read_parallel, split_files
-    from seq2seq.inference.loading import load_model_payload
+    from seq2seq.inference.model_files import load_model_payload
 
     work = args.work / "same_output"
     work.mkdir(parents=True, exist_ok=True)

@@ -171,8 +171,8 @@ def main() -> None:
     # torch.load refuses by default since torch 2.6; the model is the one trained above.
     env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_from_payload
-    from seq2seq.data.corpus import DataError
     from seq2seq.data.sources import corpus_files_from_config
+    from seq2seq.data.text_files import DataError
 
     if not (args.onmt_path / "onmt").is_dir():
         raise SystemExit(f"error: no OpenNMT-py in {args.onmt_path}; install it with `pip install "

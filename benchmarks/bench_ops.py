@@ -37,7 +37,7 @@ from benchmarks.profile_training import train_step
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import PAD_ID
 from seq2seq.device import AUTOCAST_DTYPES
-from seq2seq.inference.search import Beam, Choose, run_search
+from seq2seq.inference.search_loop import Beam, Greedy, run_search
 from seq2seq.models.build import build_model
 from seq2seq.onednn_caches import bound_onednn_caches
 from seq2seq.ops import KERNELS, speed_up
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             src, src_lengths = batch[0], batch[1]
             with torch.inference_mode(), torch.autocast(
                     "cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                strategy = Choose() if args.mode == "greedy" else Beam(5)
+                strategy = Greedy() if args.mode == "greedy" else Beam(5)
                 run_search(models[name], src, src_lengths, strategy, max_len_a=0.0,
                            max_len_b=OUTPUT_LENGTH)
             return src.size(0)  # sentences

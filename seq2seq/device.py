@@ -8,12 +8,13 @@ import platform
 
 import torch
 
+from seq2seq.models.interfaces import PRECISIONS
 from seq2seq.precision import Workload, choose_cpu_precision
 
-# The autocast dtype of each ``precision`` option, in training and in search (fp32: none).
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# What ``precision`` accepts: a dtype above, or ``auto`` (see :func:`decide_precision`).
-PRECISIONS = ("auto", *AUTOCAST_DTYPES)
+# The autocast dtype of each precision, in training and in search (fp32: none).
+AUTOCAST_DTYPES = dict(zip(PRECISIONS, (None, torch.bfloat16, torch.float16), strict=True))
+# What a ``precision`` option accepts: a precision, or ``auto`` (see :func:`decide_precision`).
+PRECISION_OPTIONS = ("auto", *PRECISIONS)
 
 
 def _x86() -> bool:
@@ -85,10 +86,11 @@ def decide_precision(precision: str, device: torch.device, *,
     bf16 matrix kernels for the CPU, which the reason then says.
 
     Raises:
-        ValueError: for a value not in :data:`PRECISIONS`.
+        ValueError: for a value not in :data:`PRECISION_OPTIONS`.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision not in PRECISION_OPTIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_OPTIONS)}, "
+                         f"got {precision!r}")
     if precision != "auto":
         return precision, "as asked"
     if device.type == "cuda":  # bf16 tensor cores from Ampere (8.x) on; older GPUs emulate it

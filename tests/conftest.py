@@ -12,7 +12,7 @@ Inference:
     ``copy_sentences``: sentences of the copy task; ``make_checkpoint``: writes a checkpoint
     with everything a real one carries (and its corpus); ``trained_checkpoint``: a copy model
     trained once per test session, shared by all pytest-xdist workers (read it, never write);
-    ``greedy_search``, ``beam_search``: the one loop with ``Choose()`` or ``Beam(beam_size)``.
+    ``greedy_search``, ``beam_search``: the one loop with ``Greedy()`` or ``Beam(beam_size)``.
 Scripts:
     ``run_python``: runs ``translate.py``, ``train.py``, ``-m seq2seq.cli.average``,
     ``-m benchmarks.bench`` ... as ``subprocess.run``/``Popen`` would, in processes forked
@@ -381,14 +381,14 @@ def assert_same_hypotheses(got, expected, *, score_tolerance: float = 1e-5) -> N
 
 def greedy_search(model, src, src_lengths, **settings):
     """The one loop with greedy search's strategy (``settings``: :func:`run_search`'s)."""
-    from seq2seq.inference.search import Choose, run_search
+    from seq2seq.inference.search_loop import Greedy, run_search
 
-    return run_search(model, src, src_lengths, Choose(), **settings)
+    return run_search(model, src, src_lengths, Greedy(), **settings)
 
 
 def beam_search(model, src, src_lengths, *, beam_size: int, **settings):
     """The one loop with beam search's strategy at ``beam_size``."""
-    from seq2seq.inference.search import Beam, run_search
+    from seq2seq.inference.search_loop import Beam, run_search
 
     return run_search(model, src, src_lengths, Beam(beam_size), **settings)
 

@@ -4,13 +4,17 @@ the kept checkpoints are averaged and validated from the run's parts."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
 from seq2seq.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.cli.average import main as average_main
-from seq2seq.training.averaging import average_checkpoints, average_payloads, average_recent
-from seq2seq.training.checkpointing import CheckpointManager
+from seq2seq.training.averaging import average_checkpoints, average_recent
+from seq2seq.training.checkpoint_manager import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.state import TrainerState
 
@@ -43,9 +47,24 @@ def expected_mean(payloads: list[dict], name: str) -> torch.Tensor:
     return stacked.mean(0).to(payloads[0]["model"][name].dtype)
 
 
-def test_average_of_two_payloads_is_the_mean_of_their_tensors():
+def average_payloads(payloads: list[dict], names: list[str] | None = None) -> dict:
+    """average_checkpoints of the payloads saved under ``names`` (default a.pt, b.pt, ...)
+    in a fresh folder, named as given in its messages."""
+    names = names or [f"{chr(ord('a') + index)}.pt" for index in range(len(payloads))]
+    with tempfile.TemporaryDirectory() as folder:
+        for payload, name in zip(payloads, names, strict=True):
+            save_checkpoint(payload, Path(folder, name))
+        started_in = os.getcwd()
+        os.chdir(folder)
+        try:
+            return average_checkpoints(names)
+        finally:
+            os.chdir(started_in)
+
+
+def test_average_of_two_checkpoints_is_the_mean_of_their_tensors():
     first, second = synthetic_payload(1), synthetic_payload(2)
-    averaged = average_payloads([first, second], names=["a.pt", "b.pt"])
+    averaged = average_payloads([first, second])
     for name in ("encoder.weight", "decoder.bias"):
         torch.testing.assert_close(averaged["model"][name],
                                    (first["model"][name] + second["model"][name]) / 2)
@@ -65,13 +84,9 @@ def test_average_of_two_payloads_is_the_mean_of_their_tensors():
     assert torch.equal(first["model"]["encoder.weight"], untouched)
 
 
-def test_average_payloads_names_them_by_position_by_default():
-    averaged = average_payloads([synthetic_payload(1), synthetic_payload(2)])
-    assert averaged["averaged_from"] == ["checkpoint 1", "checkpoint 2"]
-    with pytest.raises(ValueError, match="2 payloads but 1 names"):
-        average_payloads([synthetic_payload(1), synthetic_payload(2)], names=["a"])
+def test_nothing_to_average_is_refused():
     with pytest.raises(CheckpointError, match="no checkpoints to average"):
-        average_payloads([])
+        average_checkpoints([])
 
 
 def test_average_checkpoints_of_files_is_the_mean_and_loads(tmp_path):

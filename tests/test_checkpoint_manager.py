@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.training.checkpointing import CheckpointManager
+from seq2seq.training.checkpoint_manager import CheckpointManager
 from seq2seq.training.run import train
 from seq2seq.training.state import TrainerState
 

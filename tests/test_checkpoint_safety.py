@@ -127,7 +127,7 @@ from pathlib import Path
 
 Path(__file__).with_name("imported").touch()  # importing a module runs its code
 
-from seq2seq.models.scorers import AdditiveScorer
+from seq2seq.models.attention_scorers import AdditiveScorer
 
 
 class MyAdditiveScorer(AdditiveScorer):

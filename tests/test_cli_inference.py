@@ -199,9 +199,9 @@ MODULE_TORCH_REPORTER = (
     ("translate.py", ["beam_size=abc"], 1, "beam_size: expected an integer, got 'abc'"),
     ("serve.py", ["batch.max_tokens=lots"], 1,
      "batch.max_tokens: expected an integer, got 'lots'"),
-    ("seq2seq.cli.tune_decoding", ["--split", "test"], 2,
-     "tuning on the test split is not allowed: tune on --split valid (or your own --src/--ref "
-     "dev files), then score the chosen setting on test once"),
+    ("seq2seq.cli.tune_decoding", ["split=test"], 1,
+     "tuning on the test split is not allowed: tune on split=valid (or your own src/ref dev "
+     "files), then score the chosen setting on test once"),
     # A mistyped checkpoint path: the commonest mistake.
     ("translate.py", ["checkpoint=[{checkpoint},run/nowhere.pt]"], 1,
      "checkpoint not found: run/nowhere.pt"),
@@ -220,7 +220,8 @@ def test_bad_option_is_one_line_error_from_the_script_before_torch_loads(
     """A typo costs a fraction of a second, not torch's import (2.5 s on a slow CPU)."""
     args = [arg.replace("{checkpoint}", str(trained_checkpoint)) for arg in args]
     if script.startswith("seq2seq.cli"):  # a console script's module
-        command = ["-c", MODULE_TORCH_REPORTER, script, str(trained_checkpoint), *args]
+        command = ["-c", MODULE_TORCH_REPORTER, script, f"checkpoint={trained_checkpoint}",
+                   *args]
     else:
         if not any(arg.startswith(("checkpoint=", "models=")) for arg in args):
             args = [f"checkpoint={trained_checkpoint}", *args]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import beam_search
-from test_search import random_sources, tiny_model
+from test_search_loop import random_sources, tiny_model
 
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference.constraints import Grid, pad_phrases
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.forcing import pad_prefixes
-from seq2seq.inference.search import run_search
+from seq2seq.inference.search_loop import run_search
 
 
 def grid_search(model, src, src_lengths, *, constraints, beam_size, nbest=1, **options):

@@ -19,11 +19,11 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.batching import TokenBucketSampler
 from seq2seq.data.cache import FORMAT_VERSION
 from seq2seq.data.corpora import check_train_corpora, line_count
-from seq2seq.data.corpus import DataError, read_lines
 from seq2seq.data.hashing import FileHashCache
 from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.prepare import prepare_from_config
 from seq2seq.data.settings import FilterSettings, TokenizerSettings
+from seq2seq.data.text_files import DataError, read_lines
 from seq2seq.inference.evaluation import split_files
 from seq2seq.training.run import train
 

@@ -33,7 +33,7 @@ from seq2seq.inference.ctranslate2_translator import (  # noqa: E402
     CTranslate2Translator,
 )
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
-from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
+from seq2seq.inference.model_files import load_model_payload, model_from_payload  # noqa: E402
 from seq2seq.inference.runtimes import load_translator  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 

@@ -37,14 +37,14 @@ from conftest import (  # noqa: E402
 )
 
 from seq2seq.checkpoint import CheckpointError  # noqa: E402
-from seq2seq.data.corpus import DataError  # noqa: E402
+from seq2seq.data.text_files import DataError  # noqa: E402
 from seq2seq.export import export_checkpoint  # noqa: E402
 from seq2seq.export.folder import ExportError  # noqa: E402
 from seq2seq.export.onnx_export import export_model  # noqa: E402
 from seq2seq.inference.decode_options import DecodeOptions  # noqa: E402
 from seq2seq.inference.ensemble import Ensemble  # noqa: E402
 from seq2seq.inference.export_format import ENCODER_FILE, MANIFEST_NAME  # noqa: E402
-from seq2seq.inference.loading import load_model_payload, model_from_payload  # noqa: E402
+from seq2seq.inference.model_files import load_model_payload, model_from_payload  # noqa: E402
 from seq2seq.inference.onnx_model import OnnxModel  # noqa: E402
 from seq2seq.inference.runtimes import load_translator  # noqa: E402
 from seq2seq.models.attention import Scorer  # noqa: E402

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from seq2seq.data import multi30k
-from seq2seq.data.corpus import DataError, read_lines
 from seq2seq.data.sources import corpus_files_from_config
+from seq2seq.data.text_files import DataError, read_lines
 
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 SHARED_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"

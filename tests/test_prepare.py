@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.data.corpus import DataError, read_lines
 from seq2seq.data.encode import fillers_to_a_multiple
 from seq2seq.data.prepare import prepare_data, prepare_from_config
 from seq2seq.data.settings import FilterSettings, TokenizerSettings
 from seq2seq.data.sources import corpus_files_from_config
+from seq2seq.data.text_files import DataError, read_lines
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SMALL_TOKENIZER = TokenizerSettings(model_type="bpe", vocab_size=100, joint=True, seed=1)

@@ -28,7 +28,7 @@ from seq2seq.checkpoint import (
 from seq2seq.config_types import ConfigError, accepted_parameters
 from seq2seq.data.batching import collate
 from seq2seq.data.vocab import BOS_ID, EOS_ID
-from seq2seq.inference.loading import read_exported
+from seq2seq.inference.model_files import read_exported
 from seq2seq.models import registry
 from seq2seq.models.build import build_model, check_model_config, decoder_takes, uses_scorer
 from seq2seq.models.registry import COMPONENTS, DECODER, ENCODER, SCORER, upgrade_config
@@ -45,7 +45,7 @@ GROUP_KINDS = {"encoder": ENCODER, "decoder": DECODER, "attention": SCORER}
 
 # -- the registry and the configs ----------------------------------------------------------------
 def test_every_entry_names_an_importable_class_of_its_kind():
-    from seq2seq.models.scorers import Scorer
+    from seq2seq.models.attention_scorers import Scorer
 
     for kind, components in COMPONENTS.items():
         for name, component in components.items():
@@ -147,8 +147,9 @@ def test_every_version_1_path_of_a_config_file_converts_to_that_files_name():
         name = yaml.safe_load(path.read_text(encoding="utf-8"))["_target_"]
         component = COMPONENTS[GROUP_KINDS[path.parent.name]][name]
         old_paths = [component.class_path]
-        if component.class_path.startswith("seq2seq.models.scorers."):
-            old_paths.append(component.class_path.replace(".scorers.", ".attention."))
+        if component.class_path.startswith("seq2seq.models.attention_scorers."):
+            scorer = component.class_path.rpartition(".")[2]  # where version 1 named them
+            old_paths = [f"seq2seq.models.{module}.{scorer}" for module in ("scorers", "attention")]
         for old in old_paths:
             node = {"model": {path.parent.name: {"_target_": old}}}
             assert upgrade_config(node, 1)["model"][path.parent.name]["_target_"] == name
@@ -206,7 +207,7 @@ def test_a_users_class_path_survives_saving_and_loading(tmp_path, monkeypatch):
 
 
 def _users_scorer_class():
-    from seq2seq.models.scorers import AdditiveScorer
+    from seq2seq.models.attention_scorers import AdditiveScorer
 
     class UsersScorer(AdditiveScorer):
         """A user's scorer, named by its import path."""
@@ -246,7 +247,7 @@ def test_a_newer_format_version_is_refused(tmp_path):
 
 
 def test_an_exported_folders_config_of_version_1_is_converted(tmp_path, monkeypatch):
-    import seq2seq.inference.loading as loading
+    import seq2seq.inference.model_files as loading
 
     manifest = {"config": {"model": V1_MODEL_CONFIG},
                 "tokenizers": {"joint": True, "files": {"src": "sp.model"}}}

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from conftest import greedy_search
-from test_search import random_sources, tiny_model
+from test_search_loop import random_sources, tiny_model
 
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.forcing import pad_prefixes

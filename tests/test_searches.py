@@ -11,7 +11,7 @@ import pytest
 
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
-from seq2seq.inference.search import Beam, run_search
+from seq2seq.inference.search_loop import Beam, run_search
 from seq2seq.inference.searches import SEARCHES, Search, loop_settings, register_search
 
 

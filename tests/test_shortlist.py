@@ -14,7 +14,7 @@ from conftest import api_lines
 from seq2seq import CONFIG_DIR
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.cli.build_shortlist import main as build_shortlist
-from seq2seq.data.corpus import read_lines
+from seq2seq.data.text_files import read_lines
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
 from seq2seq.inference.shortlist import (
@@ -293,8 +293,8 @@ def compose(config_name: str, overrides: list[str]):
 def test_evaluate_records_the_shortlist_and_serve_refuses_a_missing_one(
     tmp_path, trained_checkpoint, copy_model, capsys
 ):
+    from seq2seq.cli.decoding_request import DecodingRequest
     from seq2seq.cli.evaluate import evaluate_checkpoint
-    from seq2seq.cli.search_options import DecodingRequest
 
     _, tokenizers = copy_model
     path = tmp_path / "everything.pt"

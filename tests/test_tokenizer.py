@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 from seq2seq.data.tokenizer import SentencePieceTokenizer
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 

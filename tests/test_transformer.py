@@ -3,7 +3,7 @@ pipeline (training with mixed precision, tied embeddings, the unused attention n
 
 Cached = uncached decoding, padding invariance, gradients and learning the reversal task are
 in test_models.py (the Transformer is among its combinations); batched = alone search in
-test_search.py; export equality in test_export.py.
+test_search_loop.py; export equality in test_export.py.
 """
 
 from __future__ import annotations

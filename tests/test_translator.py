@@ -18,7 +18,7 @@ from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.data.batching import collate
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
-from seq2seq.inference.search import Hypothesis
+from seq2seq.inference.search_loop import Hypothesis
 from seq2seq.inference.translator import Translation, Translator
 
 BEAM4 = DecodeOptions(beam_size=4)

@@ -25,7 +25,7 @@ import numpy as np
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_from_payload
 from seq2seq.config_types import error_reason
-from seq2seq.data.corpus import DataError, read_lines
+from seq2seq.data.text_files import DataError, read_lines
 from seq2seq.inference.shortlist import (
     Shortlist,
     ShortlistError,

@@ -96,7 +96,7 @@ def load_shortlist(cfg: DictConfig):
 
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
     """The translator settings that evaluate.py, translate.py and serve.py read from config
-    (the rest of what they ask is :class:`seq2seq.cli.search_options.DecodingRequest`).
+    (the rest of what they ask is :class:`seq2seq.cli.decoding_request.DecodingRequest`).
 
     Raises:
         ShortlistError: (a ValueError) when ``shortlist=PATH`` cannot be read.

@@ -150,7 +150,7 @@ def run(argv: Sequence[str]):
     """Compare the runs ``argv`` names; returns the :class:`~seq2seq.study.comparison.Comparison`."""
     specs, options = parse_arguments(argv)
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.study.comparison import compare
     from seq2seq.study.runs import StudyError

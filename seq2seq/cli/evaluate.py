@@ -54,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail
-from seq2seq.cli.search_options import DecodingRequest, check_config, start_decoding
+from seq2seq.cli.decoding_request import DecodingRequest, check_config, start_decoding
 from seq2seq.inference.export_format import is_exported
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -227,7 +227,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         fail(error)
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
 
     request = start_decoding(cfg)
     summaries = []

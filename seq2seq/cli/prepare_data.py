@@ -11,8 +11,8 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
-from seq2seq.data.corpus import DataError
 from seq2seq.data.prepare import prepare_from_config
+from seq2seq.data.text_files import DataError
 
 
 def run(cfg: DictConfig) -> None:

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
-from seq2seq.cli.search_options import check_config, start_decoding
+from seq2seq.cli.decoding_request import check_config, start_decoding
 
 log = logging.getLogger("seq2seq.serve")
 

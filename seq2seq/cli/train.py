@@ -108,7 +108,7 @@ def run(cfg: DictConfig) -> float | None:
     from omegaconf.errors import OmegaConfBaseException
 
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
     from seq2seq.training.run import check_train_config, train
     from seq2seq.training.trainer import TrainingError
 

@@ -56,7 +56,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import atomic_write
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
-from seq2seq.cli.search_options import SentenceGuidance, check_config, start_decoding
+from seq2seq.cli.decoding_request import SentenceGuidance, check_config, start_decoding
 from seq2seq.console import count_bar
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ MODULE_LOADED = time.perf_counter()
 def _stdin_lines() -> Iterator[str]:
     """Stdin as UTF-8 lines without terminators, split at ``\\n`` only (like the files); a
     line that is not valid UTF-8 is a DataError naming it, as in a file."""
-    from seq2seq.data.corpus import decode_lines
+    from seq2seq.data.text_files import decode_lines
 
     return decode_lines(sys.stdin.buffer, "<stdin>")
 
@@ -83,10 +83,7 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def format_translations(n_best: Sequence[Translation], *, nbest: int) -> list[str]:
     """The output lines of one input sentence (see the module docstring for the format)."""
-
-    def one_line(text: str) -> str:
-        # A stray line break inside a translation would shift every following line.
-        return text.replace("\r", " ").replace("\n", " ")
+    from seq2seq.data.text_files import one_line
 
     if nbest == 1:
         return [one_line(n_best[0].text)]
@@ -165,7 +162,7 @@ def run(cfg: DictConfig) -> int:
     require_checkpoint_files(paths)
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError, iter_lines
+    from seq2seq.data.text_files import DataError, iter_lines
 
     request = start_decoding(cfg)
     options = request.options

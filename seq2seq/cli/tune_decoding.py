@@ -48,7 +48,7 @@ from seq2seq import CONFIG_DIR
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import flags_as_overrides, hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
-from seq2seq.cli.search_options import check_config, start_decoding
+from seq2seq.cli.decoding_request import check_config, start_decoding
 from seq2seq.config_types import ConfigError, check_value
 
 
@@ -200,7 +200,7 @@ def run(cfg: DictConfig) -> dict:
     length_penalties = sorted(set(float(value) for value in cfg.length_penalties))
     request = start_decoding(cfg)
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import read_parallel, split_files
 

@@ -8,7 +8,7 @@ Modules (imported explicitly, so that using one does not pull in torch or the ot
 - `seq2seq.data.sources`: the `data` config node to local files (`corpus_files_from_config`).
 - `seq2seq.data.corpora`: `data.train` as one or several weighted, tagged `TrainCorpus`es,
   checked before a run.
-- `seq2seq.data.corpus`: reading and checking parallel text files; `DataError`.
+- `seq2seq.data.text_files`: reading and checking parallel text files; `DataError`.
 - `seq2seq.data.multi30k`: fetching Multi30k with checksum verification.
 - `seq2seq.data.hashing`: file SHA-256 sums and line counts, and their memo.
 - `seq2seq.data.cache`: the prepared-data cache: key, layout, building it all or nothing.

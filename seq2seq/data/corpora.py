@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.data.cache import FILE_HASHES_FILE
-from seq2seq.data.corpus import DataError, line_count_error, open_binary
 from seq2seq.data.hashing import FileHashCache
 from seq2seq.data.settings import MISSING, get_setting
+from seq2seq.data.text_files import DataError, line_count_error, open_binary
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
 
 CORPUS_KEYS = ("src", "tgt", "weight", "tag", "name")

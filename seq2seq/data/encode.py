@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from seq2seq.console import count_bar
-from seq2seq.data.corpus import iter_parallel_chunks
 from seq2seq.data.dataset import TOKENS_SUFFIX, TokenArrayWriter
 from seq2seq.data.settings import FilterSettings
+from seq2seq.data.text_files import iter_parallel_chunks
 from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 

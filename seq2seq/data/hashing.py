@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_text
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 
 logger = logging.getLogger(__name__)
 

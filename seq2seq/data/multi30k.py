@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.atomic import atomic_write
-from seq2seq.data.corpus import DataError
 from seq2seq.data.hashing import sha256_file
+from seq2seq.data.text_files import DataError
 
 logger = logging.getLogger(__name__)
 

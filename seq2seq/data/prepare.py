@@ -33,7 +33,6 @@ from seq2seq.data.cache import (
     save_tokenizers,
 )
 from seq2seq.data.corpora import TrainCorpus, corpus_tags, is_plain, train_corpora_from_config
-from seq2seq.data.corpus import DataError, check_parallel
 from seq2seq.data.dataset import ParallelDataset
 from seq2seq.data.encode import (
     OUTPUT_ROWS_MULTIPLE,
@@ -46,6 +45,7 @@ from seq2seq.data.mixing import CorpusMix
 from seq2seq.data.settings import FilterSettings, TokenizerSettings, get_setting
 from seq2seq.data.sources import TRAIN_SPLIT, corpus_files_from_config
 from seq2seq.data.summary import format_summary
+from seq2seq.data.text_files import DataError, check_parallel
 from seq2seq.data.tokenizer import SubsetTokenizer, Tokenizers
 from seq2seq.data.tokenizer_training import train_tokenizers
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 from seq2seq.data.tokenizer import MODEL_TYPES
 
 # OmegaConf.to_container keeps an unset mandatory value as this string.

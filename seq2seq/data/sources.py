@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from seq2seq.data.corpus import DataError
 from seq2seq.data.multi30k import DEFAULT_BASE_URL, fetch_multi30k
 from seq2seq.data.settings import get_setting
+from seq2seq.data.text_files import DataError
 
 TRAIN_SPLIT = "train"
 _FILE_SPLITS = (TRAIN_SPLIT, "valid", "test")

@@ -14,7 +14,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.atomic import write_bytes
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 from seq2seq.data.vocab import (
     BOS_ID,
     BOS_PIECE,

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seq2seq.console import count_bar
-from seq2seq.data.corpus import iter_parallel_chunks
 from seq2seq.data.settings import TokenizerSettings
+from seq2seq.data.text_files import iter_parallel_chunks
 from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.data.corpus import iter_parallel_chunks
+from seq2seq.data.text_files import iter_parallel_chunks
 from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
 from seq2seq.data.vocab import UNK_ID
 

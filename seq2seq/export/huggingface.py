@@ -61,7 +61,7 @@ from seq2seq.export.folder import (
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.export_format import HUGGINGFACE_FORMAT_NAME
-from seq2seq.inference.search import Choose, max_output_lengths, run_search
+from seq2seq.inference.search_loop import Greedy, max_output_lengths, run_search
 from seq2seq.models.transformer import sinusoidal_positions
 
 # Rows of Pegasus's position table: the longest source and output the folder can take.
@@ -324,7 +324,7 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path) -> float:
             lengths = torch.tensor([src.size(1)])
             limit = int(max_output_lengths(lengths, max_len_a=LIMIT.max_len_a,
                                            max_len_b=LIMIT.max_len_b)[0])
-            ours = output_ids[run_search(model, src, lengths, Choose(), max_len_a=LIMIT.max_len_a,
+            ours = output_ids[run_search(model, src, lengths, Greedy(), max_len_a=LIMIT.max_len_a,
                                          max_len_b=LIMIT.max_len_b)[0][0].tokens].tolist()
             theirs = _hf_greedy(hf_model, src[0].tolist(), limit)
             if ours != theirs:

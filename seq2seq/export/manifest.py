@@ -5,7 +5,7 @@ CTranslate2 position tables, its own runtime's version...).
 Every format's manifest has ``format``, ``format_version``, ``package_version``, the run
 ``config``, ``parameters``, ``trainer_state``, the ``vocabulary`` (sizes, special ids,
 ``target_ids``), the ``tokenizers`` files, and an ``export`` entry with ``quantize``,
-``source``, ``torch_version`` and ``seconds``. :mod:`seq2seq.inference.loading` reads them;
+``source``, ``torch_version`` and ``seconds``. :mod:`seq2seq.inference.model_files` reads them;
 docs/export.md states them for services that are not this package.
 """
 

@@ -10,7 +10,7 @@ The model is traced as it decodes (``torch.onnx.export``, the ``torch.export``-b
 Every size a batch changes (sentences, decoder rows, source length, a cache's decoded
 positions) is declared open, by name, on both graphs' inputs and outputs (:data:`SENTENCES`,
 :data:`ROWS`, :data:`SOURCE_LENGTH`, :data:`DECODED_POSITIONS`). The folder's layout and
-manifest are described in :mod:`seq2seq.inference.onnx_model`, which decodes it (:mod:`seq2seq.inference.loading` reads it), and, for
+manifest are described in :mod:`seq2seq.inference.onnx_model`, which decodes it (:mod:`seq2seq.inference.model_files` reads it), and, for
 services that are not this package, in docs/export.md. Before the folder is published, its
 fp32 graphs are run at sizes other than the traced ones and compared with the PyTorch model: a
 model that does not export faithfully (a user's scorer whose Python code fixes a size, say) is

@@ -1,7 +1,7 @@
 """Lexically constrained beam search: every translation contains every phrase asked for.
 
 Grid beam search (Hokamp & Liu, 2017), batched like beam search:
-:func:`~seq2seq.inference.search.run_search` with the :class:`Grid` strategy (what ``search=beam``
+:func:`~seq2seq.inference.search_loop.run_search` with the :class:`Grid` strategy (what ``search=beam``
 runs for a batch with constraints, :class:`~seq2seq.inference.searches.BeamSearch`). Every
 hypothesis returned holds every phrase of its sentence.
 A sentence whose phrases hold C pieces in all keeps C + 1 *banks* of K hypotheses each, bank c
@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.search import Step, Strategy, split_ranked, top_candidates
+from seq2seq.inference.search_loop import Step, Strategy, split_ranked, top_candidates
 
 # Phrases met are a bit mask per hypothesis (int64).
 MAX_PHRASES = 62
@@ -74,7 +74,7 @@ def pad_phrases(constraints: Sequence[Sequence[Sequence[int]]], device) -> tuple
 
 
 class Grid(Strategy):
-    """The grid's :class:`~seq2seq.inference.search.Strategy`: each sentence has R = banks x K
+    """The grid's :class:`~seq2seq.inference.search_loop.Strategy`: each sentence has R = banks x K
     rows, bank b the rows b*K .. b*K + K - 1, and the bookkeeping of their phrases.
 
     Args:

@@ -32,10 +32,10 @@ import torch
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.config_types import error_reason
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_ID
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.search import Hypothesis, length_penalty_factor, max_output_lengths
+from seq2seq.inference.search_loop import Hypothesis, length_penalty_factor, max_output_lengths
 from seq2seq.inference.translator import BaseTranslator, check_quantize_mode
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class CTranslate2Translator(BaseTranslator):
 
     Args:
         folder: the folder written by ``seq2seq-export ... format=ctranslate2``.
-        manifest: its manifest (:func:`~seq2seq.inference.loading.read_manifest`).
+        manifest: its manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
         tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
         device: ``cpu`` or ``auto`` (the CPU); CTranslate2 runs on the CPU here.
         num_threads: CTranslate2's threads (``intra_threads``); None: ``torch.get_num_threads()``,

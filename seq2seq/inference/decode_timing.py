@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from seq2seq.data.vocab import EOS_ID
-from seq2seq.inference.search import Choose, run_search
+from seq2seq.inference.search_loop import Greedy, run_search
 from seq2seq.precision import (
     STEP_BUDGET_S,
     STEP_REPEATS,
@@ -42,7 +42,7 @@ def decoding_workload(model, *, source_vocab_size: int, device: torch.device) ->
         def repetition(dtype: torch.dtype | None, _pair: int) -> None:
             with torch.inference_mode(), torch.autocast(
                     device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                run_search(model, src, lengths, Choose(), max_len_a=0.0,
+                run_search(model, src, lengths, Greedy(), max_len_a=0.0,
                            max_len_b=SOURCE_PIECES)
 
         return time_alternately(repetition, repeats=STEP_REPEATS, budget_s=STEP_BUDGET_S)

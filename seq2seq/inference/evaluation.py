@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from seq2seq.atomic import write_text
 from seq2seq.console import count_bar
-from seq2seq.data.corpus import DataError, iter_parallel_chunks
+from seq2seq.data.text_files import DataError, iter_parallel_chunks
 from seq2seq.metrics import corpus_scores
 
 if TYPE_CHECKING:

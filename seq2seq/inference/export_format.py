@@ -1,7 +1,7 @@
 """The exported folder's format: its file names and manifest markers, without torch.
 
 ``seq2seq-export`` writes the folder (:mod:`seq2seq.export.onnx_export`,
-:mod:`seq2seq.export.ctranslate2_export`); :mod:`seq2seq.inference.loading` reads it. The
+:mod:`seq2seq.export.ctranslate2_export`); :mod:`seq2seq.inference.model_files` reads it. The
 command-line tools use these names to tell a folder from a checkpoint before torch loads.
 """
 

@@ -1,5 +1,5 @@
 """What the search loop forces at a step: never PAD or BOS, EOS at a sentence's length limit,
-the tokens of a forced prefix (:func:`~seq2seq.inference.search.run_search` calls these once a
+the tokens of a forced prefix (:func:`~seq2seq.inference.search_loop.run_search` calls these once a
 step; a forced token keeps its own log-probability, so a score stays the model's)."""
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class Glossary:
                 exactly one TAB or with an empty term, or a source term given twice (with
                 ``ignore_case``: in any case); the message names the file and the line.
         """
-        from seq2seq.data.corpus import DataError, iter_lines
+        from seq2seq.data.text_files import DataError, iter_lines
 
         try:
             return cls.parse(iter_lines(Path(path)), name=str(path), ignore_case=ignore_case)

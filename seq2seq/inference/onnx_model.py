@@ -12,7 +12,7 @@ package's training code nor PyTorch's model classes::
 and attention output run unchanged on it. Tensors cross to ONNX Runtime as NumPy arrays that
 share their memory (``Tensor.numpy()`` and ``torch.from_numpy`` copy nothing).
 
-Reading a folder (its manifest, its tokenizers) is :mod:`seq2seq.inference.loading`'s job; its
+Reading a folder (its manifest, its tokenizers) is :mod:`seq2seq.inference.model_files`'s job; its
 file names are :mod:`seq2seq.inference.export_format`'s.
 """
 
@@ -29,7 +29,7 @@ from torch import Tensor
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.config_types import error_reason
-from seq2seq.data.corpus import DataError
+from seq2seq.data.text_files import DataError
 from seq2seq.inference.export_format import ENCODER_FILE, STEP_FILE
 from seq2seq.models.interfaces import DecodingModel, State
 
@@ -95,7 +95,7 @@ class OnnxModel(DecodingModel):
 
     Args:
         folder: the exported folder.
-        manifest: its manifest (:func:`~seq2seq.inference.loading.read_manifest`).
+        manifest: its manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
         num_threads: ONNX Runtime's threads per graph; None: ``torch.get_num_threads()``, which
             the ``num_threads`` option of the command-line tools sets.
 

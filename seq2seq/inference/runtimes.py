@@ -34,7 +34,7 @@ from seq2seq.checkpoint import tokenizers_from_payload
 from seq2seq.device import select_device
 from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.inference.loading import is_ctranslate2, load_model_payload, model_from_payload
+from seq2seq.inference.model_files import is_ctranslate2, load_model_payload, model_from_payload
 from seq2seq.inference.translator import BaseTranslator, Translator
 
 
@@ -96,7 +96,7 @@ def load_translator(path: str | os.PathLike | Sequence[str | os.PathLike],
 
 def _translator(payloads: Sequence[dict[str, Any]], device: str | torch.device,
                 names: Sequence[str], settings: dict[str, Any]) -> BaseTranslator:
-    """The translator of what :func:`~seq2seq.inference.loading.load_model_payload` read."""
+    """The translator of what :func:`~seq2seq.inference.model_files.load_model_payload` read."""
     if any(is_ctranslate2(payload) for payload in payloads):
         if len(payloads) > 1:
             index = next(i for i, payload in enumerate(payloads) if is_ctranslate2(payload))

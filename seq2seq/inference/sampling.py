@@ -17,8 +17,8 @@ length-penalised log-probability of the sample (not the reshaped one), as the se
 The draws come from one ``torch.Generator``: a seed makes a run reproducible for the same input
 and batch settings. Everything else (length limits, forced prefixes, finished sentences leaving
 the batch, every runtime) is the one search loop's,
-:func:`~seq2seq.inference.search.run_search`, with greedy search's strategy
-(:class:`~seq2seq.inference.search.Choose`) given another choice of the next token.
+:func:`~seq2seq.inference.search_loop.run_search`, with greedy search's strategy
+(:class:`~seq2seq.inference.search_loop.Greedy`) given another choice of the next token.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from seq2seq.inference.search import Choose, Hypothesis, run_search
+from seq2seq.inference.search_loop import Greedy, Hypothesis, run_search
 from seq2seq.models.interfaces import DecodingModel
 
 
@@ -88,7 +88,7 @@ def sample_search(
             :func:`probabilities` reshapes them.
         generator: where the draws come from; None: PyTorch's global generator.
         prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; None: none.
-        settings: :func:`~seq2seq.inference.search.run_search`'s (``max_len_a`` and
+        settings: :func:`~seq2seq.inference.search_loop.run_search`'s (``max_len_a`` and
             ``max_len_b`` required; ``length_penalty``, ``return_attention``, ``output_ids``).
 
     Returns:
@@ -98,7 +98,7 @@ def sample_search(
     copies = torch.arange(batch_size).repeat_interleave(nbest)  # each sentence nbest times
     samples = run_search(
         model, src[copies.to(src.device)], src_lengths[copies.to(src_lengths.device)],
-        Choose(chooser(options, generator)),
+        Greedy(chooser(options, generator)),
         prefixes=None if prefixes is None else prefixes[copies.to(prefixes.device)], **settings)
     results = []
     for sentence in range(batch_size):

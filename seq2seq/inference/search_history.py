@@ -1,7 +1,7 @@
 """The history of a batched search whose finished sentences leave the batch.
 
 A search records, at each step, one row per sentence still decoding at that step (``N_t`` of
-the batch's ``B``; the rest have left the batch, see :mod:`seq2seq.inference.search`) in a
+the batch's ``B``; the rest have left the batch, see :mod:`seq2seq.inference.search_loop`) in a
 :class:`SearchHistory`, which keeps it on the device. At the end, :func:`full_history` scatters
 those records into full-batch ``(T, B, ...)`` tensors, with a fill value where a sentence had
 left, in one ``index_copy`` per tensor, and :meth:`SearchHistory.hypotheses` picks and
@@ -86,7 +86,7 @@ class SearchHistory:
 
         Returns:
             Per sentence, best first, ``(tokens, score, attention)`` of each hypothesis (the
-            fields of :class:`~seq2seq.inference.search.Hypothesis`, built by the caller).
+            fields of :class:`~seq2seq.inference.search_loop.Hypothesis`, built by the caller).
         """
         index = history_index(self.segments, len(self.tokens), self.batch_size)
 

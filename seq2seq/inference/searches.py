@@ -1,8 +1,8 @@
 """The searches ``search=NAME`` reaches, registered by name: one class each.
 
 A :class:`Search` turns one batch and its :class:`~seq2seq.inference.decode_options.DecodeOptions`
-into hypotheses, through the one loop (:func:`~seq2seq.inference.search.run_search`) with a
-:class:`~seq2seq.inference.search.Strategy` of its choice. Registering one makes it what
+into hypotheses, through the one loop (:func:`~seq2seq.inference.search_loop.run_search`) with a
+:class:`~seq2seq.inference.search_loop.Strategy` of its choice. Registering one makes it what
 ``search=NAME`` means everywhere options are given (``translate.py``, ``evaluate.py``, the
 server's ``/v1/translate``, a library call) with no other edit::
 
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from seq2seq.inference.constraints import Grid
 from seq2seq.inference.sampling import sample_search
-from seq2seq.inference.search import Beam, Choose, Hypothesis, run_search
+from seq2seq.inference.search_loop import Beam, Greedy, Hypothesis, run_search
 from seq2seq.models.interfaces import DecodingModel
 
 
@@ -120,7 +120,7 @@ def search_named(name: str) -> Search:
 def loop_settings(options, *, prefixes: Tensor | None = None, return_attention: bool = False,
                   output_ids: Tensor | None = None, generator: torch.Generator | None = None,
                   constraints: Sequence[Sequence[Sequence[int]]] | None = None) -> dict[str, Any]:
-    """:func:`~seq2seq.inference.search.run_search`'s keyword arguments from ``options``
+    """:func:`~seq2seq.inference.search_loop.run_search`'s keyword arguments from ``options``
     (length limits, length penalty) and the batch (prefixes, attention, a shortlist's
     ``output_ids``). The ``generator`` and the ``constraints`` are the search's own to use
     (only a search with :attr:`Search.phrases` is given constraints)."""
@@ -131,7 +131,7 @@ def loop_settings(options, *, prefixes: Tensor | None = None, return_attention: 
 
 @register_search("beam")
 class BeamSearch(Search):
-    """Beam search (:func:`~seq2seq.inference.search.run_search`'s rules); greedy search at beam
+    """Beam search (:func:`~seq2seq.inference.search_loop.run_search`'s rules); greedy search at beam
     size 1 (the same output, less bookkeeping); grid beam search
     (:mod:`seq2seq.inference.constraints`) for a batch with constraints."""
 
@@ -141,7 +141,7 @@ class BeamSearch(Search):
         if constraints is not None and any(constraints):
             strategy = Grid(constraints, options.beam_size, src.device)
         elif options.beam_size == 1:
-            strategy = Choose()
+            strategy = Greedy()
         else:
             strategy = Beam(options.beam_size)
         return run_search(model, src, src_lengths, strategy, nbest=options.nbest,

@@ -14,7 +14,7 @@ because they are the smallest ids), the model scoring only those pieces (``decod
 ``output_ids``: the PyTorch model computes only those rows of its output layer, an ensemble
 renormalises each member over them, an exported graph scores every piece and the columns are
 kept), and the translations are mapped back to real ids
-(:func:`~seq2seq.inference.search.run_search`'s ``output_ids``).
+(:func:`~seq2seq.inference.search_loop.run_search`'s ``output_ids``).
 
 Decisions worth knowing:
 

@@ -66,8 +66,8 @@ from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.decode_timing import decoding_workload
 from seq2seq.inference.export_format import QUANTIZE_MODES
 from seq2seq.inference.forcing import pad_prefixes
-from seq2seq.inference.loading import require_cpu
-from seq2seq.inference.search import Hypothesis
+from seq2seq.inference.model_files import require_cpu
+from seq2seq.inference.search_loop import Hypothesis
 from seq2seq.inference.shortlist import Shortlist
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
 

@@ -3,7 +3,7 @@
 A *scorer* only computes energies e[b, t, s]: how well decoder step t of sentence b matches
 source position s. Everything else (padding mask, normalization by softmax or sparsemax,
 weighted sum of the values) lives in :class:`Attention`, so a new scorer never has to get
-masking or numerics right. The library's scorers live in :mod:`seq2seq.models.scorers`; configs
+masking or numerics right. The library's scorers live in :mod:`seq2seq.models.attention_scorers`; configs
 name them by registry name (``additive``, :mod:`seq2seq.models.registry`). They are also
 importable from here, as code written against earlier versions imports them.
 
@@ -25,7 +25,7 @@ A user-defined scorer takes a few lines; plug it in with
 
     import torch.nn.functional as F
     from torch import nn
-    from seq2seq.models.scorers import Scorer
+    from seq2seq.models.attention_scorers import Scorer
 
     class CosineScorer(Scorer):  # e = scale * cos(q, W k)
         def __init__(self, *, query_dim: int, key_dim: int, scale: float = 10.0):
@@ -43,7 +43,7 @@ A user-defined scorer takes a few lines; plug it in with
 import torch
 from torch import Tensor, nn
 
-from seq2seq.models.scorers import (
+from seq2seq.models.attention_scorers import (
     AdditiveScorer,
     DotScorer,
     GaussianScorer,

@@ -31,6 +31,7 @@ from torch import Tensor
 # or repeat any decoder's state with one ``index_select`` per entry.
 State = dict[str, Tensor]
 
+# The arithmetic a model may decode in (``DecodingModel.precisions``): the one list of them.
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 

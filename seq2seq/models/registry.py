@@ -64,13 +64,13 @@ COMPONENTS: dict[str, dict[str, Component]] = {
         Component("transformer", "seq2seq.models.transformer.TransformerDecoder"),
     ),
     SCORER: _by_name(
-        Component("additive", "seq2seq.models.scorers.AdditiveScorer"),
-        Component("dot", "seq2seq.models.scorers.DotScorer"),
-        Component("scaled_dot", "seq2seq.models.scorers.ScaledDotScorer"),
-        Component("general", "seq2seq.models.scorers.GeneralScorer"),
-        Component("multihead", "seq2seq.models.scorers.MultiHeadScorer"),
-        Component("gaussian", "seq2seq.models.scorers.GaussianScorer"),
-        Component("location", "seq2seq.models.scorers.LocationScorer"),
+        Component("additive", "seq2seq.models.attention_scorers.AdditiveScorer"),
+        Component("dot", "seq2seq.models.attention_scorers.DotScorer"),
+        Component("scaled_dot", "seq2seq.models.attention_scorers.ScaledDotScorer"),
+        Component("general", "seq2seq.models.attention_scorers.GeneralScorer"),
+        Component("multihead", "seq2seq.models.attention_scorers.MultiHeadScorer"),
+        Component("gaussian", "seq2seq.models.attention_scorers.GaussianScorer"),
+        Component("location", "seq2seq.models.attention_scorers.LocationScorer"),
     ),
 }
 

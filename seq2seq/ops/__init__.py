@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from torch import nn
 
 from seq2seq.mixins import mix_into
+from seq2seq.models.attention_scorers import AdditiveScorer
 from seq2seq.models.decoders import AttentionDecoder
-from seq2seq.models.scorers import AdditiveScorer
 from seq2seq.models.transformer import MultiHeadAttention
 from seq2seq.ops.additive_energies import ChunkedAdditiveScorer
 from seq2seq.ops.contiguous_state import ContiguousState

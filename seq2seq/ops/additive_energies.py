@@ -1,6 +1,6 @@
 """The additive scorer's energies ``v^T tanh(q + k)`` in chunks: a speed and memory kernel.
 
-:class:`~seq2seq.models.scorers.AdditiveScorer` writes the formula at once, with its hidden
+:class:`~seq2seq.models.attention_scorers.AdditiveScorer` writes the formula at once, with its hidden
 layer of one A-vector per (batch row, step, position): (B, T, S, A). :class:`AdditiveEnergies`
 never holds it whole: forward builds it a few batch rows at a time and reduces each chunk to
 its energies at once; backward keeps only the inputs and rebuilds each chunk. Chunks of a few
@@ -91,7 +91,7 @@ def additive_energies(query: Tensor, keys: Tensor, v_weight: Tensor) -> Tensor:
 
 
 class ChunkedAdditiveScorer:
-    """Mixin over :class:`~seq2seq.models.scorers.AdditiveScorer`: the same energies, same
+    """Mixin over :class:`~seq2seq.models.attention_scorers.AdditiveScorer`: the same energies, same
     parameters, through :func:`additive_energies` (see :func:`seq2seq.ops.speed_up`)."""
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:

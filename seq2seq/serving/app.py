@@ -37,6 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from seq2seq.data.text_files import one_line
 from seq2seq.inference.decode_options import DecodeOptions, check_phrase_count
 from seq2seq.serving.batcher import BatcherClosed, DynamicBatcher
 from seq2seq.serving.errors import ApiError
@@ -101,11 +102,6 @@ def _sentence(n_best, attention: bool) -> dict:
     if attention:
         entry["source_pieces"] = list(best.source_pieces)
     return entry
-
-
-def one_line(text: str) -> str:
-    """A text with its line breaks made spaces (a sentence is one line to the model)."""
-    return " ".join(text.splitlines())
 
 
 def options_of(request: TranslateRequest, model: ServedModel, max_beam_size: int) -> DecodeOptions:

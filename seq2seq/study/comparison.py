@@ -190,7 +190,7 @@ def _split_text(scored: list[tuple[Group, GroupRow]], scores: dict
         StudyError: when the files are gone or differ from the ones scored (a run record read
             where the data is not prepared, or prepared differently).
     """
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
     from seq2seq.inference.evaluation import read_parallel
     from seq2seq.study.scoring import sha256_lines
 

@@ -1,8 +1,8 @@
 """Checkpoint averaging: the mean of the last few checkpoints of a run is usually a slightly
 better and steadier model than any one of them.
 
-* :func:`average_checkpoints` averages checkpoint files (``seq2seq-average``),
-  :func:`average_payloads` checkpoints already in memory. The checkpoints must come from the
+* :func:`average_checkpoints` averages checkpoint files (``seq2seq-average``). The
+  checkpoints must come from the
   same model: the same parameter names and shapes and the same tokenizers, or
   :class:`~seq2seq.checkpoint.CheckpointError` names the first difference. The result keeps the
   first checkpoint's config and tokenizers, drops the training state (optimizer, schedule,
@@ -11,7 +11,7 @@ better and steadier model than any one of them.
   entries are taken from the first checkpoint.
 * :func:`average_recent` (``trainer.average_last=N``): when training ends (a resumed run too),
   the models of the last N validations, kept by the
-  :class:`~seq2seq.training.checkpointing.CheckpointManager` in ``checkpoints/recent/``, are
+  :class:`~seq2seq.training.checkpoint_manager.CheckpointManager` in ``checkpoints/recent/``, are
   averaged into ``checkpoints/averaged.pt`` and validated with the run's
   :class:`~seq2seq.training.validation.Validator` (translations in
   ``validation/averaged.hyp``). Its BLEU is logged next to best.pt's, written to TensorBoard
@@ -117,24 +117,6 @@ def _average(named_payloads: Iterable[tuple[str, dict]]) -> dict[str, Any]:
     return result
 
 
-def average_payloads(payloads: Sequence[dict], names: Sequence[str] | None = None) -> dict:
-    """The averaged checkpoint payload of checkpoints already in memory.
-
-    Args:
-        payloads: checkpoint dicts (as :func:`~seq2seq.checkpoint.load_checkpoint` returns).
-        names: what error messages and ``averaged_from`` call them (default: ``checkpoint 1``,
-            ``checkpoint 2``, ...).
-
-    Raises:
-        CheckpointError: on no payloads or parameters/tokenizers that do not match.
-    """
-    if names is None:
-        names = [f"checkpoint {index + 1}" for index in range(len(payloads))]
-    if len(names) != len(payloads):
-        raise ValueError(f"{len(payloads)} payloads but {len(names)} names")
-    return _average(zip(names, payloads, strict=True))
-
-
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The averaged checkpoint payload of the files ``paths`` (``averaged_from``: the paths).
 
@@ -152,7 +134,7 @@ def average_recent(state: TrainerState, checkpoints, *, model: nn.Module, valida
     Args:
         state: the run's trainer state: the kept checkpoints' names and best.pt's BLEU are read,
             the averaged model's BLEU and sources recorded.
-        checkpoints: the run's :class:`~seq2seq.training.checkpointing.CheckpointManager`
+        checkpoints: the run's :class:`~seq2seq.training.checkpoint_manager.CheckpointManager`
             (its folder, ``average_last`` and ``write_average``); not annotated, as that module
             imports this one.
         model: the trained model (unchanged): a copy of it is loaded with the average.

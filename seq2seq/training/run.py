@@ -148,7 +148,7 @@ def check_train_config(config: dict, overrides: Sequence[str] = (),
 def _check_train_corpora(config: dict) -> None:
     """``data.train``'s files, line counts, weights and tags, before a run folder is claimed."""
     from seq2seq.data.corpora import check_train_corpora
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
 
     if "data" not in config:
         return
@@ -232,8 +232,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
 
-        from seq2seq.data.corpus import read_lines
         from seq2seq.data.subword_sampling import sampled_training_pairs
+        from seq2seq.data.text_files import read_lines
 
         valid_src, valid_ref = prepared.raw_files["valid"]
         train_pairs = prepared.splits["train"]

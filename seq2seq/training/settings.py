@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config_types import ConfigError, settings_from_dict
-from seq2seq.device import PRECISIONS
+from seq2seq.device import PRECISION_OPTIONS
 from seq2seq.training.regularization import choices_from_config
 from seq2seq.training.run_folder import NO_RESUME
 
@@ -79,8 +79,8 @@ class TrainerSettings:
             ConfigError: on an unknown key, a value of the wrong type or out of range.
         """
         settings = settings_from_dict(cls, values, "trainer")
-        if settings.precision not in PRECISIONS:
-            raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, "
+        if settings.precision not in PRECISION_OPTIONS:
+            raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISION_OPTIONS)}, "
                               f"not {settings.precision!r}")
         for name in ("accumulate_grad_batches", "log_every", "max_consecutive_nonfinite"):
             if getattr(settings, name) < 1:

@@ -4,7 +4,7 @@ One :class:`Trainer` owns one run folder::
 
     RUN/config.yaml            the resolved config, with the precision trained in
     RUN/train.log              the log (written by Hydra's logging setup)
-    RUN/checkpoints/           see :mod:`seq2seq.training.checkpointing` (with ``trainer.ema``,
+    RUN/checkpoints/           see :mod:`seq2seq.training.checkpoint_manager` (with ``trainer.ema``,
                            the validated checkpoints hold the weights' average:
                            :mod:`seq2seq.training.ema`)
     RUN/validation/step*.hyp   detokenized greedy validation translations, one a line
@@ -39,10 +39,10 @@ from seq2seq.checkpoint import FORMAT_VERSION, TRAINED_PRECISION, tokenizers_to_
 from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.data.mixing import CorpusMix, PairsSeen
-from seq2seq.device import AUTOCAST_DTYPES, PRECISIONS, choose_precision
+from seq2seq.device import AUTOCAST_DTYPES, PRECISION_OPTIONS, choose_precision
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
-from seq2seq.training.checkpointing import CheckpointManager
+from seq2seq.training.checkpoint_manager import CheckpointManager
 from seq2seq.training.distributed import DistributedContext
 from seq2seq.training.ema import WeightAverage
 from seq2seq.training.loss import SequenceLoss
@@ -127,7 +127,7 @@ class Trainer:
             precision = choose_precision(precision, self.device, log=log,
                                          option="trainer.precision", workload=workload)
         if context.is_distributed:
-            precision = PRECISIONS[int(context.broadcast(PRECISIONS.index(precision)))]
+            precision = PRECISION_OPTIONS[int(context.broadcast(PRECISION_OPTIONS.index(precision)))]
         self.amp_dtype = amp_dtype = AUTOCAST_DTYPES[precision]
         if amp_dtype is not None and self.device.type not in ("cuda", "cpu"):
             log.warning("trainer.precision=%s is not supported on %s; training in fp32",

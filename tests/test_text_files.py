@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.data.corpus import (
+from seq2seq.data.text_files import (
     DataError,
     check_parallel,
     iter_lines,

@@ -62,7 +62,7 @@ def start_decoding(cfg: DictConfig) -> DecodingRequest:
     """What every decoding tool does once its own options are checked: set up torch for
     decoding (:func:`~seq2seq.cli.common.set_up_decoding`) and make the request, exiting with a
     one-line error on a value out of range or an unreadable shortlist or glossary."""
-    from seq2seq.data.corpus import DataError
+    from seq2seq.data.text_files import DataError
 
     set_up_decoding(cfg.get("num_threads"))
     try:
@@ -93,7 +93,7 @@ class LineFile:
     """A file read one line per input line (``constraints=``, ``prefix=``), beside the input."""
 
     def __init__(self, key: str, path: str | Path) -> None:
-        from seq2seq.data.corpus import iter_lines
+        from seq2seq.data.text_files import iter_lines
 
         self.key, self.path = key, Path(path)
         self._lines: Iterator[str] = iter_lines(self.path)
@@ -123,7 +123,7 @@ def check_line_file(key: str, path: str | Path, translator, input_lines: int | N
     Raises:
         ValueError: naming the file and the line; DataError on an unreadable file.
     """
-    from seq2seq.data.corpus import iter_lines
+    from seq2seq.data.text_files import iter_lines
     from seq2seq.inference.decode_options import check_phrase_count
 
     all_lines, count = iter_lines(Path(path)), 0

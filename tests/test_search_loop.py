@@ -12,15 +12,15 @@ from omegaconf import OmegaConf
 
 from seq2seq import CONFIG_DIR
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference import search as search_module
+from seq2seq.inference import search_loop as search_module
 from seq2seq.inference.forcing import forced_tokens, next_token_log_probs, pad_prefixes
-from seq2seq.inference.search import (
+from seq2seq.inference.search_history import full_history, history_index
+from seq2seq.inference.search_loop import (
     Hypothesis,
     in_autocast_dtype,
     length_penalty_factor,
     max_output_lengths,
 )
-from seq2seq.inference.search_history import full_history, history_index
 from seq2seq.models.build import build_model
 from seq2seq.models.interfaces import DecodingModel, EncodedSource
 
@@ -483,7 +483,7 @@ def test_every_score_is_the_models_teacher_forced_log_probability(architecture, 
     from seq2seq.inference.constraints import Grid
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.sampling import sample_search
-    from seq2seq.inference.search import run_search
+    from seq2seq.inference.search_loop import run_search
 
     model = tiny_model(*architecture[:3], table_seed=architecture[3])
     src, src_lengths = random_sources(4, seed=11)
