@@ -75,7 +75,6 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
-@torch.compiler.disable  # trainer.compile: its loop over a batch's rows stays eager
 def smoothed_cross_entropy(logits: Tensor, targets: Tensor, smoothing: float = 0.0
                            ) -> tuple[Tensor, Tensor]:
     """Per row of ``logits`` (N, V): the label-smoothed loss, which carries the gradient, and

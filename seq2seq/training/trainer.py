@@ -141,6 +141,9 @@ class Trainer:
 
         objective: nn.Module = loss
         if settings.compile:
+            # The criterion stays eager (the loss kernel loops over a batch's rows); wrapped
+            # here, not where it is defined, so that importing it leaves torch._dynamo unloaded.
+            loss.criterion = torch.compiler.disable(loss.criterion)
             objective = torch.compile(objective)
         if context.is_distributed:
             objective = DistributedDataParallel(
