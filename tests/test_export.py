@@ -255,7 +255,8 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
 @pytest.mark.parametrize(("options", "message"), [
     ({"format": "tflite"}, "format must be one of onnx, ctranslate2, argos, huggingface, "
                            "got 'tflite'"),
-    ({"format": "huggingface", "quantize": "int8"}, "format=huggingface takes no option quantize"),
+    ({"format": "huggingface", "quantize": "int8"}, "format=huggingface takes no option quantize: "
+     "it writes float32 weights; for int8, export with format=ctranslate2 or format=onnx"),
     ({"format": "ctranslate2", "opset": 17}, "format=ctranslate2 takes no option opset"),
     ({"source": "x"}, "format=onnx takes no option source"),
     ({"quantize": "int4"}, "quantize must be one of none, int8, got 'int4'"),
@@ -324,6 +325,11 @@ def test_export_py_writes_the_folder_and_translate_py_reads_it(trained_checkpoin
     (["checkpoint=missing.pt", "output=out", "quantize=int4"],
      "error: quantize must be one of none, int8, got 'int4'"),
     (["checkpoint=missing.pt", "output=out", "opset=high"], "error: opset: expected an integer"),
+    # An option of another format than the chosen one: refused, not left unused.
+    (["checkpoint=missing.pt", "output=out", "from_code=de"],
+     "error: format=onnx takes no option from_code"),
+    (["checkpoint=missing.pt", "output=out", "format=ctranslate2", "opset=17"],
+     "error: format=ctranslate2 takes no option opset"),
 ])
 def test_export_py_refuses_bad_options_in_one_line(tmp_path, run_python, arguments, message):
     result = run_python([ROOT / "export.py", *arguments], cwd=tmp_path, env=ENV, timeout=120)

@@ -250,7 +250,8 @@ def test_export_py_writes_the_folder_or_refuses_in_one_line(exported, tmp_path, 
         r"\(ONNX Runtime\), which takes every model",
         refused(f"checkpoint={rnn}", f"output={tmp_path / 'rnn-hf'}"))
     assert refused(f"checkpoint={checkpoint}", f"output={tmp_path / 'int8'}",
-                   "quantize=int8").startswith("error: format=huggingface writes float32 weights")
+                   "quantize=int8").startswith("error: format=huggingface takes no option "
+                                               "quantize: it writes float32 weights")
     assert refused(f"checkpoint={checkpoint}", f"output={folder}").endswith(
         "already exists: give overwrite=true to replace it, or another output")
     assert not (tmp_path / "rnn-hf").exists() and not (tmp_path / "int8").exists()

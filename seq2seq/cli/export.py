@@ -27,27 +27,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq import CONFIG_DIR
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import fail
 from seq2seq.config_types import ConfigError, check_value
-from seq2seq.inference.export_format import QUANTIZE_MODES
+from seq2seq.export import FORMATS, ExportError, export_checkpoint, export_format
+from seq2seq.inference.export_format import check_quantize_mode
 
 log = logging.getLogger("seq2seq.export")
 OPTION_TYPES = {"checkpoint": str, "output": str, "format": str, "quantize": str, "opset": int,
                 "overwrite": bool, "from_code": str | None, "to_code": str | None,
                 "from_name": str | None, "to_name": str | None,
                 "package_version": str | int | float, "sbd_model": str | None}
-# The packages each format needs (the export extra has them all).
-FORMAT_PACKAGES = {"onnx": ("onnx", "onnxscript", "onnxruntime"), "ctranslate2": ("ctranslate2",),
-                   "argos": ("ctranslate2",), "huggingface": ("transformers", "safetensors")}
-# Each format's own options (besides overwrite), as its writer takes them.
-FORMAT_OPTIONS = {"onnx": ("quantize", "opset"), "ctranslate2": ("quantize",),
-                  "argos": ("quantize", "from_code", "to_code", "from_name", "to_name",
-                            "package_version", "sbd_model"),
-                  "huggingface": ()}
-# The extra that brings each format's packages.
-FORMAT_EXTRAS = {"onnx": "export", "ctranslate2": "export", "argos": "export",
-                 "huggingface": "hf"}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -60,13 +51,16 @@ def run(cfg: DictConfig) -> dict:
             check_value(cfg[key], annotation, key)
         except ConfigError as error:
             fail(error)
-    if cfg.format not in FORMAT_PACKAGES:
-        fail(f"format must be one of {', '.join(FORMAT_PACKAGES)}, got {cfg.format!r}")
-    if cfg.quantize not in QUANTIZE_MODES:
-        fail(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {cfg.quantize!r}")
-    if cfg.format == "huggingface" and cfg.quantize != "none":
-        fail("format=huggingface writes float32 weights (quantize=none); for int8, export "
-             "with format=ctranslate2 or format=onnx")
+    # The format's own options, and any other format's that the command line changed (refused).
+    defaults = OmegaConf.load(CONFIG_DIR / "export.yaml")
+    chosen = FORMATS.get(cfg.format)
+    options = {key: cfg[key] for format in FORMATS.values() for key in format.options
+               if (chosen is not None and key in chosen.options) or cfg[key] != defaults[key]}
+    try:
+        chosen = export_format(cfg.format, options)
+        check_quantize_mode(cfg.quantize)
+    except (ExportError, ValueError) as error:
+        fail(error)
     if not Path(cfg.checkpoint).is_file():
         fail(f"checkpoint not found: {cfg.checkpoint}")
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
@@ -74,19 +68,14 @@ def run(cfg: DictConfig) -> dict:
 
     from seq2seq.checkpoint import CheckpointError
 
-    missing = [name for name in FORMAT_PACKAGES[cfg.format]
-               if importlib.util.find_spec(name) is None]
+    missing = [name for name in chosen.packages if importlib.util.find_spec(name) is None]
     if missing:
-        extra = FORMAT_EXTRAS[cfg.format]
-        fail(f"format={cfg.format} needs the {extra} extra ({', '.join(missing)} missing): "
-             f"pip install '.[{extra}]'")
-    from seq2seq.export import export_checkpoint
-    from seq2seq.export.folder import ExportError
+        fail(f"format={cfg.format} needs the {chosen.extra} extra ({', '.join(missing)} "
+             f"missing): pip install '.[{chosen.extra}]'")
 
     started = time.perf_counter()
     log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,
              cfg.format, cfg.quantize)
-    options = {key: cfg[key] for key in FORMAT_OPTIONS[cfg.format]}
     try:
         manifest = export_checkpoint(cfg.checkpoint, cfg.output, format=cfg.format,
                                      overwrite=cfg.overwrite, **options)
@@ -97,13 +86,8 @@ def run(cfg: DictConfig) -> dict:
     if cfg.format == "argos":
         log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
     size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
-    if cfg.format == "huggingface":
-        log.info("wrote %s (%.1f MB) in %.1fs; load it with transformers' "
-                 "AutoModelForSeq2SeqLM.from_pretrained(%r) (docs/export.md#hugging-face)",
-                 cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
-    else:
-        log.info("wrote %s (%.1f MB) in %.1fs; decode it with translate.py checkpoint=%s",
-                 cfg.output, size / 1e6, time.perf_counter() - started, cfg.output)
+    log.info("wrote %s (%.1f MB) in %.1fs; %s", cfg.output, size / 1e6,
+             time.perf_counter() - started, chosen.usage.format(output=cfg.output))
     return manifest
 
 

@@ -1,27 +1,81 @@
 """Export: a trained model as a folder another runtime decodes (ONNX Runtime, CTranslate2,
-Argos Translate, Hugging Face ``transformers``), through one entry point."""
+Argos Translate, Hugging Face ``transformers``), through one entry point and one registry of
+formats (:data:`FORMATS`), which ``seq2seq-export`` reads. Torch-free: the writers are imported
+when used, a format's packages being an extra of their own."""
 
 from __future__ import annotations
 
 import importlib
-import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Each format's writer (module, function): it takes the model, its tokenizers, its run config,
-# the output folder and the format's own keyword options. Imported when used: a format's
-# packages are an extra of their own.
-WRITERS = {"onnx": ("seq2seq.export.onnx_export", "export_model"),
-           "ctranslate2": ("seq2seq.export.ctranslate2_export", "convert_model"),
-           "argos": ("seq2seq.export.argos", "package_model"),
-           "huggingface": ("seq2seq.export.huggingface", "convert_model")}
-# What every writer is given besides the format's own options.
-COMMON = ("model", "tokenizers", "config", "output", "trainer_state", "source")
+
+class ExportError(Exception):
+    """A model that cannot be exported, or an export that cannot be written; one line."""
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One format ``seq2seq-export`` writes.
+
+    Attributes:
+        writer: ``module:function``; it takes the model, its tokenizers, its run config and the
+            output folder, then ``overwrite``, ``trainer_state``, ``source`` and its
+            ``options`` as keywords, and returns the manifest written.
+        options: its own keyword options (``quantize``, ``opset``, ...).
+        packages: what it imports, all in the extra ``extra``.
+        limits: what it refuses that another format does, said when an option is refused.
+        usage: what to do with the folder written (``{output}``: its path), logged.
+    """
+
+    writer: str
+    options: tuple[str, ...]
+    packages: tuple[str, ...]
+    extra: str = "export"
+    limits: str = ""
+    usage: str = "decode it with translate.py checkpoint={output}"
+
+
+FORMATS = {
+    "onnx": ExportFormat("seq2seq.export.onnx_export:export_model", ("quantize", "opset"),
+                         ("onnx", "onnxscript", "onnxruntime")),
+    "ctranslate2": ExportFormat("seq2seq.export.ctranslate2_export:convert_model", ("quantize",),
+                                ("ctranslate2",)),
+    "argos": ExportFormat("seq2seq.export.argos:package_model",
+                          ("quantize", "from_code", "to_code", "from_name", "to_name",
+                           "package_version", "sbd_model"), ("ctranslate2",)),
+    "huggingface": ExportFormat("seq2seq.export.huggingface:convert_model", (),
+                                ("transformers", "safetensors"), extra="hf",
+                                limits="it writes float32 weights; for int8, export with "
+                                       "format=ctranslate2 or format=onnx",
+                                usage="load it with transformers' AutoModelForSeq2SeqLM"
+                                      ".from_pretrained('{output}') (docs/export.md)"),
+}
+
+
+def export_format(name: str, options: Mapping[str, Any] = {}) -> ExportFormat:  # noqa: B006
+    """The format ``name``, once ``options`` (besides ``overwrite``) are checked against it:
+    made before torch or a checkpoint is loaded.
+
+    Raises:
+        ExportError: for an unknown format or an option it does not take, in one line naming
+            it (``quantize``'s mode and the output: :func:`~seq2seq.export.folder.check_export_options`).
+    """
+    if name not in FORMATS:
+        raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {name!r}")
+    chosen = FORMATS[name]
+    unknown = sorted(set(options) - set(chosen.options) - {"overwrite"})
+    if unknown:
+        raise ExportError(f"format={name} takes no option {', '.join(unknown)}"
+                          + (f": {chosen.limits}" if chosen.limits else ""))
+    return chosen
 
 
 def export_checkpoint(checkpoint: str | Path, output: str | Path, *, format: str = "onnx",
                       **options: Any) -> dict[str, Any]:
-    """Export a checkpoint file to the folder ``output`` in ``format`` (a :data:`WRITERS`
+    """Export a checkpoint file to the folder ``output`` in ``format`` (a :data:`FORMATS`
     key); returns the manifest written. ``options`` are the format's writer's (``quantize``,
     ``overwrite``; ``opset`` for onnx; the languages, ``package_version`` and ``sbd_model``
     for argos); the trainer summary and the checkpoint's path go into the manifest.
@@ -31,19 +85,14 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, *, format: str
         ExportError: see the writer. An unknown format or option, a bad ``quantize`` or an
             existing output is refused before the checkpoint is read.
     """
+    chosen = export_format(format, options)
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.export.folder import ExportError, check_export_options
+    from seq2seq.export.folder import check_export_options
 
-    if format not in WRITERS:
-        raise ExportError(f"format must be one of {', '.join(WRITERS)}, got {format!r}")
-    module, function = WRITERS[format]
-    writer = getattr(importlib.import_module(module), function)
-    own = set(inspect.signature(writer).parameters) - set(COMMON)
-    unknown = sorted(set(options) - own)
-    if unknown:
-        raise ExportError(f"format={format} takes no option {', '.join(unknown)}")
     check_export_options(output, quantize=options.get("quantize", "none"),
                          overwrite=options.get("overwrite", False))
+    module, _, function = chosen.writer.partition(":")
+    writer = getattr(importlib.import_module(module), function)
     payload = load_checkpoint(checkpoint)
     model, tokenizers, config = model_from_checkpoint(payload, "cpu")
     return writer(model, tokenizers, config, output, trainer_state=payload.get("trainer_state"),

@@ -17,15 +17,12 @@ from torch import nn
 
 from seq2seq.atomic import default_permissions, fsync_directory
 from seq2seq.data.vocab import BOS_ID, EOS_ID
-from seq2seq.inference.export_format import MANIFEST_NAME, QUANTIZE_MODES
+from seq2seq.export import ExportError
+from seq2seq.inference.export_format import MANIFEST_NAME, check_quantize_mode
 from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
 
 # The random pairs an export is checked on: how many, and the longest source and target.
 CHECK_SENTENCES, CHECK_LENGTH = 6, 9
-
-
-class ExportError(Exception):
-    """A model that cannot be exported, or an export that cannot be written; one line."""
 
 
 def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
@@ -35,8 +32,10 @@ def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) 
     Raises:
         ExportError: naming the option.
     """
-    if quantize not in QUANTIZE_MODES:
-        raise ExportError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    try:
+        check_quantize_mode(quantize)
+    except ValueError as error:
+        raise ExportError(str(error)) from None
     output = Path(output)
     if output.exists() and not overwrite:
         raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "

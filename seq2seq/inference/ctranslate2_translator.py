@@ -35,8 +35,9 @@ from seq2seq.config_types import error_reason
 from seq2seq.data.text_files import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_ID
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.export_format import check_quantize_mode
 from seq2seq.inference.search_loop import Hypothesis, length_penalty_factor, max_output_lengths
-from seq2seq.inference.translator import BaseTranslator, check_quantize_mode
+from seq2seq.inference.translator import BaseTranslator
 
 logger = logging.getLogger(__name__)
 

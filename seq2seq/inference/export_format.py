@@ -27,6 +27,14 @@ STEP_FILE = "decoder_step.onnx"
 ENCODED_NAMES = ("memory", "mask", "keys")
 
 
+def check_quantize_mode(mode: str) -> str:
+    """``mode`` if it names a quantization mode, else a one-line ValueError: the one check of
+    ``quantize``, for export and decoding alike."""
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
+    return mode
+
+
 def is_exported(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder with an export manifest (else: a checkpoint file)."""
     return Path(path, MANIFEST_NAME).is_file()

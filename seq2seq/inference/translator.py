@@ -64,7 +64,7 @@ from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.decode_timing import decoding_workload
-from seq2seq.inference.export_format import QUANTIZE_MODES
+from seq2seq.inference.export_format import check_quantize_mode
 from seq2seq.inference.forcing import pad_prefixes
 from seq2seq.inference.model_files import require_cpu
 from seq2seq.inference.search_loop import Hypothesis
@@ -75,13 +75,6 @@ logger = logging.getLogger(__name__)
 
 # What translate() decodes with unless given options: beam 5, one translation a sentence.
 DEFAULT_OPTIONS = DecodeOptions()
-
-
-def check_quantize_mode(mode: str) -> str:
-    """``mode`` if it names a quantization mode, else a one-line ValueError."""
-    if mode not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
-    return mode
 
 
 class Translation(NamedTuple):
