@@ -20,7 +20,6 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.device import decide_precision
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
-from seq2seq.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -90,6 +89,10 @@ def test_cuda_training_in_half_precision_writes_a_checkpoint_the_cpu_reads(
         tiny_train_config, tmp_path, model, precision):
     """autocast (and fp16's grad scaler) on the GPU: finite fp32 weights that load and translate
     on the CPU."""
+    # Imported here, not at collection: it brings torch._dynamo (seconds), which the check's
+    # step 1 would pay also where every test here skips.
+    from seq2seq.training.run import train
+
     transformer = {"model/encoder": "transformer", "model/decoder": "transformer",
                    "model.encoder.hidden_size": None, "model.decoder.hidden_size": None,
                    "model.encoder.num_layers": 1, "model.decoder.num_layers": 1,
@@ -164,6 +167,8 @@ def test_the_check_compares_the_curves_at_each_whole_minute():
 def test_cuda_resume_continues_from_the_checkpoint(tiny_train_config, tmp_path):
     """trainer.resume=auto on the GPU: the checkpoint is loaded onto the device and its
     tokenizers are compared with the run's (which live on the CPU)."""
+    from seq2seq.training.run import train
+
     run_dir = tmp_path / "run"
     common = {"trainer.device": "cuda", "trainer.valid_every": 6, "trainer.save_every": 6,
               "trainer.valid.max_sentences": 8}
