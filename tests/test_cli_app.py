@@ -255,7 +255,8 @@ def described_options(config_name: str, choices: dict[str, str] | None = None) -
             if option.description]
 
 
-@pytest.mark.parametrize("config_name", ["translate", "evaluate", "export", "serve"])
+@pytest.mark.parametrize("config_name", ["translate", "evaluate", "export", "serve",
+                                         "tune_decoding", "compare"])
 def test_help_lists_the_tools_options_each_with_a_description(config_name):
     text = render_help(config_name, f"python {config_name}.py", width=100)
     listed = re.findall(r"^  (\S+)", text.split("Options (key=value):")[1], re.MULTILINE)

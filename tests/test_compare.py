@@ -56,6 +56,14 @@ def run_sweep(run_python, overrides: list[str], sweep_dir: Path, *extra: str,
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def compare_runs(argv: list[str]):
+    """compare.py's run() on the config its command line ``argv`` composes, in this process."""
+    from seq2seq.cli.app import bare_as_list
+    from seq2seq.cli.common import compose
+
+    return compare_cli.run(compose("compare", bare_as_list(argv, "runs")))
+
+
 def assert_png(path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == PNG_SIGNATURE, path
@@ -74,7 +82,7 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     record_dir = tmp_path / "records"
     monkeypatch.chdir(tmp_path)  # the records keep the data's paths relative to it
     with caplog.at_level("INFO", logger="seq2seq.compare"):
-        comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=2", "samples=200",
+        comparison = compare_runs([str(sweep), "split=valid", "beam_size=2", "samples=200",
                                       "aso_iterations=50", f"records_dir={record_dir}"])
     table = capsys.readouterr().out
     # Scoring says where it is: run k of the n to score (the one without best.pt is not).
@@ -165,7 +173,7 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
         raise AssertionError("cached scores were not used")
 
     monkeypatch.setattr(evaluation, "evaluate_translations", no_translation)
-    again = compare_cli.run([str(sweep / "*"), "split=valid", "beam_size=2", "plots=false",
+    again = compare_runs([str(sweep / "*"), "split=valid", "beam_size=2", "plots=false",
                              "aso_iterations=0", f"output_dir={tmp_path / 'report'}"])
     assert {row.label: row.bleu for row in again.rows} == {k: r.bleu for k, r in rows.items()}
     assert (tmp_path / "report" / "comparison.json").is_file()
@@ -174,7 +182,7 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     assert sorted(p.name for p in record_dir.iterdir()) == [
         f"sweep-{n}.run.json.gz" for n in range(4)]
     assert max(p.stat().st_size for p in record_dir.iterdir()) < 30_000
-    compare_cli.run([str(record_dir), "split=valid", "beam_size=2", "samples=200",
+    compare_runs([str(record_dir), "split=valid", "beam_size=2", "samples=200",
                      "aso_iterations=50", f"output_dir={tmp_path / 'rebuilt'}"])
     rebuilt_document = json.loads((tmp_path / "rebuilt" / "comparison.json").read_text())
     for key in ("length_buckets", "positions", "faithfulness", "seed_significance"):
@@ -187,12 +195,12 @@ def test_sweep_compared_into_table_files_and_plots(tiny_train_config, tmp_path, 
     assert [step for step, _ in first_record.log.bleu_steps] == [8, 16]
     assert first_record.scores["src"] == str(Path("corpus") / "valid.src")
     # Records beside their own run folders: each run counted once.
-    both = compare_cli.run([str(sweep), str(record_dir), "split=valid", "beam_size=2",
+    both = compare_runs([str(sweep), str(record_dir), "split=valid", "beam_size=2",
                             "plots=false", "aso_iterations=0", f"output_dir={tmp_path / 'both'}"])
     assert sorted(row.runs for row in both.rows) == [2, 2]
     # A record scored with other settings is not mixed in.
     with pytest.raises(SystemExit):
-        compare_cli.run([str(record_dir), "split=valid", "beam_size=3", "plots=false",
+        compare_runs([str(record_dir), "split=valid", "beam_size=3", "plots=false",
                          "aso_iterations=0", f"output_dir={tmp_path / 'other'}"])
     assert capsys.readouterr().out.count("recorded with other scoring settings") == 4
 
@@ -526,7 +534,7 @@ def test_no_scorable_run_is_an_error_after_the_listing(tmp_path, capsys):
     make_run(tmp_path / "runs" / "a", attention="DotScorer", seed=1, checkpoint=False)
     make_run(tmp_path / "runs" / "b", attention="DotScorer", seed=1)  # an empty best.pt
     with pytest.raises(SystemExit) as exit_info:
-        compare_cli.main([str(tmp_path / "runs"), "plots=false"])
+        compare_runs([str(tmp_path / "runs"), "plots=false"])
     assert exit_info.value.code == 1
     captured = capsys.readouterr()
     assert f"failed: {tmp_path / 'runs' / 'a'}" in captured.out
@@ -576,20 +584,25 @@ def test_backward_moves_and_coverage_of_attention():
         (["{empty}", "split=train"], "split must be valid or test"),
         (["{empty}", "beam_size=x"], "beam_size: expected an integer"),
         (["{empty}", "beam_size=0"], "beam_size must be at least 1, got 0"),  # DecodeOptions'
-        (["{empty}", "length_penalty=-1"], "length_penalty must be a number >= 0, got -1.0"),
-        (["{empty}", "colour=red"], "colour is not an option of compare.py; --help lists them"),
-        (["{empty}", "+beem_size=3"], "beem_size is not an option of compare.py (did you mean "
-                                      "beam_size?)"),
+        (["{empty}", "length_penalty=-1"], "length_penalty must be a number >= 0, got -1"),
+        (["{empty}", "search=sample"], "search=sample: compare.py scores every run's best.pt "
+                                       "alike, with beam search"),
+        (["{empty}", "colour=red"], "colour is not an option of compare.yaml; --help lists them"),
+        (["{empty}", "+beem_size=3"], "beem_size is not an option of compare.yaml (did you "
+                                      "mean beam_size?)"),
         ([], "no run folder given"),
     ],
 )
-def test_bad_input_is_one_line_error(tmp_path, capsys, argv, message):
+def test_bad_input_is_one_line_error(tmp_path, capsys, monkeypatch, argv, message):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
+    monkeypatch.setattr("sys.argv", ["compare.py", *(a.format(empty=tmp_path / "empty")
+                                                    for a in argv)])
     with pytest.raises(SystemExit) as exit_info:
-        compare_cli.main([a.format(empty=tmp_path / "empty") for a in argv])
+        compare_cli.main()
     assert exit_info.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if line.startswith("error: ")]
+    assert len(err) == 1 and message in err[0], err
 
 
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
@@ -601,7 +614,7 @@ def test_submitit_local_sweep_is_compared(tiny_train_config, tmp_path, capsys, r
               "hydra/launcher=submitit_local",
               "hydra.launcher.timeout_min=5", "model/attention=dot", "trainer.seed=1",
               timeout=240)
-    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false"])
+    comparison = compare_runs([str(sweep), "split=valid", "beam_size=1", "plots=false"])
     assert len(comparison.rows) == 1 and comparison.rows[0].runs == 1 and not comparison.failed
     # Scored from the job's own run folder, which holds the run's config and checkpoints.
     assert (sweep / "0" / "compare" / "best.valid.beam1.json").is_file()
@@ -629,7 +642,7 @@ def test_side_by_side_sweep_resumes_without_redoing_finished_runs(tiny_train_con
     assert finished.stat().st_mtime_ns == stamp  # not trained again
     assert "resumed from" in (sweep / "dot-seed1" / "train.log").read_text()
     assert (sweep / "general-seed1" / "checkpoints" / "best.pt").is_file()
-    comparison = compare_cli.run([str(sweep), "split=valid", "beam_size=1", "plots=false",
+    comparison = compare_runs([str(sweep), "split=valid", "beam_size=1", "plots=false",
                                   "probes=false", "aso_iterations=0"])
     assert [row.runs for row in comparison.rows] == [1, 1] and not comparison.failed
 
@@ -667,14 +680,15 @@ def test_parameter_count_counts_tied_embeddings_once(tmp_path):
     assert translator.parameter_count == parameters < state_numbers  # the tie is in the state
 
 
-def test_help_lists_every_option_once_with_what_it_does_and_its_default(capsys):
+def test_help_lists_every_option_once_with_what_it_does_and_its_default(capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["compare.py", "--help"])
     with pytest.raises(SystemExit) as exit_info:
-        compare_cli.main(["--help"])
+        compare_cli.main()
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    listed = re.findall(r"^  (\w+) +(.+)$", text, re.MULTILINE)
-    assert [name for name, _ in listed] == list(compare_cli.option_defaults())
-    assert set(compare_cli.option_help()) == set(compare_cli.option_defaults())
+    listed = [name for name, _ in re.findall(r"^  (\S+) +(.+)$", text.split("Options")[1],
+                                             re.MULTILINE)]
+    assert len(listed) == len(set(listed)) and listed[:2] == ["runs", "split"]
     assert re.search(r"^  beam_size +beams per sentence; 1: greedy search \[default 5\]$", text,
                      re.MULTILINE)  # DecodeOptions' words
 

@@ -214,16 +214,3 @@ def test_the_defaults_check_can_fail():
     assert row in reference
     assert differing_defaults(reference.replace(row, "| `trainer.max_epochs` | `30` |")) == [
         "trainer=default: trainer.max_epochs: 30 -> 20"]
-
-
-def test_the_reference_gives_compares_options_and_defaults():
-    from seq2seq.cli import compare
-
-    body = next(body for heading, body in sections(REFERENCE.read_text(encoding="utf-8"))
-                if "`compare.py` options" in heading)
-    rows = dict(ROW.findall(body))
-
-    from seq2seq.cli.help import format_value
-
-    assert rows == {name: format_value(default)
-                    for name, default in compare.option_defaults().items()}

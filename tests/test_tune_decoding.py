@@ -148,7 +148,7 @@ def test_the_previous_releases_flags_still_work_with_a_warning(run_script, workd
                          "1.0", "--max-sentences", str(SENTENCES), "--device", "cpu",
                          "--json", "old.json"], cwd=workdir)
     assert result.returncode == 0, result.stderr
-    assert ("write key=value: checkpoint=run/checkpoints/best.pt beam_sizes=[1,3] "
+    assert ("write key=value: checkpoint='run/checkpoints/best.pt' beam_sizes=[1,3] "
             f"length_penalties=[1.0] max_sentences={SENTENCES} device=cpu json=old.json"
             in result.stderr)
     report = json.loads((workdir / "old.json").read_text(encoding="utf-8"))

@@ -256,13 +256,16 @@ def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, sum
 
 
 def hydra_tool(run: Callable[[Any], Any], *, config_name: str, summary: str, strict: bool = True,
-               literal_keys: Sequence[str] = ()) -> Callable[[], Any]:
+               literal_keys: Sequence[str] = (), bare: str | None = None) -> Callable[[], Any]:
     """A tool's ``main()``: ``run`` on the config Hydra composes from ``config_name`` and the
     command line, after :func:`run_hydra_app`'s ``--help`` and checks (``strict``,
-    ``literal_keys``: as there); ``run``'s result is what a Hydra sweeper reads."""
+    ``literal_keys``: as there; ``bare``: the key of the bare arguments, :func:`bare_as_list`);
+    ``run``'s result is what a Hydra sweeper reads."""
     import hydra
 
     def main() -> Any:
+        if bare is not None:
+            sys.argv[1:] = bare_as_list(sys.argv[1:], bare)
         return run_hydra_app(main.task, config_name=config_name,
                              command=script_command(sys.argv[0]), summary=summary,
                              strict=strict, literal_keys=literal_keys)
@@ -280,7 +283,25 @@ _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--confi
                       "--experimental-rerun"}
 
 
-def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, positional: str,
+def bare_as_list(argv: Sequence[str], key: str) -> list[str]:
+    """``A B k=v`` as ``key=['A','B'] k=v`` (one: ``key='A'``): the bare arguments of a tool that takes them
+    (compare.py's run folders), each quoted so that a glob or a comma stays itself; the word
+    after a Hydra flag that takes one (``--cfg job``) is not bare."""
+    overrides, values, previous = [], [], ""
+    for argument in argv:
+        if "=" not in argument and not argument.startswith("-") \
+                and previous not in _HYDRA_VALUE_FLAGS:
+            values.append(argument)
+        else:
+            overrides.append(argument)
+        previous = argument
+    quoted = [quote_literal(value) for value in values]
+    if quoted:
+        overrides.insert(0, f"{key}={quoted[0]}" if len(quoted) == 1 else f"{key}=[{','.join(quoted)}]")
+    return overrides
+
+
+def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, bare: str,
                        lists: Sequence[str] = ()) -> list[str]:
     """A command line in a tool's previous, argparse form (``A B --beam-sizes 1,3``) as the
     ``key=value`` overrides every tool takes now (``checkpoint=[A,B] beam_sizes=[1,3]``), with
@@ -288,25 +309,18 @@ def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, positional
 
     Args:
         flags: each old flag (``--beam-sizes``) and the key it sets.
-        positional: the key the positional arguments set (a list when several).
+        bare: the key the bare arguments set (:func:`bare_as_list`).
         lists: the keys whose comma-separated values are a list.
     """
-    overrides, values, previous = [], [], ""
+    overrides = []
     arguments = iter(argv)
     for argument in arguments:
         if argument in flags:
-            key = flags[argument]
-            value = next(arguments, "")
+            key, value = flags[argument], next(arguments, "")
             overrides.append(f"{key}=[{value}]" if key in lists else f"{key}={value}")
-        elif "=" not in argument and not argument.startswith("-") \
-                and previous not in _HYDRA_VALUE_FLAGS:
-            values.append(argument)
         else:
             overrides.append(argument)
-        previous = argument
-    if values:
-        overrides.insert(0, f"{positional}={values[0]}" if len(values) == 1
-                         else f"{positional}=[{','.join(values)}]")
+    overrides = bare_as_list(overrides, bare)
     if overrides != list(argv):
         print(f"warning: --flags and bare paths are the previous release's form, read this once "
               f"more; write key=value: {' '.join(overrides)}", file=sys.stderr, flush=True)

@@ -58,6 +58,26 @@ def check_config(cfg: DictConfig) -> None:
             fail(f"{key} file not found: {cfg[key]}")
 
 
+def decoding_defaults() -> DictConfig:
+    """The decoding group's defaults: DecodeOptions' and the translator's settings."""
+    from seq2seq import CONFIG_DIR
+    from seq2seq.inference.decode_options import described_options
+
+    group = OmegaConf.load(CONFIG_DIR / "decoding" / "default.yaml")
+    del group["defaults"]
+    return OmegaConf.merge({name: default for name, (_, default, _)
+                            in described_options().items()}, group)
+
+
+def refuse_unused(cfg: DictConfig, keys: Sequence[str], reason: str) -> None:
+    """Exit with ``error: KEY=VALUE: REASON`` for the first of the decoding group's ``keys``
+    that ``cfg`` changes from the group's default: an option the tool cannot use."""
+    defaults = decoding_defaults()
+    for key in keys:
+        if (value := OmegaConf.select(cfg, key)) != OmegaConf.select(defaults, key):
+            fail(f"{key}={value}: {reason}")
+
+
 def start_decoding(cfg: DictConfig) -> DecodingRequest:
     """What every decoding tool does once its own options are checked: set up torch for
     decoding (:func:`~seq2seq.cli.common.set_up_decoding`) and make the request, exiting with a

@@ -44,11 +44,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import CONFIG_DIR
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import flags_as_overrides, hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
-from seq2seq.cli.decoding_request import check_config, start_decoding
+from seq2seq.cli.decoding_request import (
+    check_config,
+    decoding_defaults,
+    refuse_unused,
+    start_decoding,
+)
 from seq2seq.config_types import ConfigError, check_value
 
 
@@ -132,8 +136,7 @@ def evaluate_command(cfg: DictConfig, paths: list[str], best: dict) -> str:
     # The translator's settings that differ from the decoding group's defaults.
     defaults = decoding_defaults()
     for key in ("precision", "quantize", "shortlist", "batch.max_tokens", "max_source_length"):
-        value = OmegaConf.select(cfg, key)
-        if value != OmegaConf.select(defaults, key):
+        if (value := OmegaConf.select(cfg, key)) != OmegaConf.select(defaults, key):
             parts.append(f"{key}={value}")
     return " ".join(shlex.quote(part) for part in parts)
 
@@ -143,16 +146,6 @@ def _same_file(a, b) -> bool:
         return Path(a).resolve() == Path(b).resolve()
     except OSError:
         return False
-
-
-def decoding_defaults() -> DictConfig:
-    """The decoding group's defaults: DecodeOptions' and the translator's settings."""
-    from seq2seq.inference.decode_options import described_options
-
-    group = OmegaConf.load(CONFIG_DIR / "decoding" / "default.yaml")
-    del group["defaults"]
-    return OmegaConf.merge({name: default for name, (_, default, _)
-                            in described_options().items()}, group)
 
 
 def check_tune_config(cfg: DictConfig) -> list[str]:
@@ -174,11 +167,9 @@ def check_tune_config(cfg: DictConfig) -> list[str]:
                 and (kind is float or isinstance(value, int)) for value in values):
             what = "integers" if kind is int else "numbers"
             fail(f"{key}: expected a list of {what} ([1,3,5]), got {values}")
-    defaults = decoding_defaults()
-    for name in ("beam_size", "length_penalty", "nbest"):
-        if (value := cfg[name]) != defaults[name]:
-            fail(f"{name}={value}: tune-decoding tries every cell of beam_sizes x "
-                 "length_penalties and returns the best translation; set those instead")
+    refuse_unused(cfg, ("beam_size", "length_penalty", "nbest"), "tune-decoding tries every "
+                  "cell of beam_sizes x length_penalties and returns the best translation; "
+                  "set those instead")
     if cfg.split == "test":
         fail("tuning on the test split is not allowed: tune on split=valid (or your own "
              "src/ref dev files), then score the chosen setting on test once")
@@ -285,7 +276,7 @@ _main = hydra_tool(run, config_name="tune_decoding", summary=__doc__.splitlines(
 
 def main() -> None:
     """``seq2seq-tune-decoding``: see the module docstring (``--help`` lists the options)."""
-    sys.argv[1:] = flags_as_overrides(sys.argv[1:], FLAGS, positional="checkpoint",
+    sys.argv[1:] = flags_as_overrides(sys.argv[1:], FLAGS, bare="checkpoint",
                                       lists=("beam_sizes", "length_penalties"))
     _main()
 
