@@ -124,7 +124,7 @@ def test_cli_writes_the_average(tmp_path, capsys):
     save_checkpoint(synthetic_payload(1), first)
     save_checkpoint(synthetic_payload(2), second)
     output = tmp_path / "out" / "avg.pt"
-    assert average_main([str(first), str(second), "--output", str(output)]) == 0
+    average_main([str(first), str(second), f"output={output}"])
     assert f"averaged 2 checkpoints into {output}" in capsys.readouterr().err
     written = load_checkpoint(output)
     assert written["averaged_from"] == [str(first), str(second)]
@@ -144,7 +144,8 @@ def test_cli_refuses_mismatched_params_or_tokenizers(tmp_path, capsys, changes, 
                               **changes.get("model_changes", {}))
     save_checkpoint(other, second)
     output = tmp_path / "avg.pt"
-    assert average_main([str(first), str(second), "--output", str(output)]) == 1
+    with pytest.raises(SystemExit, match="1"):
+        average_main([str(first), str(second), f"output={output}"])
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1, error
     assert not output.exists()
@@ -154,7 +155,8 @@ def test_cli_refuses_an_unreadable_checkpoint(tmp_path, capsys):
     first, broken = tmp_path / "a.pt", tmp_path / "broken.pt"
     save_checkpoint(synthetic_payload(1), first)
     broken.write_bytes(b"not a checkpoint")
-    assert average_main([str(first), str(broken), "--output", str(tmp_path / "o.pt")]) == 1
+    with pytest.raises(SystemExit, match="1"):
+        average_main([str(first), str(broken), f"output={tmp_path / 'o.pt'}"])
     assert "truncated or corrupted" in capsys.readouterr().err
 
 

@@ -267,8 +267,7 @@ def test_evaluate_run_folder_files_and_table(run_tool, workdir):
             *AVERAGE,
             str(checkpoints / "best.pt"),
             str(checkpoints / "best.pt"),
-            "--output",
-            str(checkpoints / "avg.pt"),
+            f"output={checkpoints / 'avg.pt'}",
         ],
         cwd=workdir,
     )
@@ -315,8 +314,7 @@ def test_average_of_two_checkpoints_loads_and_translates(run_tool, tmp_path, tra
             *AVERAGE,
             str(first),
             str(second),
-            "--output",
-            str(output),
+            f"output={output}",
         ],
         cwd=tmp_path,
     )
@@ -345,8 +343,7 @@ def test_average_refuses_mismatched_shapes(run_tool, tmp_path, trained_checkpoin
             *AVERAGE,
             str(first),
             str(bigger),
-            "--output",
-            str(tmp_path / "out.pt"),
+            f"output={tmp_path / 'out.pt'}",
         ],
         cwd=tmp_path,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from seq2seq.cli.plot_curves import main, validation_curve
 
 
@@ -25,9 +27,17 @@ def test_each_validation_is_a_point_and_the_figure_is_written(tmp_path, capsys):
     assert list(minutes) == sorted(minutes) and minutes[0] >= 0
 
     output = tmp_path / "figures" / "curves.png"
-    assert main([str(first), str(second), "--output", str(output)]) == 0
+    main([str(first), str(second), f"output={output}"])
     assert output.read_bytes().startswith(b"\x89PNG")
     assert f"written {output}" in capsys.readouterr().out
+
+
+def test_the_previous_releases_output_flag_still_works(tmp_path, capsys):
+    run = write_run(tmp_path / "run", [1.0])
+    main([str(run), "--output", str(tmp_path / "old.png")])
+    assert (tmp_path / "old.png").read_bytes().startswith(b"\x89PNG")
+    assert f"write key=value: runs='{run}' output={tmp_path / 'old.png'}" in \
+        capsys.readouterr().err
 
 
 def test_a_folder_without_validation_scores_is_a_one_line_error(tmp_path, capsys):
@@ -36,11 +46,13 @@ def test_a_folder_without_validation_scores_is_a_one_line_error(tmp_path, capsys
     no_validation = write_run(tmp_path / "early", [])
     for folder, message in ((no_log, "no tensorboard/ folder"),
                             (no_validation, "no valid/bleu scalars")):
-        assert main([str(folder), "--output", str(tmp_path / "x.png")]) == 1
+        with pytest.raises(SystemExit, match="1"):
+            main([str(folder), f"output={tmp_path / 'x.png'}"])
         err = capsys.readouterr().err
         assert err.startswith(f"error: {folder}: {message}") and err.count("\n") == 1
     assert not (tmp_path / "x.png").exists()
-    assert main([str(write_run(tmp_path / "run", [1.0])), "--output", str(tmp_path / "x.xyz")]) == 1
+    with pytest.raises(SystemExit, match="1"):
+        main([str(write_run(tmp_path / "run", [1.0])), f"output={tmp_path / 'x.xyz'}"])
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'x.xyz'}: ") and err.count("\n") == 1
     assert not (tmp_path / "x.xyz").exists()
@@ -50,7 +62,7 @@ def test_runs_of_one_name_are_told_apart_and_the_extension_names_the_format(tmp_
     first = write_run(tmp_path / "a" / "seed1", [1.0, 2.0])
     second = write_run(tmp_path / "b" / "seed1", [3.0, 4.0])
     output = tmp_path / "curves.svg"
-    assert main([str(first), str(second), "--output", str(output)]) == 0
+    main([str(first), str(second), f"output={output}"])
     figure = output.read_text(encoding="utf-8")
     assert figure.lstrip().startswith("<?xml") and "<svg" in figure
     assert str(first) in figure and str(second) in figure

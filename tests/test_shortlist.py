@@ -250,18 +250,21 @@ def test_a_shortlist_for_other_vocabularies_is_refused(copy_model):
 def test_build_shortlist_and_translate_cli(tmp_path, trained_checkpoint, capsys, run_python):
     corpus = trained_checkpoint.parents[1] / "corpus"
     output = tmp_path / "shortlist.pt"
-    arguments = ["--checkpoint", str(trained_checkpoint), "--src", str(corpus / "train.src"),
-                 "--tgt", str(corpus / "train.tgt"), "--output", str(output),
-                 "--per-source", "3", "--frequent", "2"]
-    assert build_shortlist(arguments) == 0
+    arguments = [f"checkpoint={trained_checkpoint}", f"src={corpus / 'train.src'}",
+                 f"tgt={corpus / 'train.tgt'}", f"output={output}", "per_source=3", "frequent=2"]
+    build_shortlist(arguments)
     assert "shortlist of one sentence" in capsys.readouterr().out
     shortlist = Shortlist.load(output)
     assert shortlist.frequent.size == 2
 
     # Bad input: one line, status 1, nothing written.
-    bad = [*arguments[:4], "--tgt", str(corpus / "valid.tgt"), "--output", str(tmp_path / "x.pt")]
-    assert build_shortlist(bad) == 1
-    err = capsys.readouterr().err.strip()
+    # The previous release's flags, read with a warning.
+    bad = ["--checkpoint", str(trained_checkpoint), "--src", str(corpus / "train.src"),
+           "--tgt", str(corpus / "valid.tgt"), "--output", str(tmp_path / "x.pt")]
+    with pytest.raises(SystemExit, match="1"):
+        build_shortlist(bad)
+    warning, err = capsys.readouterr().err.strip().split("\n", 1)
+    assert warning.startswith("warning: ") and f"checkpoint={trained_checkpoint}" in warning
     assert err.startswith("error: ") and "lines" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.pt").exists()
 

@@ -256,19 +256,26 @@ def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, sum
 
 
 def hydra_tool(run: Callable[[Any], Any], *, config_name: str, summary: str, strict: bool = True,
-               literal_keys: Sequence[str] = (), bare: str | None = None) -> Callable[[], Any]:
-    """A tool's ``main()``: ``run`` on the config Hydra composes from ``config_name`` and the
-    command line, after :func:`run_hydra_app`'s ``--help`` and checks (``strict``,
-    ``literal_keys``: as there; ``bare``: the key of the bare arguments, :func:`bare_as_list`);
-    ``run``'s result is what a Hydra sweeper reads."""
+               literal_keys: Sequence[str] = (), bare: str | None = None,
+               old_flags: dict[str, str] | None = None, lists: Sequence[str] = (),
+               bare_is_old: bool = False) -> Callable[..., Any]:
+    """A tool's ``main(argv=None)``: ``run`` on the config Hydra composes from ``config_name``
+    and the command line (``argv``, else ``sys.argv``), after :func:`run_hydra_app`'s ``--help``
+    and checks (``strict``, ``literal_keys``: as there). ``bare``, ``old_flags``, ``lists``,
+    ``bare_is_old``: the bare arguments and the previous release's flags, read as
+    :func:`flags_as_overrides` says. ``run``'s result is what a Hydra sweeper reads."""
     import hydra
 
-    def main() -> Any:
-        if bare is not None:
-            sys.argv[1:] = bare_as_list(sys.argv[1:], bare)
-        return run_hydra_app(main.task, config_name=config_name,
-                             command=script_command(sys.argv[0]), summary=summary,
-                             strict=strict, literal_keys=literal_keys)
+    def main(argv: Sequence[str] | None = None) -> Any:
+        given = sys.argv[1:]
+        sys.argv[1:] = flags_as_overrides(given if argv is None else argv, old_flags or {},
+                                          bare=bare, lists=lists, bare_is_old=bare_is_old)
+        try:
+            return run_hydra_app(main.task, config_name=config_name,
+                                 command=script_command(sys.argv[0]), summary=summary,
+                                 strict=strict, literal_keys=literal_keys)
+        finally:
+            sys.argv[1:] = given
 
     # The @hydra.main function run_hydra_app runs (an attribute: a test may replace it).
     main.task = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR),
@@ -301,27 +308,31 @@ def bare_as_list(argv: Sequence[str], key: str) -> list[str]:
     return overrides
 
 
-def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, bare: str,
-                       lists: Sequence[str] = ()) -> list[str]:
+def flags_as_overrides(argv: Sequence[str], flags: dict[str, str], *, bare: str | None,
+                       lists: Sequence[str] = (), bare_is_old: bool = False) -> list[str]:
     """A command line in a tool's previous, argparse form (``A B --beam-sizes 1,3``) as the
     ``key=value`` overrides every tool takes now (``checkpoint=[A,B] beam_sizes=[1,3]``), with
-    a warning on stderr; a command line in today's form comes back as it is.
+    a warning on stderr where the old form was used; today's form comes back as it is.
 
     Args:
         flags: each old flag (``--beam-sizes``) and the key it sets.
-        bare: the key the bare arguments set (:func:`bare_as_list`).
+        bare: the key the bare arguments set (:func:`bare_as_list`), if the tool takes any.
         lists: the keys whose comma-separated values are a list.
+        bare_is_old: whether bare arguments are the old form too (else today's, as in
+            compare.py's run folders).
     """
-    overrides = []
+    overrides, old = [], False
     arguments = iter(argv)
     for argument in arguments:
         if argument in flags:
-            key, value = flags[argument], next(arguments, "")
+            key, value, old = flags[argument], next(arguments, ""), True
             overrides.append(f"{key}=[{value}]" if key in lists else f"{key}={value}")
         else:
             overrides.append(argument)
-    overrides = bare_as_list(overrides, bare)
-    if overrides != list(argv):
+    if bare is not None:
+        given, overrides = overrides, bare_as_list(overrides, bare)
+        old = old or (bare_is_old and overrides != given)
+    if old:
         print(f"warning: --flags and bare paths are the previous release's form, read this once "
               f"more; write key=value: {' '.join(overrides)}", file=sys.stderr, flush=True)
     return overrides

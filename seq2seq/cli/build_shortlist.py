@@ -1,30 +1,32 @@
-"""Build an output-vocabulary shortlist for a checkpoint from its training pairs.
+"""``seq2seq-build-shortlist checkpoint=PATH src=FILE tgt=FILE output=PATH``: build an
+output-vocabulary shortlist for a checkpoint from its training pairs.
 
-    seq2seq-build-shortlist --checkpoint runs/x/checkpoints/best.pt \\
-        --src data/multi30k/train.de.gz --tgt data/multi30k/train.en.gz --output shortlist.pt
+    seq2seq-build-shortlist checkpoint=runs/x/checkpoints/best.pt \\
+        src=data/multi30k/train.de.gz tgt=data/multi30k/train.en.gz output=shortlist.pt
     seq2seq-translate checkpoint=runs/x/checkpoints/best.pt shortlist=shortlist.pt < test.de
 
 The pairs are encoded with the checkpoint's own tokenizers (so the ids are the model's),
-each source piece keeps its ``--per-source`` target pieces of highest sentence-level Dice
-co-occurrence, the ``--frequent`` most frequent target pieces are always included, and every
+each source piece keeps its ``per_source`` target pieces of highest sentence-level Dice
+co-occurrence, the ``frequent`` most frequent target pieces are always included, and every
 target piece of every training pair stays reachable from its source
 (:mod:`seq2seq.inference.shortlist`). Prints the sizes it gives: per sentence and per batch of
-``--batch-sentences`` training sentences. Exit status 1 with a one-line ``error: ...`` on a bad
-checkpoint, a missing or unreadable file, or files of different lengths.
+``batch_sentences`` training sentences. Exit status 1 with a one-line ``error: ...`` on a bad
+checkpoint, a missing or unreadable file, or files of different lengths. The previous release's
+``--checkpoint``, ``--src``, ... flags still work, with a warning.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_from_payload
-from seq2seq.config_types import error_reason
+from seq2seq.cli.app import hydra_tool
+from seq2seq.cli.common import fail
+from seq2seq.config_types import ConfigError, check_value
 from seq2seq.data.text_files import DataError, read_lines
 from seq2seq.inference.shortlist import (
     Shortlist,
@@ -60,53 +62,54 @@ def size_report(shortlist: Shortlist, sources: list[list[int]], batch: int, seed
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seq2seq-build-shortlist",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="the model's checkpoint (its tokenizers)")
-    parser.add_argument("--src", required=True, help="training sources, one a line (plain or .gz)")
-    parser.add_argument("--tgt", required=True, help="their references, line by line")
-    parser.add_argument("--output", required=True, help="where to write the shortlist")
-    parser.add_argument("--per-source", type=int, default=50,
-                        help="candidate target pieces kept per source piece (default 50)")
-    parser.add_argument("--frequent", type=int, default=200,
-                        help="most frequent target pieces always included (default 200)")
-    parser.add_argument("--batch-sentences", type=int, default=100,
-                        help="batch size of the size report (default 100)")
-    args = parser.parse_args(argv)
+def run(cfg: DictConfig) -> None:
+    """Build as configured."""
+    for key in ("checkpoint", "src", "tgt", "output"):
+        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
+            fail(f"no {key} given: add {key}=PATH")
+    for key, least in (("per_source", 0), ("frequent", 0), ("batch_sentences", 1)):
+        try:
+            check_value(cfg[key], int, key)
+        except ConfigError as error:
+            fail(error)
+        if cfg[key] < least:
+            fail(f"{key} must be at least {least}, got {cfg[key]}")
     started = time.perf_counter()
     try:
-        if args.per_source < 0 or args.frequent < 0 or args.batch_sentences < 1:
-            raise ShortlistError("--per-source and --frequent must be >= 0, --batch-sentences >= 1")
-        tokenizers = tokenizers_from_payload(load_checkpoint(args.checkpoint)["tokenizers"])
-        sources, targets = read_lines(Path(args.src)), read_lines(Path(args.tgt))
+        tokenizers = tokenizers_from_payload(load_checkpoint(cfg.checkpoint)["tokenizers"])
+        sources, targets = read_lines(Path(cfg.src)), read_lines(Path(cfg.tgt))
         if len(sources) != len(targets):
-            raise DataError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}")
+            raise DataError(f"{cfg.src} has {len(sources)} lines but {cfg.tgt} has {len(targets)}")
         if not sources:
-            raise DataError(f"{args.src} is empty")
+            raise DataError(f"{cfg.src} is empty")
         src_ids, tgt_ids = encode(tokenizers.src, sources), encode(tokenizers.tgt, targets)
         shortlist = Shortlist.build(
             src_ids, tgt_ids,
             src_vocab_size=tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size,
-            per_source=args.per_source, frequent=args.frequent,
+            per_source=cfg.per_source, frequent=cfg.frequent,
             same_piece=same_pieces(tokenizers), fingerprint=vocabulary_fingerprint(tokenizers),
         )
-        shortlist.save(args.output)
+        shortlist.save(cfg.output)
     except (CheckpointError, DataError, ShortlistError) as error:
-        print(f"error: {error_reason(error)}", file=sys.stderr)
-        return 1
+        fail(error)
     except OSError as error:
-        print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
-        return 1
+        fail(f"cannot write {cfg.output}: {error.strerror or error}")
     print(
-        f"built {args.output} from {len(sources)} pairs in {time.perf_counter() - started:.1f}s: "
+        f"built {cfg.output} from {len(sources)} pairs in {time.perf_counter() - started:.1f}s: "
         f"{shortlist.candidates.size} candidates for "
         f"{int((np.diff(shortlist.offsets) > 0).sum())} source pieces, "
         f"{shortlist.frequent.size} frequent pieces"
     )
-    print(size_report(shortlist, src_ids, args.batch_sentences))
-    return 0
+    print(size_report(shortlist, src_ids, cfg.batch_sentences))
+
+
+# The previous release's flags, still read (with a warning): --name VALUE is name=VALUE.
+FLAGS = {"--checkpoint": "checkpoint", "--src": "src", "--tgt": "tgt", "--output": "output",
+         "--per-source": "per_source", "--frequent": "frequent",
+         "--batch-sentences": "batch_sentences"}
+main = hydra_tool(run, config_name="build_shortlist", summary=__doc__.splitlines()[0],
+                  old_flags=FLAGS)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

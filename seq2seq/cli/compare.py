@@ -60,8 +60,6 @@ def run(cfg: DictConfig):
     if cfg.test not in ("bs", "ar", "none"):
         fail(f"test must be bs, ar or none, got {cfg.test!r}")
     specs = [str(spec) for spec in cfg.runs] if OmegaConf.is_list(cfg.runs) else [str(cfg.runs)]
-    for noisy in ("sacrebleu", "tensorboard"):  # per-metric and per-file INFO lines
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     request = start_decoding(cfg)
     from seq2seq.checkpoint import CheckpointError
     from seq2seq.data.text_files import DataError

@@ -45,7 +45,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
-from seq2seq.cli.app import flags_as_overrides, hydra_tool
+from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
 from seq2seq.cli.decoding_request import (
     check_config,
@@ -271,14 +271,10 @@ FLAGS = {"--beam-sizes": "beam_sizes", "--length-penalties": "length_penalties",
          "--max-sentences": "max_sentences", "--device": "device",
          "--max-tokens": "batch.max_tokens", "--precision": "precision",
          "--num-threads": "num_threads", "--json": "json"}
-_main = hydra_tool(run, config_name="tune_decoding", summary=__doc__.splitlines()[0])
-
-
-def main() -> None:
-    """``seq2seq-tune-decoding``: see the module docstring (``--help`` lists the options)."""
-    sys.argv[1:] = flags_as_overrides(sys.argv[1:], FLAGS, bare="checkpoint",
-                                      lists=("beam_sizes", "length_penalties"))
-    _main()
+# ``seq2seq-tune-decoding``: see the module docstring (``--help`` lists the options).
+main = hydra_tool(run, config_name="tune_decoding", summary=__doc__.splitlines()[0],
+                  bare="checkpoint", old_flags=FLAGS, lists=("beam_sizes", "length_penalties"),
+                  bare_is_old=True)
 
 
 if __name__ == "__main__":
