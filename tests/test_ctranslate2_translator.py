@@ -241,6 +241,20 @@ def test_what_ctranslate2_cannot_decode_is_refused_in_one_line(exported, options
         translator.translate(["red cat"], DecodeOptions(**options))
 
 
+def test_what_ctranslate2_does_differently_is_declared_and_logged_when_opened(exported, caplog):
+    from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
+    from seq2seq.inference.runtimes import open_model
+
+    checkpoint, folder = exported
+    with caplog.at_level("INFO", logger="seq2seq.inference.runtimes"):
+        open_model(checkpoint)
+        assert caplog.messages == []  # our searches: nothing to say
+        open_model(folder)
+    assert caplog.messages == [f"{folder} decodes with CTranslate2Translator: {difference}"
+                               for difference in CTranslate2Translator.differs]
+    assert len(CTranslate2Translator.differs) >= 3
+
+
 def test_phrases_and_ensembles_are_refused_in_one_line(exported):
     checkpoint, folder = exported
     translator = load_translator(folder)

@@ -107,7 +107,20 @@ class CTranslate2Translator(BaseTranslator):
                    "epsilon=0",
         "shortlist": "a CTranslate2 folder scores its whole target vocabulary (a shortlist "
                      "restricts our searches' output layer): leave shortlist out",
+        "precision": "a CTranslate2 folder decodes in the types it was exported with (float32, "
+                     "or int8 weights with quantize=int8): give precision=fp32",
+        "device": "a CTranslate2 folder decodes on the CPU here: give device=cpu",
     }
+    # docs/export.md#in-translatepy-evaluatepy-and-servepy gives each in full.
+    differs = (
+        "beam search with its own length penalty (length ** alpha) and end rules, its n-best "
+        "list then scored and ranked under GNMT's",
+        "one output length limit a batch (its longest sentence's), each hypothesis then cut "
+        "to its own sentence's",
+        "forced prefix pieces scored 0: a score counts the pieces after the prefix",
+        "a seeded sample repeats only in a process's first sampling call",
+        "attention: its alignment head, the last decoder layer's first head",
+    )
     attention_source = ATTENTION_SOURCE
 
     def __init__(
@@ -127,9 +140,7 @@ class CTranslate2Translator(BaseTranslator):
         super().__init__(tokenizers, max_tokens=max_tokens, max_source_length=max_source_length)
         self.device = self._cpu(device)
         if precision not in ("fp32", "auto"):
-            raise ValueError(
-                f"precision={precision}: a CTranslate2 folder decodes in the types it was "
-                "exported with (float32, or int8 weights with quantize=int8): give precision=fp32")
+            raise ValueError(f"precision={precision}: {self.cannot['precision']}")
         if shortlist is not None:
             raise ValueError(f"shortlist: {self.cannot['shortlist']}")
         exported = manifest["export"]["quantize"]
@@ -171,8 +182,7 @@ class CTranslate2Translator(BaseTranslator):
         except RuntimeError:
             raise ValueError(f"unknown device {device!r}: use auto or cpu") from None
         if chosen.type != "cpu":
-            raise ValueError(f"device={device}: a CTranslate2 folder decodes on the CPU here: "
-                             "give device=cpu")
+            raise ValueError(f"device={device}: {CTranslate2Translator.cannot['device']}")
         return chosen
 
     def check(self, options: DecodeOptions, *, phrases: bool = False) -> None:

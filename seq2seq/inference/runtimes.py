@@ -23,6 +23,7 @@ beside the weights (the run config, the trainer summary).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from seq2seq.inference.ctranslate2_translator import CTranslate2Translator
 from seq2seq.inference.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.inference.model_files import is_ctranslate2, load_model_payload, model_from_payload
 from seq2seq.inference.translator import BaseTranslator, Translator
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ def open_model(path: str | os.PathLike | Sequence[str | os.PathLike],
     names = [str(p) for p in paths]
     payloads = [load_model_payload(p) for p in paths]
     translator = _translator(payloads, device, names, settings)
+    for difference in translator.differs:
+        log.info("%s decodes with %s: %s", " + ".join(names), type(translator).__name__,
+                 difference)
     state = payloads[0].get("trainer_state") if len(payloads) == 1 else None
     return OpenedModel(translator, [payload["config"] for payload in payloads],
                        state if isinstance(state, dict) else None)

@@ -127,7 +127,10 @@ class BaseTranslator(ABC):
             ``cannot["search"]``.
         cannot: what the runtime cannot do, each with the one-line reason it is refused:
             ``search`` (one not in ``searches``), ``phrases`` (constraints, terms),
-            ``epsilon`` (sampling's), ``shortlist``.
+            ``epsilon`` (sampling's), and settings it is built with (``shortlist``,
+            ``precision``, ``device``).
+        differs: what it does differently from our searches where it does decode, one line
+            each: the tools log them when they open it (:func:`~seq2seq.inference.runtimes.open_model`).
         attention_source: what its attention matrices show where they are not the model's
             own cross-attention (None: the model's own).
         model: the decodable model, where the runtime has one of ours (else None).
@@ -137,6 +140,7 @@ class BaseTranslator(ABC):
 
     searches: tuple[str, ...] | None = None
     cannot: Mapping[str, str] = {}
+    differs: tuple[str, ...] = ()
     attention_source: str | None = None
     model: Any = None
     shortlist: Shortlist | None = None
