@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seq2seq.inference.export_format import MANIFEST_NAME, check_quantize_mode
+
 
 class ExportError(Exception):
     """A model that cannot be exported, or an export that cannot be written; one line."""
@@ -73,6 +75,27 @@ def export_format(name: str, options: Mapping[str, Any] = {}) -> ExportFormat:  
     return chosen
 
 
+def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
+    """Refuse an unknown ``quantize`` or an existing ``output`` (without ``overwrite``) before
+    any work is done.
+
+    Raises:
+        ExportError: naming the option.
+    """
+    try:
+        check_quantize_mode(quantize)
+    except ValueError as error:
+        raise ExportError(str(error)) from None
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
+                          "another output")
+    if output.exists() and not (output.is_dir() and (
+            (output / MANIFEST_NAME).is_file() or not any(output.iterdir()))):
+        raise ExportError(f"{output} is not an exported model (no {MANIFEST_NAME}): "
+                          "overwrite=true replaces only an earlier export")
+
+
 def export_checkpoint(checkpoint: str | Path, output: str | Path, *, format: str = "onnx",
                       **options: Any) -> dict[str, Any]:
     """Export a checkpoint file to the folder ``output`` in ``format`` (a :data:`FORMATS`
@@ -87,7 +110,6 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, *, format: str
     """
     chosen = export_format(format, options)
     from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
-    from seq2seq.export.folder import check_export_options
 
     check_export_options(output, quantize=options.get("quantize", "none"),
                          overwrite=options.get("overwrite", False))

@@ -1,7 +1,8 @@
-"""What every export format shares: its one-line error, the checks of its options and of the
-model, the checkpoint read for it, the folder written beside its destination and renamed into
-place (whole or absent), and the random pairs an exported model is checked on against ours. The
-manifest's common entries are :mod:`seq2seq.export.manifest`'s job."""
+"""What every export format shares once torch is loaded: the checks of the model, the folder
+written beside its destination and renamed into place (whole or absent), and the random pairs an
+exported model is checked on against ours. The one-line error and the checks of the options are
+:mod:`seq2seq.export`'s (torch-free), the manifest's common entries
+:mod:`seq2seq.export.manifest`'s."""
 
 from __future__ import annotations
 
@@ -17,33 +18,11 @@ from torch import nn
 
 from seq2seq.atomic import default_permissions, fsync_directory
 from seq2seq.data.vocab import BOS_ID, EOS_ID
-from seq2seq.export import ExportError
-from seq2seq.inference.export_format import MANIFEST_NAME, check_quantize_mode
+from seq2seq.export import ExportError, check_export_options
 from seq2seq.models.transformer import TransformerDecoder, TransformerEncoder
 
 # The random pairs an export is checked on: how many, and the longest source and target.
 CHECK_SENTENCES, CHECK_LENGTH = 6, 9
-
-
-def check_export_options(output: str | Path, *, quantize: str, overwrite: bool) -> None:
-    """Refuse an unknown ``quantize`` or an existing ``output`` (without ``overwrite``) before
-    any work is done.
-
-    Raises:
-        ExportError: naming the option.
-    """
-    try:
-        check_quantize_mode(quantize)
-    except ValueError as error:
-        raise ExportError(str(error)) from None
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise ExportError(f"{output} already exists: give overwrite=true to replace it, or "
-                          "another output")
-    if output.exists() and not (output.is_dir() and (
-            (output / MANIFEST_NAME).is_file() or not any(output.iterdir()))):
-        raise ExportError(f"{output} is not an exported model (no {MANIFEST_NAME}): "
-                          "overwrite=true replaces only an earlier export")
 
 
 def publish(staging: Path, output: Path, *, overwrite: bool) -> None:
