@@ -270,39 +270,6 @@ def test_export_checkpoint_refuses_options_before_reading_the_checkpoint(tmp_pat
 
 
 # -- the command-line tools and the server on an exported folder --------------------------------
-@pytest.fixture(scope="session")
-def exported_copy_model(trained_checkpoint, tmp_path_factory) -> Path:
-    """The shared copy-task checkpoint exported by ``export.py``'s own code (in this process:
-    an export in a fresh interpreter costs twice as much), once for all test workers
-    (:func:`made_once`); ``export.log`` beside it holds what the command logged. Tests must not
-    change it."""
-    import logging
-
-    from omegaconf import OmegaConf
-
-    from seq2seq import CONFIG_DIR
-    from seq2seq.cli.export import run
-
-    def export(folder: Path) -> None:
-        cfg = OmegaConf.load(CONFIG_DIR / "export.yaml")
-        cfg.pop("defaults")
-        cfg.pop("hydra")
-        cfg.checkpoint, cfg.output = str(trained_checkpoint), str(folder / "copy")
-        records = []
-        handler = logging.Handler()
-        handler.emit = lambda record: records.append(record.getMessage())
-        logger = logging.getLogger("seq2seq.export")
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        try:
-            run(cfg)
-        finally:
-            logger.removeHandler(handler)
-        (folder / "export.log").write_text("\n".join(records))
-
-    return made_once(tmp_path_factory, "exported_copy", export) / "copy"
-
-
 def test_export_py_writes_the_folder_and_translate_py_reads_it(trained_checkpoint,
                                                                exported_copy_model, tmp_path,
                                                                run_python):

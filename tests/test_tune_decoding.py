@@ -155,16 +155,17 @@ def test_the_previous_releases_flags_still_work_with_a_warning(run_script, workd
     assert (report["beam_sizes"], report["length_penalties"]) == ([1, 3], [1.0])
 
 
-def test_an_onnx_folder_is_tuned_as_evaluate_scores_it(run_script, workdir, monkeypatch):
-    """tune-decoding opens models as every decoding tool does: an exported folder too."""
+def test_an_onnx_folder_is_tuned_as_evaluate_scores_it(run_script, workdir, monkeypatch,
+                                                       exported_copy_model):
+    """tune-decoding opens models as every decoding tool does: an exported folder too (the
+    session's export of the copy model, copied beside its corpus)."""
     from seq2seq.checkpoint import load_checkpoint
-    from seq2seq.export import export_checkpoint
     from seq2seq.inference.decode_options import DecodeOptions
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
     from seq2seq.inference.runtimes import load_translator
 
     monkeypatch.chdir(workdir)
-    export_checkpoint("run/checkpoints/best.pt", "exported", format="onnx")
+    shutil.copytree(exported_copy_model, "exported")
     result = run_script(["checkpoint=exported", "beam_sizes=[2]", "length_penalties=[1.0]",
                          f"max_sentences={SENTENCES}", "json=onnx.json"], cwd=workdir)
     assert result.returncode == 0, result.stderr
