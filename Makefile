@@ -8,7 +8,7 @@ ARGS ?=
 
 .PHONY: install data train best best-transformer best-mixed study study-transformer study-report test lint bench gpu-check gpu-wheels clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed web/node_modules/.installed
 
 # pip byte-compiles the ~16,000 installed modules one after another (69 s of a 122 s install on
 # the AVX2 EPYC's 2 cores); compileall on every core does the same in 46 s there, and faster on more
@@ -20,6 +20,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
 	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
 	touch $@
+
+# The page seq2seq-export format=web writes copies ONNX Runtime Web and sentencepiece-js from
+# here (the versions web/package-lock.json pins). Without npm the format refuses, in one line.
+web/node_modules/.installed: web/package-lock.json
+	if ! command -v npm >/dev/null; then echo "no npm: seq2seq-export format=web is unavailable"; \
+	elif npm ci --prefix web --no-audit --no-fund --ignore-scripts --loglevel=error; then touch $@; \
+	else echo "npm ci --prefix web failed: seq2seq-export format=web is unavailable"; fi
 
 data: install
 	$(BIN)/python -m seq2seq.cli.prepare_data $(ARGS)
@@ -88,4 +95,4 @@ bench: install
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) outputs multirun .pytest_cache web/node_modules

@@ -253,7 +253,7 @@ def test_existing_output_needs_overwrite_and_quantize_is_checked_first(tmp_path)
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"format": "tflite"}, "format must be one of onnx, ctranslate2, argos, huggingface, "
+    ({"format": "tflite"}, "format must be one of onnx, ctranslate2, argos, web, huggingface, "
                            "got 'tflite'"),
     ({"format": "huggingface", "quantize": "int8"}, "format=huggingface takes no option quantize: "
      "it writes float32 weights; for int8, export with format=ctranslate2 or format=onnx"),

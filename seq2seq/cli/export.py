@@ -74,8 +74,8 @@ def run(cfg: DictConfig) -> dict:
              f"missing): pip install '.[{chosen.extra}]'")
 
     started = time.perf_counter()
-    log.info("exporting %s to %s (format=%s, quantize=%s)", cfg.checkpoint, cfg.output,
-             cfg.format, cfg.quantize)
+    log.info("exporting %s to %s (format=%s%s)", cfg.checkpoint, cfg.output, cfg.format,
+             f", quantize={cfg.quantize}" if "quantize" in chosen.options else "")
     try:
         manifest = export_checkpoint(cfg.checkpoint, cfg.output, format=cfg.format,
                                      overwrite=cfg.overwrite, **options)
@@ -85,7 +85,7 @@ def run(cfg: DictConfig) -> dict:
         fail(f"cannot write {cfg.output}: {error.strerror or error}")
     if cfg.format == "argos":
         log.info("the Argos package: %s", Path(cfg.output, manifest["argos"]["package"]))
-    size = sum(f.stat().st_size for f in Path(cfg.output).iterdir())
+    size = sum(f.stat().st_size for f in Path(cfg.output).rglob("*") if f.is_file())
     log.info("wrote %s (%.1f MB) in %.1fs; %s", cfg.output, size / 1e6,
              time.perf_counter() - started, chosen.usage.format(output=cfg.output))
     return manifest

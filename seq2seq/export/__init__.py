@@ -1,5 +1,5 @@
 """Export: a trained model as a folder another runtime decodes (ONNX Runtime, CTranslate2,
-Argos Translate, Hugging Face ``transformers``), through one entry point and one registry of
+Argos Translate, Hugging Face ``transformers``, a web page), through one entry point and one registry of
 formats (:data:`FORMATS`), which ``seq2seq-export`` reads. Torch-free: the writers are imported
 when used, a format's packages being an extra of their own."""
 
@@ -48,6 +48,10 @@ FORMATS = {
     "argos": ExportFormat("seq2seq.export.argos:package_model",
                           ("quantize", "from_code", "to_code", "from_name", "to_name",
                            "package_version", "sbd_model"), ("ctranslate2",)),
+    "web": ExportFormat("seq2seq.export.web:export_web", (), ("onnx", "onnxscript", "onnxruntime"),
+                        limits="its graphs are int8 (the smaller download; as fast)",
+                        usage="serve it with python -m http.server --directory {output} and "
+                              "open http://127.0.0.1:8000/ (docs/export.md#in-the-browser)"),
     "huggingface": ExportFormat("seq2seq.export.huggingface:convert_model", (),
                                 ("transformers", "safetensors"), extra="hf",
                                 limits="it writes float32 weights; for int8, export with "
