@@ -144,13 +144,24 @@ def test_the_folder_is_an_onnx_export_with_the_page_beside_it(pages):
                  "runtime/ort.wasm.min.mjs", "runtime/ort-wasm-simd-threaded.wasm",
                  "runtime/sentencepiece.mjs"):
         assert (folder / name).is_file(), name
+    # The page's own files name nothing outside the folder (the browser test checks what the
+    # runtime fetches).
+    for path in (*folder.glob("*.html"), *folder.glob("*.mjs"), *folder.glob("shims/*")):
+        text = path.read_text(encoding="utf-8")
+        assert "http:" not in text and "https:" not in text and "//cdn" not in text, path
 
 
-def test_what_format_web_cannot_do_is_refused_in_one_line(trained_checkpoint, tmp_path,
+def test_what_format_web_cannot_do_is_refused_in_one_line(trained_checkpoint, pages, tmp_path,
                                                           monkeypatch):
+    from seq2seq.checkpoint import CheckpointError
+
     with pytest.raises(ExportError, match="^format=web takes no option quantize: its graphs "
                                           "are int8"):
         export_checkpoint(trained_checkpoint, tmp_path / "page", format="web", quantize="int8")
+    with pytest.raises(ExportError, match="already exists: give overwrite=true"):
+        export_checkpoint(trained_checkpoint, pages["gru"], format="web")
+    with pytest.raises(CheckpointError, match="not found"):
+        export_checkpoint(tmp_path / "missing.pt", tmp_path / "page", format="web")
     monkeypatch.setenv("SEQ2SEQ_WEB_RUNTIME", str(tmp_path / "nowhere"))
     with pytest.raises(ExportError, match="npm ci --prefix web") as raised:
         export_checkpoint(trained_checkpoint, tmp_path / "page", format="web")
