@@ -712,3 +712,35 @@ def api_lines(checkpoint: Path, lines: list[str], *, nbest: int = 1, **options) 
         checkpoint, **{k: v for k, v in options.items() if k not in decoding})
     return [line for n_best in translator.translate(lines, request, return_attention=False)
             for line in format_translations(n_best, nbest=nbest)]
+
+
+# -- a real browser (tests/test_serving_browser.py, tests/test_web_export.py) -----------------
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+def skip_without_a_browser() -> None:
+    """Skip the calling test module, saying why, without Selenium or Debian's chromium and
+    chromium-driver (.ci/run installs them)."""
+    pytest.importorskip("selenium.webdriver", reason="needs `pip install selenium`")
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("needs a headless browser: apt-get install chromium chromium-driver",
+                    allow_module_level=True)
+
+
+@pytest.fixture
+def browser():
+    """A fresh headless Chromium, driven by Selenium (call :func:`skip_without_a_browser` at
+    the top of a module that uses it)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()

@@ -12,7 +12,6 @@ head picker. The page must show what the Translator gives for each checkpoint.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import time
@@ -20,18 +19,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import transformer_checkpoint
+from conftest import skip_without_a_browser, transformer_checkpoint
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["red cat big house", "blue bird sun"]
 
 pytest.importorskip("fastapi", reason="serving needs `pip install .[serve]` (FastAPI)")
-webdriver = pytest.importorskip("selenium.webdriver", reason="needs `pip install selenium`")
-if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-    pytest.skip("needs a headless browser: apt-get install chromium chromium-driver",
-                allow_module_level=True)
+skip_without_a_browser()
 
 pytestmark = pytest.mark.slow
 
@@ -71,21 +65,6 @@ def server(trained_checkpoint, make_checkpoint, tmp_path, run_python):
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=30)
     process.result()
-
-
-@pytest.fixture
-def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 def test_page_translates_and_draws_interactive_attention(server, browser, trained_checkpoint):

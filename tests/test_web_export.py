@@ -13,31 +13,25 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import socketserver
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import transformer_checkpoint
+from conftest import skip_without_a_browser, transformer_checkpoint
 
 from seq2seq.export import ExportError, export_checkpoint
 from seq2seq.export.web import runtime_folder, write_page
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.runtimes import load_translator
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 # A line of each kind: plain, empty, repeated words, one past the output limit's reach, and
 # characters the copy model never saw.
 LINES = ["red cat big house", "", "blue bird sun", "green dog " * 30, "Zwei Männer, ein Hund."]
 
 pytest.importorskip("onnxruntime", reason="exporting needs `pip install .[export]`")
-webdriver = pytest.importorskip("selenium.webdriver", reason="needs `pip install selenium`")
-if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-    pytest.skip("needs a headless browser: apt-get install chromium chromium-driver",
-                allow_module_level=True)
+skip_without_a_browser()
 try:
     runtime_folder()
 except ExportError as error:
@@ -60,21 +54,6 @@ def pages(exported_copy_model, tmp_path_factory) -> dict[str, Path]:
     export_checkpoint(transformer_checkpoint(folder), folder / "transformer", format="web")
     write_page(exported_copy_model, folder / "gru")
     return {name: folder / name for name in ("gru", "transformer")}
-
-
-@pytest.fixture
-def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-dev-shm-usage", "--window-size=1100,900"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 def serve(folder: Path) -> tuple[str, socketserver.TCPServer]:

@@ -291,9 +291,9 @@ _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--confi
 
 
 def bare_as_list(argv: Sequence[str], key: str) -> list[str]:
-    """``A B k=v`` as ``key=['A','B'] k=v`` (one: ``key='A'``): the bare arguments of a tool that takes them
-    (compare.py's run folders), each quoted so that a glob or a comma stays itself; the word
-    after a Hydra flag that takes one (``--cfg job``) is not bare."""
+    """``A B k=v`` as ``key=['A','B'] k=v`` (one: ``key='A'``): the bare arguments of a tool
+    that takes them (compare.py's run folders), each quoted so that a glob or a comma stays
+    itself; the word after a Hydra flag that takes one (``--cfg job``) is not bare."""
     overrides, values, previous = [], [], ""
     for argument in argv:
         if "=" not in argument and not argument.startswith("-") \
@@ -303,8 +303,10 @@ def bare_as_list(argv: Sequence[str], key: str) -> list[str]:
             overrides.append(argument)
         previous = argument
     quoted = [quote_literal(value) for value in values]
-    if quoted:
-        overrides.insert(0, f"{key}={quoted[0]}" if len(quoted) == 1 else f"{key}=[{','.join(quoted)}]")
+    if len(quoted) == 1:
+        overrides.insert(0, f"{key}={quoted[0]}")
+    elif quoted:
+        overrides.insert(0, f"{key}=[{','.join(quoted)}]")
     return overrides
 
 

@@ -20,10 +20,9 @@ def register_decode_options() -> None:
     (``configs/decoding/default.yaml``) includes it, so no YAML restates them."""
     from hydra.core.config_store import ConfigStore
 
-    from seq2seq.inference.decode_options import described_options
+    from seq2seq.inference.decode_options import option_defaults
 
-    ConfigStore.instance().store(name="decode_options", node={
-        name: default for name, (_, default, _) in described_options().items()})
+    ConfigStore.instance().store(name="decode_options", node=option_defaults())
 
 
 register_decode_options()  # before any tool composes its config

@@ -61,12 +61,11 @@ def check_config(cfg: DictConfig) -> None:
 def decoding_defaults() -> DictConfig:
     """The decoding group's defaults: DecodeOptions' and the translator's settings."""
     from seq2seq import CONFIG_DIR
-    from seq2seq.inference.decode_options import described_options
+    from seq2seq.inference.decode_options import option_defaults
 
     group = OmegaConf.load(CONFIG_DIR / "decoding" / "default.yaml")
     del group["defaults"]
-    return OmegaConf.merge({name: default for name, (_, default, _)
-                            in described_options().items()}, group)
+    return OmegaConf.merge(option_defaults(), group)
 
 
 def refuse_unused(cfg: DictConfig, keys: Sequence[str], reason: str) -> None:

@@ -58,6 +58,7 @@ from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
 from seq2seq.cli.decoding_request import SentenceGuidance, check_config, start_decoding
 from seq2seq.console import count_bar
+from seq2seq.data.text_files import one_line
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translation
@@ -83,8 +84,6 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def format_translations(n_best: Sequence[Translation], *, nbest: int) -> list[str]:
     """The output lines of one input sentence (see the module docstring for the format)."""
-    from seq2seq.data.text_files import one_line
-
     if nbest == 1:
         return [one_line(n_best[0].text)]
     lines = [f"{t.score:.4f}\t{one_line(t.text)}" for t in n_best[:nbest]]

@@ -61,7 +61,7 @@ FORMATS = {
 }
 
 
-def export_format(name: str, options: Mapping[str, Any] = {}) -> ExportFormat:  # noqa: B006
+def export_format(name: str, options: Mapping[str, Any] | None = None) -> ExportFormat:
     """The format ``name``, once ``options`` (besides ``overwrite``) are checked against it:
     made before torch or a checkpoint is loaded.
 
@@ -72,7 +72,7 @@ def export_format(name: str, options: Mapping[str, Any] = {}) -> ExportFormat:  
     if name not in FORMATS:
         raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {name!r}")
     chosen = FORMATS[name]
-    unknown = sorted(set(options) - set(chosen.options) - {"overwrite"})
+    unknown = sorted(set(options or ()) - set(chosen.options) - {"overwrite"})
     if unknown:
         raise ExportError(f"format={name} takes no option {', '.join(unknown)}"
                           + (f": {chosen.limits}" if chosen.limits else ""))

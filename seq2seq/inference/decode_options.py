@@ -140,6 +140,11 @@ def option_types() -> dict[str, Any]:
     return typing.get_type_hints(DecodeOptions)
 
 
+def option_defaults() -> dict[str, Any]:
+    """Each option's default, by name, in declaration order (the decoding group's options)."""
+    return {option.name: option.default for option in fields(DecodeOptions)}
+
+
 def described_options() -> dict[str, tuple[Any, Any, str]]:
     """Each option's (type, default, help), by name, in declaration order."""
     types = option_types()

@@ -87,7 +87,7 @@ def load_model(
     from seq2seq.checkpoint import recorded_languages
     from seq2seq.inference.runtimes import open_model
 
-    opened = open_model(path if isinstance(path, list | tuple) else [path], device, **settings)
+    opened = open_model(path, device, **settings)
     translator = opened.translator
     options = options or DecodeOptions()
     translator.check(options)
