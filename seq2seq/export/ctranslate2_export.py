@@ -26,14 +26,8 @@ from torch import Tensor, nn
 
 from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, UNK_PIECE
-from seq2seq.export.folder import (
-    ExportError,
-    check_export_options,
-    model_log_probs,
-    random_pairs,
-    staged_folder,
-    transformer_parts,
-)
+from seq2seq.export import ExportError, check_export_options
+from seq2seq.export.folder import largest_log_prob_difference, staged_folder, transformer_parts
 from seq2seq.export.manifest import build_manifest, write_manifest
 from seq2seq.inference.export_format import CTRANSLATE2_FORMAT_NAME
 from seq2seq.models.transformer import MultiHeadAttention, sinusoidal_positions
@@ -137,22 +131,19 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path, *, quantize:
     """
     import ctranslate2
 
-    sources, targets = random_pairs(tokenizers)
-    try:
-        translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
-        results = translator.score_batch(
-            [tokenizers.src.pieces(ids) for ids in sources],
-            [tokenizers.tgt.pieces(ids) for ids in targets])
-    except Exception as error:  # ctranslate2's own errors
-        raise ExportError(f"CTranslate2 cannot load or run the converted model: "
-                          f"{error_reason(error)}") from None
-    want = model_log_probs(model, sources, targets)
-    worst = max(float(np.abs(np.asarray(result.log_probs) - expected).max())
-                for result, expected in zip(results, want, strict=True))
-    if quantize == "none" and not worst <= LOG_PROB_TOLERANCE:
-        raise ExportError(f"CTranslate2's log-probabilities differ from the model's by "
-                          f"{worst:.2g}: the model is not the Transformer CTranslate2 runs")
-    return worst
+    def score(sources, targets):
+        try:
+            translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+            results = translator.score_batch([tokenizers.src.pieces(ids) for ids in sources],
+                                             [tokenizers.tgt.pieces(ids) for ids in targets])
+        except Exception as error:  # ctranslate2's own errors
+            raise ExportError(f"CTranslate2 cannot load or run the converted model: "
+                              f"{error_reason(error)}") from None
+        return [result.log_probs for result in results]
+
+    return largest_log_prob_difference(
+        model, tokenizers, score, whose="CTranslate2's",
+        tolerance=LOG_PROB_TOLERANCE if quantize == "none" else None)
 
 
 def write_model_folder(model: nn.Module, tokenizers, config: dict[str, Any], folder: Path, *,

@@ -107,3 +107,24 @@ def model_log_probs(model: nn.Module, sources: list[list[int]], targets: list[li
             gold = torch.tensor([*target, EOS_ID])
             log_probs.append(logits.gather(1, gold.unsqueeze(1)).squeeze(1).numpy())
     return log_probs
+
+
+def largest_log_prob_difference(model: nn.Module, tokenizers, score, *, whose: str,
+                                tolerance: float | None) -> float:
+    """The largest difference between the model's log-probability of a target piece (or of
+    </s>) and ``score(sources, targets)``'s, the exported model's per pair, on
+    :func:`random_pairs`.
+
+    Raises:
+        ExportError: where the difference is over ``tolerance`` (None: no limit, for a
+            quantized folder), naming ``whose`` ("CTranslate2's").
+    """
+    sources, targets = random_pairs(tokenizers)
+    got = score(sources, targets)
+    worst = max(float(np.abs(np.asarray(theirs) - ours).max())
+                for theirs, ours in zip(got, model_log_probs(model, sources, targets),
+                                        strict=True))
+    if tolerance is not None and not worst <= tolerance:
+        raise ExportError(f"{whose} log-probabilities differ from the model's by "
+                          f"{worst:.2g}: the folder is not the model")
+    return worst

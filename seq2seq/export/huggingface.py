@@ -42,7 +42,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -50,10 +49,9 @@ from seq2seq.atomic import write_bytes, write_text
 from seq2seq.checkpoint import recorded_languages
 from seq2seq.config_types import error_reason
 from seq2seq.data.vocab import BOS_ID, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
+from seq2seq.export import ExportError, check_export_options
 from seq2seq.export.folder import (
-    ExportError,
-    check_export_options,
-    model_log_probs,
+    largest_log_prob_difference,
     random_pairs,
     staged_folder,
     transformer_parts,
@@ -330,18 +328,21 @@ def check_against_model(model: nn.Module, tokenizers, folder: Path) -> float:
             if ours != theirs:
                 raise ExportError(f"transformers' greedy translation of check sentence "
                                   f"{number} differs from ours: {theirs} against {ours}")
-        worst = 0.0
-        for source, target, want in zip(sources, targets, model_log_probs(model, sources,
-                                                                          targets), strict=True):
-            decoder_input = [DECODER_START_ID, *output_ids[target].tolist()]
-            logits = hf_model(input_ids=torch.tensor([[*source, EOS_ID]]),
-                              decoder_input_ids=torch.tensor([decoder_input])).logits[0]
-            gold = output_ids[torch.tensor([*target, EOS_ID])]
-            got = logits.float().log_softmax(-1).gather(1, gold.unsqueeze(1)).squeeze(1)
-            worst = max(worst, float(np.abs(got.numpy() - want).max()))
-    if not worst <= LOG_PROB_TOLERANCE:
-        raise ExportError(f"transformers' log-probabilities differ from the model's by "
-                          f"{worst:.2g}: the folder is not the model")
+
+    def score(sources, targets):
+        log_probs = []
+        with torch.no_grad():
+            for source, target in zip(sources, targets, strict=True):
+                decoder_input = [DECODER_START_ID, *output_ids[target].tolist()]
+                logits = hf_model(input_ids=torch.tensor([[*source, EOS_ID]]),
+                                  decoder_input_ids=torch.tensor([decoder_input])).logits[0]
+                gold = output_ids[torch.tensor([*target, EOS_ID])]
+                log_probs.append(logits.float().log_softmax(-1).gather(1, gold.unsqueeze(1))
+                                 .squeeze(1).numpy())
+        return log_probs
+
+    worst = largest_log_prob_difference(model, tokenizers, score, whose="transformers'",
+                                        tolerance=LOG_PROB_TOLERANCE)
     # Text -> ids as ours, corpus tags aside (ours encode a leading tag as one piece, the
     # folder's tokenizer as sentencepiece does: docs/export.md).
     tags = set(tokenizers.src.user_symbols)
