@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seq2seq.data.dataset import IndexedSamples, ParallelDataset, TokenArray
+from seq2seq.data.dataset import ParallelDataset, TokenArray
 from seq2seq.data.tokenizer import SubwordSampling, Tokenizers
 from seq2seq.data.vocab import UNK_ID
 
@@ -30,8 +30,8 @@ from seq2seq.data.vocab import UNK_ID
 _CHUNK = 2000
 
 
-class SampledPairs:
-    """The training pairs with a segmentation drawn for each epoch; a map-style dataset.
+class SampledPairs(ParallelDataset):
+    """The training pairs with a segmentation drawn for each epoch.
 
     Args:
         pairs: The stored (best) segmentation of the training pairs.
@@ -41,8 +41,9 @@ class SampledPairs:
         max_length: The most pieces a drawn sentence may have (``data.filter.max_length``);
             a longer draw keeps the stored pieces. None: no limit.
 
-    ``set_epoch`` draws an epoch (epoch 0 on construction); lengths and items are then that
-    draw's, held in memory (the token ids of the corpus, 2 bytes a piece).
+    ``set_epoch`` draws an epoch (epoch 0 on construction); ``src`` and ``tgt``, so the lengths
+    and items, are then that draw's, held in memory (the token ids of the corpus, 2 bytes a
+    piece).
     """
 
     same_each_epoch = False
@@ -57,16 +58,14 @@ class SampledPairs:
         self.seed = int(seed)
         self.max_length = max_length
         self.epoch: int | None = None
-        self.drawn = pairs
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
         """Draws the segmentation of ``epoch`` (nothing to do if it is the current one)."""
         if epoch == self.epoch:
             return
-        self.drawn = ParallelDataset(
-            src=self._draw(self.pairs.src, self.tokenizers.src, epoch, side=0),
-            tgt=self._draw(self.pairs.tgt, self.tokenizers.tgt, epoch, side=1))
+        self.src = self._draw(self.pairs.src, self.tokenizers.src, epoch, side=0)
+        self.tgt = self._draw(self.pairs.tgt, self.tokenizers.tgt, epoch, side=1)
         self.epoch = epoch
 
     def _draw(self, stored: TokenArray, tokenizer, epoch: int, *, side: int) -> TokenArray:
@@ -92,23 +91,6 @@ class SampledPairs:
                 self.max_length is not None and len(drawn) > self.max_length):
             return np.asarray(stored, dtype=np.int64)
         return drawn
-
-    @property
-    def src_lengths(self) -> np.ndarray:
-        return self.drawn.src_lengths
-
-    @property
-    def tgt_lengths(self) -> np.ndarray:
-        return self.drawn.tgt_lengths
-
-    def __len__(self) -> int:
-        return len(self.drawn)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.drawn[index]
-
-    def __getitems__(self, indices: list[int]) -> IndexedSamples:
-        return self.drawn.__getitems__(indices)
 
 
 def sampled_training_pairs(pairs: ParallelDataset, tokenizers: Tokenizers, *, alpha: float,
