@@ -3,10 +3,10 @@ config, sentences typed as a shell user types them, and a command line Hydra can
 as one line with the nearest valid keys instead of Hydra's message of six.
 
 Each entry point's ``main()`` is made (or, for ``train.py``, wrapped) by :func:`hydra_tool`
-from its ``run(cfg)``: a ``@hydra.main`` function run by :func:`run_hydra_app`. The command line's config is composed
-first with Hydra's compose
-API, which raises what it cannot compose as an exception: the one line is made from that
-exception's structure (:func:`explain_composition_error`).
+from its ``run(cfg)``: a ``@hydra.main`` function run by :func:`run_hydra_app`. The command
+line's config is composed first with Hydra's compose API, which raises what it cannot compose
+as an exception: the one line is made from that exception's structure
+(:func:`explain_composition_error`).
 """
 
 from __future__ import annotations
@@ -104,11 +104,6 @@ def file_keys(config_name: str) -> list[str]:
     return config_keys(_file_node(config_name))
 
 
-def _open_nodes(config_name: str) -> list[str]:
-    """Top-level nodes declared empty (``data: {}``): any key below them is the user's."""
-    return [key for key, value in _file_node(config_name).items() if value == {}]
-
-
 def did_you_mean(key: str, candidates: Iterable[str]) -> str:
     """`` (did you mean a or b?)`` for the candidates nearest ``key``, or nothing."""
     candidates = sorted(set(candidates))
@@ -127,7 +122,8 @@ def refuse_unknown_keys(argv: Sequence[str], config_name: str) -> None:
     """Exit with one line for a ``key=value`` (``+key``/``++key`` too) that the tool's config
     does not declare: a tool that is not ``train.py`` takes no key its code would not read."""
     known = file_keys(config_name)
-    open_nodes = tuple(f"{node}." for node in _open_nodes(config_name))
+    # Top-level nodes declared empty (``data: {}``): any key below them is the user's.
+    open_nodes = tuple(f"{key}." for key, value in _file_node(config_name).items() if value == {})
     for argument in parse_command_line(argv).overrides:
         key, equals, _ = argument.lstrip("+").partition("=")
         if not equals or key.startswith(("hydra.", "hydra/", "~")) or key in known \
@@ -225,28 +221,28 @@ def refuse_what_cannot_compose(config_name: str, argv: Sequence[str]) -> None:
 
 
 def run_hydra_app(app: Callable[[], Any], *, config_name: str, command: str, summary: str,
-                  strict: bool, literal_keys: Sequence[str] = ()) -> Any:
-    """Run ``app`` (a ``@hydra.main`` function) on ``sys.argv`` as described in the module
-    docstring. ``strict``: refuse any key the tool's config file does not declare;
-    ``literal_keys``: keys whose values are text as the shell handed it over
-    (:func:`literal_overrides`)."""
-    argv = sys.argv[1:]
+                  strict: bool, literal_keys: Sequence[str] = (),
+                  argv: Sequence[str] | None = None) -> Any:
+    """Run ``app`` (a ``@hydra.main`` function) on the command line ``argv`` (None:
+    ``sys.argv``'s) as described in the module docstring. ``strict``: refuse any key the tool's
+    config file does not declare; ``literal_keys``: keys whose values are text as the shell
+    handed it over (:func:`literal_overrides`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parsed = parse_command_line(argv)
-    if parsed.shell_completion:  # Hydra's own business
-        return app()
-    if parsed.help:
-        from seq2seq.cli.help import render_help
+    if not parsed.shell_completion:  # that is Hydra's own business
+        if parsed.help:
+            from seq2seq.cli.help import render_help
 
-        print(render_help(config_name, command, parsed.overrides, summary=summary), end="")
-        sys.exit(0)
-    check_group_overrides(parsed.overrides)
-    if strict:
-        refuse_unknown_keys(argv, config_name)
-    if literal_keys:
-        argv = literal_overrides(argv, literal_keys)
-    refuse_what_cannot_compose(config_name, argv)
-    # @hydra.main reads its command line from sys.argv only: the quoted one goes there for the
-    # run, the caller's comes back after.
+            print(render_help(config_name, command, parsed.overrides, summary=summary), end="")
+            sys.exit(0)
+        check_group_overrides(parsed.overrides)
+        if strict:
+            refuse_unknown_keys(argv, config_name)
+        if literal_keys:
+            argv = literal_overrides(argv, literal_keys)
+        refuse_what_cannot_compose(config_name, argv)
+    # @hydra.main reads its command line from sys.argv only: ``argv`` goes there for the run,
+    # the caller's comes back after.
     given = sys.argv[1:]
     sys.argv[1:] = argv
     try:
@@ -267,15 +263,11 @@ def hydra_tool(run: Callable[[Any], Any], *, config_name: str, summary: str, str
     import hydra
 
     def main(argv: Sequence[str] | None = None) -> Any:
-        given = sys.argv[1:]
-        sys.argv[1:] = flags_as_overrides(given if argv is None else argv, old_flags or {},
-                                          bare=bare, lists=lists, bare_is_old=bare_is_old)
-        try:
-            return run_hydra_app(main.task, config_name=config_name,
-                                 command=script_command(sys.argv[0]), summary=summary,
-                                 strict=strict, literal_keys=literal_keys)
-        finally:
-            sys.argv[1:] = given
+        argv = flags_as_overrides(sys.argv[1:] if argv is None else argv, old_flags or {},
+                                  bare=bare, lists=lists, bare_is_old=bare_is_old)
+        return run_hydra_app(main.task, config_name=config_name, argv=argv,
+                             command=script_command(sys.argv[0]), summary=summary,
+                             strict=strict, literal_keys=literal_keys)
 
     # The @hydra.main function run_hydra_app runs (an attribute: a test may replace it).
     main.task = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR),

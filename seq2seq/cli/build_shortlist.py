@@ -25,8 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, tokenizers_from_payload
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import fail
-from seq2seq.config_types import ConfigError, check_value
+from seq2seq.cli.common import check_types, fail
 from seq2seq.data.text_files import DataError, read_lines
 from seq2seq.inference.shortlist import (
     Shortlist,
@@ -67,11 +66,8 @@ def run(cfg: DictConfig) -> None:
     for key in ("checkpoint", "src", "tgt", "output"):
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             fail(f"no {key} given: add {key}=PATH")
+    check_types(cfg, {"per_source": int, "frequent": int, "batch_sentences": int})
     for key, least in (("per_source", 0), ("frequent", 0), ("batch_sentences", 1)):
-        try:
-            check_value(cfg[key], int, key)
-        except ConfigError as error:
-            fail(error)
         if cfg[key] < least:
             fail(f"{key} must be at least {least}, got {cfg[key]}")
     started = time.perf_counter()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR
-from seq2seq.config_types import error_reason
+from seq2seq.config_types import ConfigError, check_value, error_reason
 from seq2seq.inference.export_format import MANIFEST_NAME, is_exported
 
 
@@ -33,6 +33,21 @@ def fail(message: str | BaseException) -> NoReturn:
     text = error_reason(message) if isinstance(message, BaseException) else message
     print(f"error: {text}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def check_types(cfg: DictConfig, types: Mapping[str, Any]) -> None:
+    """Exit with a one-line error naming the key of the first option whose value is not of its
+    type (``types``: dotted key -> annotation, :func:`~seq2seq.config_types.check_value`); a
+    key the config lacks is skipped."""
+    for key, annotation in types.items():
+        node, _, name = key.rpartition(".")
+        parent = OmegaConf.select(cfg, node) if node else cfg
+        if parent is None or name not in parent:
+            continue
+        try:
+            check_value(parent[name], annotation, key)
+        except ConfigError as error:
+            fail(error)
 
 
 def set_up_decoding(num_threads: int | None) -> None:
@@ -79,20 +94,6 @@ def require_checkpoint_files(paths: Sequence[str], *, prefix: str = "") -> None:
             fail(f"{prefix}checkpoint not found: {path}")
 
 
-def load_shortlist(cfg: DictConfig):
-    """The ``shortlist=PATH`` option's :class:`~seq2seq.inference.shortlist.Shortlist`, or None.
-
-    Raises:
-        ShortlistError: (a ValueError) on a missing or unreadable file.
-    """
-    path = cfg.get("shortlist")
-    if not path:
-        return None
-    from seq2seq.inference.shortlist import Shortlist
-
-    return Shortlist.load(path)
-
-
 def translator_options(cfg: DictConfig) -> dict[str, Any]:
     """The translator settings that evaluate.py, translate.py and serve.py read from config
     (the rest of what they ask is :class:`seq2seq.cli.decoding_request.DecodingRequest`).
@@ -100,13 +101,15 @@ def translator_options(cfg: DictConfig) -> dict[str, Any]:
     Raises:
         ShortlistError: (a ValueError) when ``shortlist=PATH`` cannot be read.
     """
+    from seq2seq.inference.shortlist import Shortlist
+
     return {
         "max_tokens": cfg.batch.max_tokens,
         "max_source_length": cfg.max_source_length,
         "precision": cfg.precision,
         # A config without the key (older or hand-made) decodes in float, as before.
         "quantize": cfg.get("quantize", "none"),
-        "shortlist": load_shortlist(cfg),
+        "shortlist": Shortlist.load(cfg.shortlist) if cfg.get("shortlist") else None,
     }
 
 

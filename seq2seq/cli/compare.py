@@ -1,22 +1,10 @@
 """``python compare.py RUN_OR_SWEEP_DIR [...] [key=value ...]`` / ``seq2seq-compare``: compare
 training runs.
 
-The bare arguments are run folders, folders holding run folders (a Hydra multirun folder
-``multirun/DATE/TIME``, wherever a launcher put the runs) or quoted globs (the ``runs`` option);
-``key=value`` arguments are options, as in every tool (``seq2seq/configs/compare.yaml``, with
-the decoding group's beam search settings)::
-
-    python compare.py multirun/2026-11-22/07-10-00 split=test beam_size=5
-    python compare.py outputs/a outputs/b 'outputs/2026-11-*/*' output_dir=reports/attn
-    python compare.py runs/attention_study records_dir=docs/attention_study/runs
-    python compare.py docs/attention_study/runs output_dir=docs/attention_study
-
-A run record (``*.run.json.gz``, written with ``records_dir=``) is a scored run kept without
-its folder and checkpoint: given alone or beside run folders, it counts as a complete run.
-
-Prints the table (markdown) on stdout, then one ``failed: RUN (GROUP): reason`` line per run that
-could not be scored; logs go to stderr. Bad options, no run folder, or no run that could be
-scored: one line ``error: ...`` on stderr, exit status 1.
+The bare arguments are run folders, folders of run folders (a Hydra multirun folder), quoted
+globs or run records (``*.run.json.gz``); ``key=value`` arguments are the options of
+``seq2seq/configs/compare.yaml``. What it prints and writes: docs/compare.md. Bad options, no
+run folder, or no run that could be scored: one line ``error: ...`` on stderr, exit status 1.
 """
 
 from __future__ import annotations
@@ -27,9 +15,8 @@ from dataclasses import fields
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import fail
+from seq2seq.cli.common import check_types, fail
 from seq2seq.cli.decoding_request import check_config, refuse_unused, start_decoding
-from seq2seq.config_types import ConfigError, check_value
 
 log = logging.getLogger("seq2seq.compare")
 
@@ -45,11 +32,7 @@ OPTION_TYPES = {"split": str, "heatmap_sentence": int, "probes": bool, "output_d
 def run(cfg: DictConfig):
     """Compare the runs ``cfg.runs`` names; returns the :class:`~seq2seq.study.comparison.Comparison`."""
     check_config(cfg)
-    for key, annotation in OPTION_TYPES.items():
-        try:
-            check_value(cfg[key], annotation, key)
-        except ConfigError as error:
-            fail(error)
+    check_types(cfg, OPTION_TYPES)
     if OmegaConf.is_missing(cfg, "runs") or not cfg.runs:
         fail("no run folder given: python compare.py RUN_OR_SWEEP_DIR [...] [key=value ...]")
     refuse_unused(cfg, UNUSED, "compare.py scores every run's best.pt alike, with beam search")

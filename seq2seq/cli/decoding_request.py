@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import fail, set_up_decoding, translator_options
-from seq2seq.config_types import ConfigError, check_value
+from seq2seq.cli.common import check_types, fail, set_up_decoding, translator_options
 from seq2seq.inference.decode_options import option_types
 
 if TYPE_CHECKING:
@@ -44,15 +43,7 @@ def check_config(cfg: DictConfig) -> None:
     """Exit with a one-line error naming the key where an option has the wrong type, or a file
     option names no file; before torch loads (the value ranges are :class:`DecodeOptions
     <seq2seq.inference.decode_options.DecodeOptions>`' checks, in :meth:`DecodingRequest.of`)."""
-    for key, annotation in OPTION_TYPES.items():
-        node, _, name = key.rpartition(".")
-        parent = OmegaConf.select(cfg, node) if node else cfg
-        if parent is None or name not in parent:
-            continue
-        try:
-            check_value(parent[name], annotation, key)
-        except ConfigError as error:
-            fail(error)
+    check_types(cfg, OPTION_TYPES)
     for key in ("constraints", "prefix", "terms"):
         if cfg.get(key) and not Path(cfg[key]).is_file():
             fail(f"{key} file not found: {cfg[key]}")

@@ -4,32 +4,10 @@ Translates a test set with beam search and prints sacreBLEU's BLEU and chrF (def
 settings, detokenized hypotheses against the raw reference lines) with their signatures, so
 the numbers equal what ``sacrebleu REF -i HYP`` prints for the written hypotheses.
 
-The test set is either a split (``split=valid|test``, default test) of the data config stored
-in the checkpoint, rebuilt with the data package's
-:func:`~seq2seq.data.sources.corpus_files_from_config` (Multi30k is fetched when missing;
-relative data paths are taken from the current directory), or any pair of files
-(``src=FILE ref=FILE``).
-
-``checkpoint=`` is a file, a run folder (every ``*.pt`` in its ``checkpoints/``) or a glob
-(quote it); with several checkpoints each is scored and a table is printed, best BLEU first.
-A list ``checkpoint=[A,B,...]`` (each entry a file, folder or glob) is scored as **one
-ensemble** of every checkpoint it names (:mod:`seq2seq.inference.ensemble`); its files are
-named ``ensemble<N>-<hash of the paths>.*`` and its JSON lists the members.
-
-Outputs, per checkpoint (see ``seq2seq/configs/evaluate.yaml`` for the default ``output_dir``)::
-
-    <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.hyp    # one hypothesis a line
-    <output_dir>/<ckpt stem>.<split or src file name>.beam<k>.json   # scores, settings, timings
-
-``shortlist=PATH`` restricts the output layer of each batch (:mod:`seq2seq.inference.shortlist`);
-the JSON records the path (null without one).
-
-``search=sample`` scores one drawn translation per sentence (the files are named ``.sample``
-instead of ``.beam<k>``). ``constraints=FILE``, ``prefix=FILE`` (one line per line of the
-evaluated source) and ``terms=FILE`` (a glossary) steer the translations of the evaluated
-split, as in translate.py; the files get ``.constrained`` before their suffix, and with
-constraints or terms the output reports the *term use rate*: the share of the phrases asked for
-that appear, as written, in the hypotheses.
+The test set is a split (``split=valid|test``, default test) of the data config stored in
+the checkpoint (:func:`~seq2seq.data.sources.corpus_files_from_config`), or ``src=FILE
+ref=FILE``. ``checkpoint=`` is a file, a run folder, a glob or a list (one ensemble); the
+outputs, ``search=sample``, constraints, prefixes and terms: docs/evaluate-translate.md.
 
 Timings: *startup* is loading the checkpoint, building the model and reading the data (for
 the first checkpoint also Hydra's config composition and importing torch); *generation* is

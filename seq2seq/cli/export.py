@@ -29,8 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import CONFIG_DIR
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import fail
-from seq2seq.config_types import ConfigError, check_value
+from seq2seq.cli.common import check_types, fail
 from seq2seq.export import FORMATS, ExportError, export_checkpoint, export_format
 from seq2seq.inference.export_format import check_quantize_mode
 
@@ -46,11 +45,7 @@ def run(cfg: DictConfig) -> dict:
     for key in ("checkpoint", "output"):
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             fail(f"no {key} given: add {key}={'PATH' if key == 'checkpoint' else 'DIR'}")
-    for key, annotation in OPTION_TYPES.items():
-        try:
-            check_value(cfg[key], annotation, key)
-        except ConfigError as error:
-            fail(error)
+    check_types(cfg, OPTION_TYPES)
     # The format's own options, and any other format's that the command line changed (refused).
     defaults = OmegaConf.load(CONFIG_DIR / "export.yaml")
     chosen = FORMATS.get(cfg.format)

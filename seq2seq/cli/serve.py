@@ -1,21 +1,11 @@
 """``python serve.py checkpoint=PATH [overrides]`` / ``seq2seq-serve``: the translation API.
 
-Loads the configured checkpoints or exported folders, ONNX or CTranslate2 (``checkpoint=PATH``,
-or ``models={name: path, ...}``), builds the app of :mod:`seq2seq.serving.app` and runs it with
-uvicorn on ``host:port`` (default 127.0.0.1:8000): the page at ``/``, the API under ``/v1/``,
-its OpenAPI docs at ``/docs``.
-Every option is documented in ``seq2seq/configs/serve.yaml``; ``shortlist=PATH`` (an
-output-vocabulary shortlist, :mod:`seq2seq.inference.shortlist`) applies to every model served,
-and so does ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`): every request's
-texts holding a source term are translated with its target term in them. LibreTranslate's
-routes (:mod:`seq2seq.serving.libretranslate`) serve each model under the language codes its
-checkpoint records (``data.src_lang``, ``data.tgt_lang``), else ``src_lang`` and ``tgt_lang``.
-
-SIGTERM (or Ctrl-C) stops it gracefully: uvicorn stops accepting connections and waits for the
-requests in flight, then the app's batchers finish their queues; the exit status is 0.
-Exit status 1 with a one-line ``error: ...`` for a missing serving dependency, a bad
-checkpoint, an invalid option, a malformed glossary or one with a target term a model cannot
-write, or a port in use.
+Loads the configured checkpoints or exported folders (``checkpoint=PATH`` or ``models={name:
+path, ...}``), builds the app of :mod:`seq2seq.serving.app` and runs it with uvicorn on
+``host:port``; the options are ``seq2seq/configs/serve.yaml``'s, the API and its LibreTranslate
+routes docs/serving.md's. SIGTERM (or Ctrl-C) lets the requests in flight and the batchers'
+queues finish, exit status 0; a bad option, checkpoint, glossary or port: one ``error: ...``
+line, exit status 1.
 """
 
 from __future__ import annotations

@@ -17,26 +17,9 @@ Examples::
     python translate.py checkpoint=best.pt terms=terms.tsv constraints=phrases.txt < test.de
     python translate.py checkpoint=best.pt search=sample top_p=0.9 seed=1 nbest=5 < test.de
 
-Output format: with ``nbest=1`` (default) each line is the translation. With ``nbest=N > 1``
-each input line gives exactly N lines ``SCORE<TAB>TRANSLATION``, best first, SCORE being the
-length-penalised log-probability with 4 decimals; missing hypotheses (an empty input line has
-only one, the empty translation with score 0.0) are filled with ``-inf<TAB>`` lines.
-
-An empty input line gives an empty output line; a line longer than ``max_source_length``
-pieces is translated from its first ``max_source_length`` pieces, with a warning. When stdin
-is a terminal and neither ``text`` nor ``input`` is given, it runs interactively: a prompt on
-stderr, a translation after each line, until end of input (Ctrl-D).
-
-Terminology, prefixes and sampling (docs/evaluate-translate.md): ``constraints=FILE`` (line i:
-the TAB-separated phrases output i must contain), ``prefix=FILE`` (line i: the forced start of
-output i) and ``terms=FILE`` (a glossary, :mod:`seq2seq.inference.glossary`) are read in step
-with the input, chunk by chunk; ``search=sample`` draws translations instead of searching
-(:mod:`seq2seq.inference.sampling`).
-
-Exit status 1 with a one-line ``error: ...`` on stderr (no traceback) for a missing,
-corrupted or unsafe checkpoint, a missing input file, a missing or mismatched shortlist, a
-constraints, prefix or terms file that is malformed, asks for a piece the model cannot write
-or has another line count than the input, or an invalid option.
+Output formats (n-best lines, ``-inf`` fillers), interactive use, terminology, prefixes and
+sampling: docs/evaluate-translate.md. Every error is one ``error: ...`` line on stderr, exit
+status 1, no traceback.
 """
 
 from __future__ import annotations

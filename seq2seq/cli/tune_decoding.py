@@ -7,31 +7,10 @@ penalty on the validation set, never on a test set.
     seq2seq-tune-decoding 'checkpoint=[runs/a/checkpoints/best.pt,runs/b/checkpoints/best.pt]'
     seq2seq-tune-decoding checkpoint=exported/x-int8 quantize=int8        # an exported folder
 
-Opens the model once as every decoding tool does (:func:`~seq2seq.inference.runtimes.open_model`:
-a checkpoint, an ONNX or CTranslate2 folder, or an ensemble, whose valid split is the first
-one's), with the decoding group's settings (``device``, ``precision`` including ``auto``,
-``quantize``, ``shortlist``, ``batch.max_tokens``, ``search``), and scores every beam size x
-length penalty on the ``valid`` split of the checkpoint's own data config (or on ``src``/``ref``)
-through :func:`seq2seq.inference.evaluation.evaluate_translations`, the path ``seq2seq-evaluate``
-takes, so a cell's BLEU is the BLEU ``seq2seq-evaluate split=valid beam_size=B
-length_penalty=A`` prints.
-
-Prints a table (rows: beam size; columns: length penalty; cells: BLEU, sacreBLEU's length
-ratio of the output to the references, then sentences/s), the best setting (ties go to the
-smaller beam, then the earlier length penalty) with its length ratio, and the one
-``seq2seq-evaluate`` command that reports that setting on the test set, to run once. A ratio
-below 1 means short output, which BLEU's brevity penalty punishes: a larger length penalty
-lengthens beam search's output.
-
-Greedy search (beam size 1) ranks nothing, so the length penalty cannot change it: it is
-translated once and its BLEU stands in every column of its row. ``search=NAME`` tunes another
-registered search (:mod:`seq2seq.inference.searches`) over the same grid; one that draws at
-random is refused (its scores would be noise).
-
-``split=test``, and ``src`` files that are the checkpoint's test split, are refused: settings
-tuned on a test set make its score an overestimate. The previous release's form
-(``seq2seq-tune-decoding best.pt --beam-sizes 1,3``) still works, with a warning
-(:func:`~seq2seq.cli.app.flags_as_overrides`).
+Scores every beam size x length penalty through the function ``seq2seq-evaluate`` uses
+(:func:`seq2seq.inference.evaluation.evaluate_translations`), so a cell's BLEU is the BLEU
+``seq2seq-evaluate split=valid beam_size=B length_penalty=A`` prints; what it prints, refuses
+and keeps: docs/evaluate-translate.md, "Tuning decoding on val".
 """
 
 from __future__ import annotations
@@ -46,14 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import write_text
 from seq2seq.cli.app import hydra_tool
-from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
+from seq2seq.cli.common import check_types, checkpoint_paths, fail, require_checkpoint_files
 from seq2seq.cli.decoding_request import (
     check_config,
     decoding_defaults,
     refuse_unused,
     start_decoding,
 )
-from seq2seq.config_types import ConfigError, check_value
 
 
 def tune(translator, sources, references, beam_sizes, length_penalties, *,
@@ -91,11 +69,7 @@ def tune(translator, sources, references, beam_sizes, length_penalties, *,
 
 def best_cell(cells: Sequence[dict]) -> dict:
     """Highest BLEU; ties: the smaller beam, then the earlier length penalty (grid order)."""
-    best = cells[0]
-    for cell in cells[1:]:
-        if cell["bleu"] > best["bleu"]:
-            best = cell
-    return best
+    return max(cells, key=lambda cell: cell["bleu"])  # the first of equals
 
 
 def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
@@ -154,12 +128,8 @@ def check_tune_config(cfg: DictConfig) -> list[str]:
     check_config(cfg)
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         fail("no checkpoint given: add checkpoint=PATH")
-    for key, annotation in (("max_sentences", int | None), ("split", str), ("src", str | None),
-                            ("ref", str | None), ("json", str | None)):
-        try:
-            check_value(cfg[key], annotation, key)
-        except ConfigError as error:
-            fail(error)
+    check_types(cfg, {"max_sentences": int | None, "split": str, "src": str | None,
+                      "ref": str | None, "json": str | None})
     for key, kind in (("beam_sizes", int), ("length_penalties", float)):
         values = cfg[key]
         if not OmegaConf.is_list(values) or not values or not all(
