@@ -1,26 +1,10 @@
 """The translation API and its web page: ``create_app(models)`` builds the ASGI app.
 
-Endpoints (FastAPI documents them at ``/docs`` and ``/openapi.json``):
-
-- ``POST /v1/translate``: ``{"text": [...], "attention"?, "attention_heads"?, "model"?,
-  "prefix"?, "constraints"?}`` and any decoding option but the length limit (``"search"?,
-  "beam_size"?, "nbest"?, "length_penalty"?, "temperature"?, ...``: DecodeOptions')
-  -> one entry per sentence, in order (see :mod:`seq2seq.serving.schemas`). A server given a
-  glossary (``terms``) adds its target terms to the constraints of every text that holds a
-  source term.
-- ``GET /v1/models``: names, attention scorer, parameter count, training summary, defaults,
-  and what the attention shows where it is not the model's own (a CTranslate2 folder's).
-- ``POST /translate``, ``POST /detect``, ``GET /languages``: LibreTranslate's API over the
-  same handler (:mod:`seq2seq.serving.libretranslate`), for the models whose languages are known.
-- ``GET /health``: 200 while serving, 503 once shutting down.
-- ``GET /``: the page (``static/``): translate, and explore each sentence's attention.
-
-Errors are JSON ``{"error": "..."}``: 413 for a request over ``max_lines`` sentences or
-``max_chars`` characters (or a body too large to be one), 422 for malformed JSON, wrong
-types or invalid options (a prefix or phrase the model cannot write, constraints with
-sampling, lists not one per text), 404 for an unknown model, 503 while shutting down, 500 when a
-decode fails (the server and the other requests carry on). Clients only ever pick among the
-models configured at start, by name.
+The endpoints, their fields and their errors: docs/serving.md, "The API" and "LibreTranslate
+API" (:mod:`seq2seq.serving.libretranslate`, over the same handler). Beyond those: ``GET /health``
+answers 503 once shutting down, as ``/v1/translate`` does; a body too large to be a request
+within the limits gets 413 unread (:class:`BodyLimit`); a decode that fails is a 500, and the
+server and the other requests carry on.
 """
 
 from __future__ import annotations
@@ -81,17 +65,19 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+def _rounded(weights) -> list:
+    """Attention weights as nested lists, to 4 decimals: enough to draw, and a smaller reply."""
+    return weights.float().cpu().numpy().round(4).tolist()
+
+
 def _hypothesis(translation, attention: bool) -> dict:
     item = {"text": translation.text, "score": float(translation.score)}
     if attention:
         item["target_pieces"] = list(translation.target_pieces)
-        weights = translation.attention
-        item["attention"] = (
-            None if weights is None else weights.float().cpu().numpy().round(4).tolist()
-        )
-        heads = translation.attention_heads
+        weights, heads = translation.attention, translation.attention_heads
+        item["attention"] = None if weights is None else _rounded(weights)
         if heads is not None:
-            item["attention_heads"] = heads.float().cpu().numpy().round(4).tolist()
+            item["attention_heads"] = _rounded(heads)
     return item
 
 

@@ -1,24 +1,15 @@
 """Dynamic batching: the sentences of requests that arrive together are decoded together.
 
-One :class:`DynamicBatcher` per model owns one worker thread, the only thread that ever runs
-that model. Requests (``submit``, a coroutine) go into a thread-safe queue and wait on an
-asyncio future; the event loop never decodes. The worker takes the first waiting job, then
-everything else already queued, then keeps collecting for at most ``window_ms`` after that
-first job arrived, or until the jobs hold ``max_tokens`` source pieces. It groups the jobs by
-what they are decoded with (their :class:`~seq2seq.inference.decode_options.DecodeOptions`, the
-attention asked for, whether they have constraints), runs one ``translate`` call per group (the
-translator sorts and cuts the sentences into length batches itself) and hands each job its own
-slice of the results, in order. A job's prefixes and constraints travel with its sentences.
-
-A lone request therefore waits at most ``window_ms`` (default 5 ms) before its decode starts;
-under load the queue fills while the model is busy and the next round takes all of it at once.
-A translation does not depend on the batch it was decoded in, so batching changes speed only.
-Seeded sampling is the exception, since its draws depend on the sentences drawn together: a job
-with a seed is decoded in a call of its own, so the same request always gets the same answer.
-
-The options travel with each call (the translator holds none), and the worker thread alone runs
-the translator. ``close`` stops taking jobs, lets the worker finish every queued job, and joins
-it.
+What a round takes and groups, and why the answers do not depend on it: docs/serving.md,
+"Batching and shutdown". One :class:`DynamicBatcher` per model owns one worker thread, the only
+thread that ever runs that model. Requests (``submit``, a coroutine) go into a thread-safe queue
+and wait on an asyncio future. A round takes everything queued and collects until ``window_ms``
+after its first job arrived, so a lone request waits at most that before its decode starts;
+under load the queue fills while the model is busy and the next round takes all of it. Each
+group of jobs is one ``translate`` call (the translator sorts and cuts the sentences into length
+batches itself), its results sliced back to each job in order; a job's prefixes and constraints
+travel with its sentences. ``close`` stops taking jobs, lets the worker finish every queued job,
+and joins it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """LibreTranslate's API on the translation server, for the clients written for LibreTranslate.
 
-:func:`add_libretranslate_routes` adds to the app of :mod:`seq2seq.serving.app`:
-
-- ``POST /translate``, a JSON object or a form: ``q`` (a text, or a list of texts), ``source``,
-  ``target``, ``format`` (``text``; ``html`` is refused), ``alternatives`` (how many other
-  translations to add: a whole number, up to the server's largest beam less one; above the
-  model's beam size the beam is widened to fit, as Argos Translate does), ``api_key``
-  (accepted, not checked)
-  -> ``{"translatedText": ..., "alternatives"?: ..., "detectedLanguage"?: ...}``, each a list
-  where ``q`` is one.
-- ``POST /detect``: ``q`` -> ``[{"confidence": 100.0, "language": CODE}]``.
-- ``GET /languages``: ``[{"code", "name", "targets"}, ...]``, every language served.
-
-A request's ``source`` and ``target`` pick the model serving that pair (the first, where several
-do). The server has no language detector: ``source: "auto"`` and ``/detect`` name the one source
-language served, and are refused where there are several. Every translation goes through
-``/v1/translate``'s handler (:func:`_translations`), so its limits, dynamic batcher, defaults and
-glossary apply and the answers are its own. Errors are LibreTranslate's ``{"error": "..."}``: 400
-for a bad request (``/v1/translate``'s 422 included), an unsupported pair or format; 413, 503 and
-500 as on ``/v1/translate``.
+:func:`add_libretranslate_routes` adds ``POST /translate``, ``POST /detect`` and
+``GET /languages`` to the app of :mod:`seq2seq.serving.app`; what they take and answer, and where
+they differ from LibreTranslate: docs/serving.md, "LibreTranslate API". Every translation goes
+through ``/v1/translate``'s handler (:func:`_translations`), so its limits, batcher, defaults and
+glossary apply and the answers are its own; its 422 becomes LibreTranslate's 400, its 413, 503
+and 500 stay.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Where each mechanism wins: BLEU and chrF by source-sentence length.
 
-The buckets count the raw source sentence's words (whitespace-separated), as compare-mt's
-length buckets do, with narrower bounds for Multi30k, whose German sources have 12 words on
-average: 1-9, 10-14, 15-19 and 20 or more (:data:`LENGTH_BUCKETS`). A group's score in a bucket
-is that of its outputs pooled over its seeds, with sacreBLEU's 95% bootstrap confidence
-interval over the bucket's sentences (:func:`seq2seq.metrics.corpus_scores_with_intervals`).
-The interval says how sure the bucket's sentences make the score, not how much a seed moves it
-(that is the significance over seeds of the main table).
+See docs/compare.md, "What `compare.py` does" ("By source length"). A sentence's length is the
+number of whitespace-separated words of its raw source (:data:`LENGTH_BUCKETS`); the intervals
+are :func:`seq2seq.metrics.corpus_scores_with_intervals`'.
 """
 
 from __future__ import annotations

@@ -25,14 +25,13 @@ from seq2seq.study.report import (
     summarize,
 )
 from seq2seq.study.runs import (
-    Group,
     StudyError,
     discover_runs,
     group_runs,
     left_out_of_labels,
     shared_settings,
 )
-from seq2seq.study.scoring import ScoringOptions, score_run, settings_key
+from seq2seq.study.scoring import ScoringOptions, score_run, settings_key, sha256_lines
 from seq2seq.study.seed_significance import (
     DEFAULT_ITERATIONS,
     RECOMMENDED_SEEDS,
@@ -49,22 +48,13 @@ class Comparison:
 
     rows: list[GroupRow]
     failed: list[dict[str, Any]]
-    differing_keys: list[str]
     table: str
-    output_dir: Path
     files: list[Path]
 
 
 def common_parent(paths: Sequence[Path]) -> Path:
     """The deepest folder that holds every path (a single run: the run folder itself)."""
     return Path(os.path.commonpath([str(Path(p).resolve()) for p in paths]))
-
-
-def _describe_test(test: str, samples: int, seeds: int) -> str:
-    name = "paired bootstrap resampling" if test == "bs" else "paired approximate randomization"
-    count = samples or (1000 if test == "bs" else 10000)
-    return (f"sacreBLEU {name} ({count} samples) of BLEU against the best group, on "
-            f"{seeds} seed(s) per group pooled")
 
 
 def compare(
@@ -120,43 +110,35 @@ def compare(
                              logs[str(run.path)])
 
     rows = [summarize(group, scores, logs) for group in groups]
-    scored = [(group, row) for group, row in zip(groups, rows, strict=True) if row.runs]
-    scored.sort(key=lambda pair: -pair[1].bleu[0])
+    scored = sorted((row for row in rows if row.runs), key=lambda row: -row.bleu[0])
     if scored:
-        scored[0][1].best = True
-    seeds = min((row.runs for _, row in scored), default=0)
+        scored[0].best = True
     text = _split_text(scored, scores)
-    description = "not computed"
-    if test != "none" and len(scored) > 1:
-        description = _run_significance(scored, scores, test, samples, text)
-        if description is None:
-            description = _describe_test(test, samples, seeds)
-    elif test != "none":
-        description = "needs two groups"
+    description = _sentence_test(scored, scores, test, samples, text)
     seed_test = None
     sections: list[str] = []
     if aso_iterations > 0 and scored:
         seed_test = aso_between_groups(
-            {row.label: [r["bleu"] for r in row.per_run] for _, row in scored},
+            {row.label: [r["bleu"] for r in row.per_run] for row in scored},
             iterations=aso_iterations)
-        best = scored[0][1].label
-        for _, row in scored:
+        best = scored[0].label
+        for row in scored:
             row.aso_vs_best = None if row.best else seed_test.eps(best, row.label)
             row.aso_provisional = (best, row.label) in seed_test.provisional
         for label in seed_test.few_seeds + seed_test.left_out:
             log.warning("group %s has fewer than %d seeds: ASO's error rates were measured from "
                         "%d seeds per group up", label, RECOMMENDED_SEEDS, RECOMMENDED_SEEDS)
         sections = markdown_section(seed_test)
-    length_rows = _length_buckets(scored, scores, text)
+    length_rows = [] if text is None else buckets.bucket_scores(_outputs(scored, scores), *text)
     sections += buckets.markdown_section(length_rows)
     position_rows = [] if text is None else positions.position_scores(
         [(row.label, [scores[r["run"]]["position_counts"] for r in row.per_run])
-         for _, row in scored])
+         for row in scored])
     sections += positions.markdown_section(position_rows)
-    probe_rows = [faithfulness.group_summary(row.label, row.per_run) for _, row in scored]
+    probe_rows = [faithfulness.group_summary(row.label, row.per_run) for row in scored]
     probe_rows = [r for r in probe_rows if r is not None]
     sections += faithfulness.markdown_section(probe_rows)
-    rows = [row for _, row in scored] + [row for row in rows if not row.runs]
+    rows = scored + [row for row in rows if not row.runs]
 
     failed = [{"run": str(run.path), "group": group.label, "reason": run.failure}
               for group in groups for run in group.failed_runs]
@@ -170,19 +152,23 @@ def compare(
     files = [output / "comparison.md", output / "comparison.csv", output / "comparison.json"]
     plot_files: list[Path] = []
     if plots:
-        plot_files = _plots(output, groups, scored, logs, scores, options,
+        plot_files = _plots(output, scored, logs, scores, options,
                             {"length": length_rows, "positions": position_rows,
                              "faithfulness": probe_rows})
     write_text(files[0], markdown_report(rows, failed, meta, [p.name for p in plot_files],
                                          sections))
     write_text(files[1], csv_text(rows))
     write_text(files[2], json_text(rows, failed, meta))
-    return Comparison(rows=rows, failed=failed, differing_keys=keys,
-                      table=markdown_table(rows), output_dir=output, files=files + plot_files)
+    return Comparison(rows=rows, failed=failed, table=markdown_table(rows),
+                      files=files + plot_files)
 
 
-def _split_text(scored: list[tuple[Group, GroupRow]], scores: dict
-                ) -> tuple[list[str], list[str]] | None:
+def _outputs(scored: list[GroupRow], scores: dict) -> list[tuple[str, list[list[str]]]]:
+    """Each group's label and hypotheses, one list per run (in seed order)."""
+    return [(row.label, [scores[r["run"]]["hypotheses"] for r in row.per_run]) for row in scored]
+
+
+def _split_text(scored: list[GroupRow], scores: dict) -> tuple[list[str], list[str]] | None:
     """The split's sources and references the groups were scored on; None when they were
     scored on different references.
 
@@ -192,72 +178,61 @@ def _split_text(scored: list[tuple[Group, GroupRow]], scores: dict
     """
     from seq2seq.data.text_files import DataError
     from seq2seq.inference.evaluation import read_parallel
-    from seq2seq.study.scoring import sha256_lines
 
-    firsts = [scores[str(g.ok_runs[0].path)] for g, _ in scored]
-    if not firsts or len({s["ref_sha256"] for s in firsts}) > 1:
+    firsts = [scores[row.per_run[0]["run"]] for row in scored]
+    if len({first["ref_sha256"] for first in firsts}) != 1:
         return None
+    first = firsts[0]
     try:
-        sources, references = read_parallel(firsts[0]["src"], firsts[0]["ref"])
+        sources, references = read_parallel(first["src"], first["ref"])
     except (DataError, OSError) as error:
-        raise StudyError(f"the scored split's files are not readable here ({error}): prepare "
-                         f"the data first (make data), from the folder compare.py ran in") \
-            from error
-    if sha256_lines(references) != firsts[0]["ref_sha256"]:
-        raise StudyError(f"{firsts[0]['ref']} differs from the references the runs were "
-                         "scored on")
+        message = (f"the scored split's files are not readable here ({error}): prepare the "
+                   "data first (make data), from the folder compare.py ran in")
+        raise StudyError(message) from error
+    if sha256_lines(references) != first["ref_sha256"]:
+        raise StudyError(f"{first['ref']} differs from the references the runs were scored on")
     return sources, references
 
 
-def _run_significance(scored: list[tuple[Group, GroupRow]], scores: dict, test: str,
-                      samples: int, text: tuple[list[str], list[str]] | None) -> str | None:
-    """Fill each row's p-value; returns a note instead when the test cannot be run."""
+def _sentence_test(scored: list[GroupRow], scores: dict, test: str, samples: int,
+                   text: tuple[list[str], list[str]] | None) -> str:
+    """Fill each row's p-value of the sentence-level test against the best group; returns the
+    test's description, or why it was not run."""
+    if test == "none":
+        return "not computed"
+    if len(scored) < 2:
+        return "needs two groups"
     if text is None:
         return "not computed: the groups were scored on different references"
-    outputs = []
-    for group, row in scored:
-        outputs.append((row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
-                                    if str(r.path) in scores]))
-    p_values = significance(outputs, text[1], test=test, samples=samples)
-    for _, row in scored:
+    p_values = significance(_outputs(scored, scores), text[1], test=test, samples=samples)
+    for row in scored:
         row.p_value = p_values.get(row.label)
-    return None
+    name = "paired bootstrap resampling" if test == "bs" else "paired approximate randomization"
+    count = samples or (1000 if test == "bs" else 10000)
+    return (f"sacreBLEU {name} ({count} samples) of BLEU against the best group, on "
+            f"{min(row.runs for row in scored)} seed(s) per group pooled")
 
 
-def _length_buckets(scored: list[tuple[Group, GroupRow]], scores: dict,
-                    text: tuple[list[str], list[str]] | None) -> list[dict[str, Any]]:
-    """Each group's scores by source length (:mod:`seq2seq.study.buckets`); none when the groups
-    were scored on different references."""
-    if text is None:
-        return []
-    outputs = [(row.label, [scores[str(r.path)]["hypotheses"] for r in group.ok_runs
-                            if str(r.path) in scores]) for group, row in scored]
-    return buckets.bucket_scores(outputs, *text)
-
-
-def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow]],
-           logs: dict[str, TrainingLog], scores: dict, options: ScoringOptions,
-           sections: dict[str, list[dict[str, Any]]]) -> list[Path]:
+def _plots(output: Path, scored: list[GroupRow], logs: dict[str, TrainingLog], scores: dict,
+           options: ScoringOptions, sections: dict[str, list[dict[str, Any]]]) -> list[Path]:
     from seq2seq.study import plots
 
     files = []
-    curves = {row.label: [logs[str(r.path)].bleu_curve for r in group.ok_runs
-                          if str(r.path) in logs] for group, row in scored}
-    files.append(plots.plot_bleu_curves(output / "valid_bleu_curves.png", curves))
-    by_step = {row.label: [logs[str(r.path)].bleu_steps for r in group.ok_runs
-                           if str(r.path) in logs] for group, row in scored}
-    files.append(plots.plot_bleu_curves(output / "valid_bleu_by_step.png", by_step,
-                                        x_label="optimizer steps"))
+    for name, curve, x_label in (("valid_bleu_curves.png", "bleu_curve", "training minutes"),
+                                 ("valid_bleu_by_step.png", "bleu_steps", "optimizer steps")):
+        curves = {row.label: [getattr(logs[r["run"]], curve) for r in row.per_run
+                              if r["run"] in logs] for row in scored}
+        files.append(plots.plot_bleu_curves(output / name, curves, x_label=x_label))
     files.append(plots.plot_group_bleu(
         output / f"{options.split}_bleu.png",
         [(row.label, row.bleu[0], row.bleu[1], [r["bleu"] for r in row.per_run])
-         for _, row in scored], split=options.split))
+         for row in scored], split=options.split))
     heatmaps = []
-    for group, row in scored:
-        best_run = max(group.ok_runs, key=lambda r: scores[str(r.path)]["bleu"])
-        heatmap = scores[str(best_run.path)].get("heatmap")
+    for row in scored:
+        best_run = max(row.per_run, key=lambda r: r["bleu"])
+        heatmap = scores[best_run["run"]].get("heatmap")
         if heatmap:
-            heatmaps.append((f"{row.label}\n(seed {best_run.seed})", heatmap))
+            heatmaps.append((f"{row.label}\n(seed {best_run['seed']})", heatmap))
     if heatmaps:
         files.append(plots.plot_heatmaps(output / "attention_heatmaps.png", heatmaps))
     if sections["length"]:
@@ -270,4 +245,3 @@ def _plots(output: Path, groups: list[Group], scored: list[tuple[Group, GroupRow
         files.append(plots.plot_faithfulness(output / f"{options.split}_faithfulness.png",
                                              sections["faithfulness"], split=options.split))
     return files
-

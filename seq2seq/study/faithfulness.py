@@ -1,21 +1,10 @@
 """What the weights say: decode with every attention weight replaced, and see what BLEU loses.
 
-A faithfulness probe in the spirit of Jain & Wallace (2019, "Attention is not Explanation"): if
-the translation hardly changes when each step's attention weights are swapped for other
-weights, the weights do not explain the output. Two replacements, applied at every decoder step
-to every attention (for a Transformer, every head of every layer's cross-attention):
-
-- ``uniform``: each real source piece gets 1/S (S real pieces, EOS included; a piece the
-  scorer rules out, as the location scorer past its ``max_length``, stays out): the decoder
-  reads the mean of the memory. A model whose scorer returns constants decodes exactly so.
-- ``shifted``: the model's own weights, each moved half the sentence along, cyclically over
-  the real pieces (piece s's weight goes to piece (s + S // 2) mod S): the same distribution,
-  as sharp as the model made it, on other pieces. (Jain & Wallace permute the weights at
-  random; a fixed shift gives every sentence the same answer in any batch.)
-
-The probed model is a copy: the modules that normalise energies into weights are replaced by
-subclasses that override :meth:`~seq2seq.models.attention.Attention.normalize`, so the scorer,
-the context and everything else are the model's own.
+The probes, ``uniform`` and ``shifted``, and what their scores say: docs/compare.md, "What
+`compare.py` does" ("What the weights say"). The probed model is a copy: the modules that
+normalise energies into weights are replaced by subclasses that override
+:meth:`~seq2seq.models.attention.Attention.normalize`, so the scorer, the context and everything
+else are the model's own.
 """
 
 from __future__ import annotations
@@ -84,37 +73,27 @@ def probe_weights(probe: str, energies: Tensor, weights: Tensor) -> Tensor:
     return shifted_weights(weights, real)
 
 
-class ProbedAttention(Attention):
-    """:class:`Attention` whose weights are replaced by a probe's (RNN decoders).
+class _Probed:
+    """Mixed in before an attention module: its ``normalize``'s weights replaced by a probe's.
 
     Args:
-        scorer, normalizer: as :class:`Attention`'s.
-        probe: one of :data:`PROBES`.
+        probe: one of :data:`PROBES`; the others go to the attention module.
     """
 
-    def __init__(self, scorer: nn.Module, normalizer: str = "softmax", *,
-                 probe: str = "uniform") -> None:
-        super().__init__(scorer, normalizer)
+    def __init__(self, *args, probe: str = "uniform", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.probe = check_probe(probe)
 
     def normalize(self, energies: Tensor) -> Tensor:
         return probe_weights(self.probe, energies, super().normalize(energies))
 
 
-class ProbedCrossAttention(MultiHeadAttention):
-    """A Transformer layer's cross-attention whose weights are replaced by a probe's.
+class ProbedAttention(_Probed, Attention):
+    """:class:`Attention` whose weights are replaced by a probe's (RNN decoders)."""
 
-    Args:
-        probe: one of :data:`PROBES`; the others as :class:`MultiHeadAttention`'s.
-    """
 
-    def __init__(self, *, d_model: int, num_heads: int, key_dim: int | None = None,
-                 dropout: float = 0.0, probe: str = "uniform") -> None:
-        super().__init__(d_model=d_model, num_heads=num_heads, key_dim=key_dim, dropout=dropout)
-        self.probe = check_probe(probe)
-
-    def normalize(self, energies: Tensor) -> Tensor:
-        return probe_weights(self.probe, energies, super().normalize(energies))
+class ProbedCrossAttention(_Probed, MultiHeadAttention):
+    """A Transformer layer's cross-attention whose weights are replaced by a probe's."""
 
     def forward(self, *args, **kwargs):
         kwargs["need_weights"] = True  # the fused kernel cannot take other weights

@@ -1,15 +1,8 @@
-"""The comparison's figures, PNG, drawn with matplotlib's object API on Agg canvases.
+"""The comparison's figures, drawn with matplotlib's object API on Agg canvases.
 
-* ``valid_bleu_curves.png`` and ``valid_bleu_by_step.png``: validation BLEU against training
-  minutes and against optimizer steps, one colour per group: the mean over its runs (each
-  run's curve interpolated linearly on a common grid, held at its last value after its end)
-  and the min-max band.
-* ``<split>_bleu.png``: the split's BLEU per group, mean with a standard-deviation error bar and
-  each run as a dot.
-* ``attention_heatmaps.png``: the same sentence's attention in each group (its best run), side
-  by side, drawn like :func:`seq2seq.inference.attention_plot.plot_attention`.
-* ``<split>_bleu_by_length.png``: each group's BLEU per source-length bucket with its 95%
-  interval (:mod:`seq2seq.study.buckets`).
+Which figures, and what each shows: docs/compare.md, "What `compare.py` does" (its "Outputs"). A
+group's validation curve is the mean of its runs' curves, each interpolated linearly on a common
+grid and held at its last value after its end.
 """
 
 from __future__ import annotations

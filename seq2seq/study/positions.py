@@ -1,16 +1,10 @@
 """Where each mechanism wins along the target: next-piece accuracy by position, teacher-forced.
 
-The model reads each source and its reference (teacher forcing) and predicts every reference
-piece, EOS included, from the pieces before it; a prediction is right when its most likely
-piece is the reference's. A reference of T pieces (EOS counted) has its position t in third
-``floor(3 t / T)``: first, middle or last (a 7-piece reference: 3, 2 and 2 positions). Unlike
-BLEU by position in the output, this compares every model on the same positions of the same
-references, whatever it would have translated.
-
-A group's accuracy in a third pools its seeds' predictions; its 95% interval is a percentile
-bootstrap over sentences (each resample draws sentences, with every seed's predictions for
-them), so, like the length buckets', it says how sure the sentences make the number, not how
-much a seed moves it.
+See docs/compare.md, "What `compare.py` does" ("By target position"). A prediction is right when
+its most likely piece is the reference's; a 7-piece reference (EOS counted) has 3, 2 and 2
+positions in its thirds. A bootstrap resample draws sentences with every seed's predictions for
+them, so, like the length buckets' interval, it says how sure the sentences make the number, not
+how much a seed moves it.
 """
 
 from __future__ import annotations

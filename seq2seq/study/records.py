@@ -1,14 +1,6 @@
 """A scored run kept as one small file, so that a study's report can be rebuilt without its runs.
 
-``compare.py ... records_dir=DIR`` writes ``DIR/<run>.run.json.gz`` for every run it scored: the
-run's flattened config (with its Hydra group choices), what its training log says (speed, steps,
-the validation curve) and its scores (BLEU, chrF, hypotheses, attention statistics, position
-counts, probe scores, a heatmap). About 30 kB a run, where the checkpoint is tens of MB.
-
-A folder of records is given to ``compare.py`` as a sweep folder is, alone or beside run folders:
-each record is a complete run, scored with the settings it was scored with. A record whose
-settings differ from the comparison's (another split, beam size, ...) is listed as failed rather
-than mixed in.
+What a record holds, and how ``compare.py`` reads records back: docs/compare.md, "Run records".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """One row per group: means and standard deviations over seeds, significance, the files.
 
-* Mean ± standard deviation: over the group's complete runs (one per seed); the standard
-  deviation is the sample one (n - 1 in the denominator), shown as ``-`` for a single run.
-* Significance over seeds: every pair of groups with Almost Stochastic Order on their runs'
-  BLEU (:mod:`seq2seq.study.seed_significance`); the table shows each group's ``eps_min`` of
-  "the best group beats it" (below 0.2: it does).
-* Sentence-level significance (secondary): every group against the best one with sacreBLEU's paired
-  test (:class:`sacrebleu.significance.PairedTest`; paired bootstrap resampling by default, 1000
-  resamples, or approximate randomization) on *pooled outputs*: a group's hypotheses of its
-  first ``n`` seeds (sorted by seed) concatenated, against the references repeated ``n`` times,
-  where ``n`` is the smallest number of complete runs of any group, so every system covers the
-  same sentences the same number of times and sentence ``i`` of one group is paired with
-  sentence ``i`` (same reference, same seed position) of the other. The p-value is sacreBLEU's
-  (the chance of a BLEU difference at least this large if the systems were the same).
+The columns, and the pooled outputs of the sentence-level test: docs/compare.md, "What
+`compare.py` does" (its table of columns) and "Significance over seeds" ("Pooled outputs"). A
+standard deviation is the sample one, ``-`` for a single run; a group's first ``n`` seeds are its
+runs sorted by seed (:attr:`~seq2seq.study.runs.Group.ok_runs`).
 """
 
 from __future__ import annotations
@@ -31,6 +22,7 @@ from seq2seq.study import markdown
 from seq2seq.study.labels import value_text
 from seq2seq.study.logs import TrainingLog
 from seq2seq.study.runs import Group
+from seq2seq.study.scoring import ATTENTION_STATS
 
 NAN = math.nan
 
@@ -80,10 +72,7 @@ def summarize(
         per_run.append({
             "run": str(run.path), "seed": run.seed, "bleu": score["bleu"], "chrf": score["chrf"],
             "sentences_per_second": score["sentences_per_second"],
-            "attention_entropy": score["attention_entropy"],
-            "attention_max_weight": score["attention_max_weight"],
-            "attention_backward_moves": score["attention_backward_moves"],
-            "attention_coverage": score["attention_coverage"],
+            **{name: score[name] for name in ATTENTION_STATS},
             "faithfulness": score.get("faithfulness"),
             "parameters": score["parameters"], "tokens_per_second": log.tokens_per_second,
             "steps": log.steps,
@@ -99,10 +88,7 @@ def summarize(
         tokens_per_second=avg("tokens_per_second"), steps=avg("steps"),
         bleu=mean_std([r["bleu"] for r in per_run]), chrf=mean_std([r["chrf"] for r in per_run]),
         sentences_per_second=avg("sentences_per_second"),
-        attention_entropy=avg("attention_entropy"),
-        attention_max_weight=avg("attention_max_weight"),
-        attention_backward_moves=avg("attention_backward_moves"),
-        attention_coverage=avg("attention_coverage"), per_run=per_run, settings=group.settings,
+        **{name: avg(name) for name in ATTENTION_STATS}, per_run=per_run, settings=group.settings,
     )
 
 
@@ -176,8 +162,7 @@ def markdown_table(rows: Sequence[GroupRow]) -> str:
          f"{row.parameters:,}" if row.parameters else "-",
          _number(row.tokens_per_second, 0), _number(row.steps, 0), _pm(row.bleu),
          _pm(row.chrf), _number(row.sentences_per_second, 1),
-         _number(row.attention_entropy, 3), _number(row.attention_max_weight, 3),
-         _number(row.attention_backward_moves, 3), _number(row.attention_coverage, 3),
+         *(_number(getattr(row, name), 3) for name in ATTENTION_STATS),
          _aso(row), _p(row)] for row in rows)))
 
 
@@ -199,10 +184,7 @@ def row_dict(row: GroupRow) -> dict[str, Any]:
         "steps": row.steps, "bleu_mean": row.bleu[0], "bleu_std": row.bleu[1],
         "chrf_mean": row.chrf[0], "chrf_std": row.chrf[1],
         "sentences_per_second": row.sentences_per_second,
-        "attention_entropy": row.attention_entropy,
-        "attention_max_weight": row.attention_max_weight,
-        "attention_backward_moves": row.attention_backward_moves,
-        "attention_coverage": row.attention_coverage,
+        **{name: getattr(row, name) for name in ATTENTION_STATS},
         "aso_eps_min_vs_best": row.aso_vs_best,
         "aso_provisional": row.aso_provisional, "p_value": row.p_value, "best": row.best,
     }

@@ -1,17 +1,9 @@
 """Training runs on disk: find them, tell what differs between them, group them.
 
-A *run folder* is a folder that holds ``config.yaml`` (written by the trainer once the run
-has started) or ``.hydra/config.yaml`` (written by Hydra before the job starts, so a run that
-failed early still has it). A run is *complete* when ``checkpoints/best.pt`` exists and its
-``checkpoints/last.pt`` (which the trainer writes at the end) says training is over; every
-other run is kept as a failed one (with the reason), never dropped. A *run record*
-(``*.run.json.gz``, :mod:`seq2seq.study.records`) is a run scored earlier, kept without its
-folder: it counts as a complete run, with its scores.
-
+What a run is (a run folder, a run record), when it is complete, and how runs are grouped and
+labelled: docs/compare.md, "What `compare.py` does" and "Parallel local sweeps" (a run cut off).
 Runs are compared on their flattened configs (dotted keys) plus Hydra's group choices
-(``model/attention: dot``, from ``.hydra/hydra.yaml``) where present. The keys whose values
-differ between runs, less the seed, define the groups; runs that differ only by seed form one
-group, labelled by what tells it from the others (:mod:`seq2seq.study.labels`).
+(``model/attention: dot``, from ``.hydra/hydra.yaml``) where present.
 """
 
 from __future__ import annotations
@@ -79,14 +71,12 @@ class Group:
     """Runs that share every differing key except the seed.
 
     Attributes:
-        key: the group's values of the differing config keys.
         label: the short label, what tells the group from the others (``scaled_dot +
             sparsemax``).
         runs: its runs.
         values: the differing choices and keys that name it, with its values.
     """
 
-    key: tuple[tuple[str, Any], ...]
     label: str
     runs: list[Run] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
@@ -386,7 +376,7 @@ def label_keys(keys: Sequence[str], runs: Sequence[Run]) -> list[str]:
     ]
 
 
-def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[str], list[Group]]:
+def group_runs(runs: Sequence[Run]) -> tuple[list[str], list[Group]]:
     """Group runs by every differing config key but the seed.
 
     The groups are made from config keys alone (a choice is seen through the values it sets);
@@ -399,7 +389,7 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
         groups, in the order their first run was found.
     """
     # A run whose config could not be read would make every key differ.
-    keys = [k for k in differing_keys([r for r in runs if r.config]) if k != seed_key]
+    keys = [k for k in differing_keys([r for r in runs if r.config]) if k != SEED_KEY]
     config_keys = [k for k in keys if not is_choice(k)]
     shown = label_keys(keys, runs) or keys
     members: dict[tuple, list[Run]] = {}
@@ -407,7 +397,7 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
         key = tuple((k, _hashable(run.config.get(k, MISSING))) for k in config_keys)
         members.setdefault(key, []).append(run)
     groups = []
-    for key, group_runs_ in members.items():
+    for group_runs_ in members.values():
         labelled = next((r for r in group_runs_ if any(is_choice(k) for k in r.config)),
                         group_runs_[0])
         # A choice set to null (model/attention=null) has no node: nothing under it to show.
@@ -415,7 +405,7 @@ def group_runs(runs: Sequence[Run], *, seed_key: str = SEED_KEY) -> tuple[list[s
                   if is_choice(c) and c != EXPERIMENT_CHOICE and v is None]
         values = {k: labelled.config.get(k, MISSING) for k in shown
                   if not any(k.startswith(node) for node in absent)}
-        groups.append(Group(key=key, label="", runs=group_runs_, values=values))
+        groups.append(Group(label="", runs=group_runs_, values=values))
     labels, _ = short_labels([group.values for group in groups])
     for group, label in zip(groups, labels, strict=True):
         group.label = label

@@ -1,18 +1,8 @@
 """Score one run's ``best.pt`` on a split, through the evaluation path ``evaluate.py`` uses.
 
-The translation and scoring are :func:`seq2seq.inference.evaluation.evaluate_translations`
-(with ``attention_stats=True``) on the files :func:`~seq2seq.inference.evaluation.split_files`
-names for the checkpoint's own data config, so BLEU and chrF equal what
-``evaluate.py checkpoint=RUN/checkpoints/best.pt split=... beam_size=...`` prints.
-
-Each run's result is cached in the run folder::
-
-    RUN/compare/best.<split>.beam<k>.hyp     the hypotheses, one a line
-    RUN/compare/best.<split>.beam<k>.json    scores, speed, attention statistics, a heatmap,
-                                             position counts, the faithfulness probes' scores
-
-and reused while the checkpoint file (size and modification time) and the decoding settings
-are unchanged.
+What is scored, and the cache in ``RUN/compare/``: docs/compare.md, "What `compare.py` does". A
+cached result is reused while the checkpoint file (size and modification time) and the settings
+of :func:`settings_key` are unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +27,10 @@ CACHE_VERSION = 3  # 2: the attention's backward moves and coverage; 3: position
 # The decoding options compare.py sets (the others keep DecodeOptions' defaults); a score's
 # settings, cached and recorded, name these beside ScoringOptions' own.
 SCORED_OPTIONS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
+# The attention statistics of an evaluation, in the order the scores, the report's table and
+# its CSV and JSON give them.
+ATTENTION_STATS = ("attention_entropy", "attention_max_weight", "attention_backward_moves",
+                   "attention_coverage")
 
 
 @dataclass(frozen=True)
@@ -117,8 +111,7 @@ def score_run(
 
     Returns:
         A dict: ``bleu``, ``chrf``, their signatures, ``sentences``, ``sentences_per_second``,
-        ``generation_seconds``, ``attention_entropy``, ``attention_max_weight``,
-        ``attention_backward_moves``, ``attention_coverage``,
+        ``generation_seconds``, the :data:`ATTENTION_STATS`,
         ``position_counts`` (:func:`seq2seq.study.positions.position_counts`, as lists),
         ``faithfulness`` (``{probe: {"bleu", "chrf"}}`` of :mod:`seq2seq.study.faithfulness`'s
         probes, or None when ``options.probes`` is off or the model has no attention to
@@ -176,17 +169,11 @@ def score_run(
         "ref": str(ref_path),
         "ref_sha256": sha256_lines(references),
         "sentences": len(sources),
-        "bleu": scores["bleu"],
-        "chrf": scores["chrf"],
-        "bleu_signature": scores["bleu_signature"],
-        "chrf_signature": scores["chrf_signature"],
+        **{key: scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
-        "attention_entropy": evaluation.attention_entropy,
-        "attention_max_weight": evaluation.attention_max_weight,
-        "attention_backward_moves": evaluation.attention_backward_moves,
-        "attention_coverage": evaluation.attention_coverage,
+        **{name: getattr(evaluation, name) for name in ATTENTION_STATS},
         "parameters": parameters,
         "position_counts": counts.tolist(),
         "faithfulness": faithfulness,

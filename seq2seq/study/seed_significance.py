@@ -1,31 +1,10 @@
 """Significance over seeds: Almost Stochastic Order between every pair of groups.
 
-The unit of evidence is the training run. Each group contributes its runs' BLEU scores (one
-per seed), and every pair of groups is compared with Almost Stochastic Order (ASO; del Barrio
-et al. 2018, Dror et al. 2019), through the ``deepsig`` package (``multi_aso``).
-
-- ``eps_min[a][b]`` is an upper bound, at the stated confidence, on how far group a's score
-  distribution violates stochastic dominance over group b's. 0 means a is always better than b.
-  0.5 means neither is better.
-- **Decision rule.** "a beats b" when ``eps_min[a][b] < TAU``, with ``TAU = 0.2``. This is the
-  threshold deepsig's authors recommend (Ulmer et al. 2022); the test's original 0.5 admits
-  too many false positives.
-- **Multiple comparisons.** The confidence level gets Bonferroni's correction over the
-  ``m = k (k - 1) / 2`` pairs of ``k`` groups: ``1 - 0.05 / m``. The report states the corrected
-  level. deepsig's own ``use_bonferroni`` is turned off: it raises the level to
-  ``0.95 + 0.05 / m``, which is weaker than Bonferroni's for more than two pairs, and 1.0 for
-  two groups.
-- A group needs at least :data:`MIN_SEEDS` runs to be tested. ASO's error rates were measured
-  from :data:`RECOMMENDED_SEEDS` scores per group up, so the report warns about a group with
-  fewer.
-- **Provisional decisions.** When every run of a is above every run of b, eps_min is 0 whatever
-  the confidence, and two identical groups of n and m runs are ordered so by chance
-  ``1 / C(n + m, n)`` of the time (:func:`separation_chance`). A win where that chance is above
-  the corrected ``1 - confidence`` is marked provisional: too few runs for the level claimed.
-
-Unlike a paired bootstrap over sentences with the seeds' outputs pooled, ASO counts how much a
-group moves from one seed to the next. Two groups whose seeds overlap are not declared
-different however many sentences the test set holds.
+See docs/compare.md, "Significance over seeds": the decision rule, the correction for multiple
+comparisons, how many seeds and the provisional wins. ASO is deepsig's ``multi_aso`` (del Barrio
+et al. 2018, Dror et al. 2019), with its own ``use_bonferroni`` turned off: that raises the level
+to ``0.95 + 0.05 / m``, which is weaker than Bonferroni's for more than two pairs, and 1.0 for
+two groups.
 """
 
 from __future__ import annotations
@@ -36,6 +15,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from seq2seq.study import markdown
+
 TAU = 0.2
 CONFIDENCE = 0.95
 MIN_SEEDS = 2
@@ -45,7 +26,7 @@ DEFAULT_ITERATIONS = 1000
 
 @dataclass
 class SeedSignificance:
-    """The ASO comparison of the groups (see the module docstring).
+    """The ASO comparison of the groups.
 
     Attributes:
         labels: the groups tested, in the order of ``eps_min``'s rows and columns.
@@ -56,8 +37,8 @@ class SeedSignificance:
         left_out: the groups with fewer than :data:`MIN_SEEDS` runs.
         few_seeds: the groups tested with fewer than :data:`RECOMMENDED_SEEDS` runs.
         runs: each tested group's number of runs.
-        provisional: the ``(a, b)`` of the wins with too few runs for the confidence (see the
-            module docstring).
+        provisional: the ``(a, b)`` of the wins with too few runs for the confidence
+            (:func:`separation_chance` above ``1 - confidence``).
     """
 
     labels: list[str] = field(default_factory=list)
@@ -154,14 +135,12 @@ def markdown_section(result: SeedSignificance) -> list[str]:
         f"another when ASO's eps_min < {TAU} (deepsig, Dror et al. 2019), at confidence "
         f"{result.confidence:.4f} (0.95 with Bonferroni's correction over the "
         f"{len(result.labels) * (len(result.labels) - 1) // 2} pairs). Row beats column:", "",
-        "| eps_min | " + " | ".join(result.labels) + " |",
-        "|---|" + "---|" * len(result.labels),
+        *markdown.table(["eps_min", *result.labels], (
+            [label] + ["-" if other == label else f"{value:.3f}"
+                       for other, value in zip(result.labels, row, strict=True)]
+            for label, row in zip(result.labels, result.eps_min, strict=True))),
+        "",
     ]
-    for label, row in zip(result.labels, result.eps_min, strict=True):
-        cells = ["-" if other == label else f"{value:.3f}"
-                 for other, value in zip(result.labels, row, strict=True)]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
     if result.wins:
         lines += ["Differences that survive:", ""]
         lines += [_win_line(result, a, b, eps) for a, b, eps in result.wins]
