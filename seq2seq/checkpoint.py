@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from seq2seq.atomic import atomic_write
-from seq2seq.config_types import ConfigError, error_reason
+from seq2seq.config_types import ConfigError, error_reason, target_nodes
 from seq2seq.models import registry
 
 # 1: the model config named the built-in classes by import path; 2: by registry name.
@@ -101,9 +101,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     plain entries only).
 
     A file that carries pickled Python objects is refused without running them; a truncated or
-    corrupted file, or one from an unknown format version, gets a clear message. A checkpoint
-    of an older format version is returned in today's form (:func:`~seq2seq.models.registry.upgrade_config`), its
-    ``format_version`` set to :data:`FORMAT_VERSION`.
+    corrupted file, or one from an unknown format version, gets a clear message. An older
+    format version is converted (see the module docstring): ``format_version`` then says
+    :data:`FORMAT_VERSION`.
     """
     path = Path(path)
     checkpoint = load_weights_only(path, "checkpoint", CheckpointError,
@@ -159,15 +159,14 @@ def tokenizers_to_payload(tokenizers) -> dict[str, Any]:
 
 
 def tokenizers_from_payload(payload: dict[str, Any]):
-    from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer, Tokenizers
+    from seq2seq.data.tokenizer import SentencePieceTokenizer, Tokenizers
 
     src = SentencePieceTokenizer.from_bytes(payload["src"].numpy().tobytes())
-    tgt = src if payload["joint"] else SentencePieceTokenizer.from_bytes(
+    tgt = None if payload["joint"] else SentencePieceTokenizer.from_bytes(
         payload["tgt"].numpy().tobytes()
     )
-    if "tgt_kept_ids" in payload:
-        tgt = SubsetTokenizer(base=tgt, kept_ids=payload["tgt_kept_ids"].numpy())
-    return Tokenizers(src=src, tgt=tgt, joint=bool(payload["joint"]))
+    kept_ids = payload["tgt_kept_ids"].numpy() if "tgt_kept_ids" in payload else None
+    return Tokenizers.of(src, tgt, kept_ids=kept_ids)
 
 
 SAFE_TARGET_PREFIXES = ("seq2seq.", "torch.nn.")
@@ -184,26 +183,21 @@ def check_targets(node: Any, trusted: tuple[str, ...] | None = None) -> None:
     if trusted is None:
         extra = os.environ.get("SEQ2SEQ_TRUSTED_TARGETS", "")
         trusted = SAFE_TARGET_PREFIXES + tuple(p.strip() for p in extra.split(",") if p.strip())
-    if isinstance(node, dict):
-        target = node.get("_target_")
+    for _, target_node in target_nodes(node):
+        target = target_node["_target_"]
         if not isinstance(target, str) or registry.is_registered(target):
-            pass
-        elif not registry.is_class_path(target):
+            continue
+        if not registry.is_class_path(target):
             raise CheckpointError(
                 f"the checkpoint's config names {target!r}, which is neither a built-in part "
                 "(seq2seq.models.registry) nor a class's import path"
             )
-        elif not target.startswith(trusted):
+        if not target.startswith(trusted):
             raise CheckpointError(
                 f"the checkpoint's config names the class {target!r}, outside the trusted "
                 f"prefixes {', '.join(trusted)}; if you trust it, add its module to "
                 "SEQ2SEQ_TRUSTED_TARGETS"
             )
-        for value in node.values():
-            check_targets(value, trusted)
-    elif isinstance(node, list):
-        for value in node:
-            check_targets(value, trusted)
 
 
 def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):

@@ -18,7 +18,7 @@ import inspect
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 
@@ -177,16 +177,23 @@ def check_target_arguments(node: Mapping[str, Any], key: str) -> None:
         check_value(value, annotation, f"{key}.{name}")
 
 
+def target_nodes(node: Any, key: str = "") -> Iterator[tuple[str, Mapping]]:
+    """(dotted key, node) for every ``_target_`` node of a plain config (nested dicts and
+    lists), each before the nodes inside it."""
+    if isinstance(node, Mapping):
+        if "_target_" in node:
+            yield key, node
+        for name, value in node.items():
+            yield from target_nodes(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from target_nodes(value, f"{key}[{index}]")
+
+
 def check_config(config: Any, key: str = "") -> None:
     """Check every ``_target_`` node of a plain config (nested dicts and lists)."""
-    if isinstance(config, Mapping):
-        if "_target_" in config:
-            check_target_arguments(config, key)
-        for name, value in config.items():
-            check_config(value, f"{key}.{name}" if key else str(name))
-    elif isinstance(config, list):
-        for index, value in enumerate(config):
-            check_config(value, f"{key}[{index}]")
+    for node_key, node in target_nodes(config, key):
+        check_target_arguments(node, node_key)
 
 
 def settings_from_dict(cls: type, values: Mapping[str, Any], key: str) -> Any:

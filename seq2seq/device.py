@@ -80,10 +80,8 @@ def decide_precision(precision: str, device: torch.device, *,
     """The precision to run and why, for every caller (training, translate, evaluate, serve).
 
     ``auto`` is bf16 on CUDA GPUs from Ampere on, and fp32 on older GPUs and MPS; on a CPU,
-    the faster of fp32 and bf16 on ``workload`` (the caller's own step: training's or a
-    search's; None: matrix products, :func:`seq2seq.precision.product_workload`), timed once
-    and cached by :func:`seq2seq.precision.choose_cpu_precision`; timed too where torch has no
-    bf16 matrix kernels for the CPU, which the reason then says.
+    the faster of fp32 and bf16 on ``workload`` as :mod:`seq2seq.precision` times it, even
+    where torch has no bf16 matrix kernels for the CPU, which the reason then says.
 
     Raises:
         ValueError: for a value not in :data:`PRECISION_OPTIONS`.
@@ -118,12 +116,9 @@ def select_device(name: str | torch.device = "auto", *, local_rank: int = 0) -> 
     """
     if isinstance(name, torch.device):
         return name
+    mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps_available else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -132,9 +127,7 @@ def select_device(name: str | torch.device = "auto", *, local_rank: int = 0) -> 
         ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} asked for, but CUDA is not available here")
-    if device.type == "mps" and not (
-        getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
-    ):
+    if device.type == "mps" and not mps_available:
         raise ValueError(f"device {name!r} asked for, but MPS is not available here")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank % torch.cuda.device_count())

@@ -17,9 +17,7 @@ MATMUL_SETUP_CACHE_ENV = "LRU_CACHE_CAPACITY"
 MATMUL_SETUP_CACHE = 1
 
 
-def bound_onednn_caches(
-    *, kernels: int | None = TRAINING_ONEDNN_CACHE, matmul_setups: int = MATMUL_SETUP_CACHE
-) -> None:
+def bound_onednn_caches(*, kernels: int | None = TRAINING_ONEDNN_CACHE) -> None:
     """Bound the two per-shape caches behind torch's CPU matrix products.
 
     Each bound is set only when the user has not set its variable. Both are read when first
@@ -29,10 +27,11 @@ def bound_onednn_caches(
       compiles a kernel per operation and shape, and training sees a new batch shape at nearly
       every step, so an unbounded cache grows the memory; too small a bound recompiles the
       step-by-step decoder's kernels. Decoding keeps the default.
-    - ``matmul_setups`` (``LRU_CACHE_CAPACITY``, read by torch's oneDNN bindings): torch keeps
-      a set-up object per bf16 matrix product and shape, which grew bf16 training's memory
-      with every new batch shape; the kernels themselves stay in oneDNN's cache.
+    - matrix product set-ups (``LRU_CACHE_CAPACITY``, read by torch's oneDNN bindings; set to
+      :data:`MATMUL_SETUP_CACHE`): torch keeps a set-up object per bf16 matrix product and
+      shape, which grew bf16 training's memory with every new batch shape; the kernels
+      themselves stay in oneDNN's cache.
     """
     if kernels is not None:
         os.environ.setdefault(ONEDNN_CACHE_ENV, str(kernels))
-    os.environ.setdefault(MATMUL_SETUP_CACHE_ENV, str(matmul_setups))
+    os.environ.setdefault(MATMUL_SETUP_CACHE_ENV, str(MATMUL_SETUP_CACHE))

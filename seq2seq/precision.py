@@ -212,6 +212,11 @@ def probe_products(shapes: Sequence[tuple[int, int]]) -> tuple[int, tuple[tuple[
     return rows, capped
 
 
+def autocast(device_type: str, dtype: torch.dtype | None) -> torch.autocast:
+    """Autocast to ``dtype`` on ``device_type``; None: fp32 (autocast off)."""
+    return torch.autocast(device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
 def measure_products(shapes: Sequence[tuple[int, int]], rows: int) -> ProbeTimes:
     """Time ``rows`` x ``shapes`` products, forward and backward, in fp32 and under bf16
     autocast, on torch's current threads (:func:`time_alternately`, within
@@ -223,7 +228,7 @@ def measure_products(shapes: Sequence[tuple[int, int]], rows: int) -> ProbeTimes
     leaves = [tensor for pair in operands for tensor in pair]
 
     def repetition(dtype: torch.dtype | None, _pair: int) -> None:
-        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        with autocast("cpu", dtype):
             products = [F.linear(rows_in, weight) for rows_in, weight in operands]
         loss = torch.stack([product.float().sum() for product in products]).sum()
         torch.autograd.grad(loss, leaves)

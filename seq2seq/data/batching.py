@@ -8,8 +8,8 @@ the size of its padded source or target tensor, whichever is bigger.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -46,31 +46,23 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
-        """Returns a copy whose tensors are on `device`, except src_lengths (left as they are).
+    def _map_tensors(self, function: Callable[[torch.Tensor], torch.Tensor], *,
+                     skip: tuple[str, ...] = ()) -> Batch:
+        """A copy with `function` applied to each tensor, in field order, but those in `skip`."""
+        return replace(self, **{
+            field.name: function(getattr(self, field.name)) for field in fields(self)
+            if isinstance(getattr(self, field.name), torch.Tensor) and field.name not in skip
+        })
 
-        Args:
-            device: Target device.
-            non_blocking: Passed to Tensor.to (useful with pinned memory).
-        """
-        return Batch(
-            src=self.src.to(device, non_blocking=non_blocking),
-            src_lengths=self.src_lengths,
-            tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
-            tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
-            indices=self.indices.to(device, non_blocking=non_blocking),
-            num_tgt_tokens=self.num_tgt_tokens,
-        )
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """Returns a copy whose tensors are on `device`, except src_lengths (left as they are);
+        `non_blocking` is passed to Tensor.to (useful with pinned memory)."""
+        return self._map_tensors(lambda tensor: tensor.to(device, non_blocking=non_blocking),
+                                 skip=("src_lengths",))
 
     def pin_memory(self) -> Batch:
         """Returns a copy in pinned memory (called by DataLoader(pin_memory=True))."""
-        values = {
-            field.name: getattr(self, field.name).pin_memory()
-            if isinstance(getattr(self, field.name), torch.Tensor)
-            else getattr(self, field.name)
-            for field in fields(self)
-        }
-        return Batch(**values)
+        return self._map_tensors(torch.Tensor.pin_memory)
 
 
 def pad_sources(sources: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -407,7 +399,5 @@ class TokenBucketSampler(Sampler[list[int]]):
                 self.seed,
             )
         self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
-        self._cached_epoch = None
-        self._consumed = int(state["batches_consumed"])
-        self._resume_from = self._consumed
+        self._cached_epoch = None  # cached under the old seed
+        self.set_epoch(int(state["epoch"]), position=int(state["batches_consumed"]))

@@ -172,18 +172,15 @@ def load_cache(
         OSError, ValueError, KeyError: If a file is missing or damaged.
     """
     if summary.get("joint"):
-        shared = SentencePieceTokenizer.load(directory / JOINT_MODEL_FILE)
-        target: SentencePieceTokenizer | SubsetTokenizer = shared
-        if (directory / TARGET_VOCABULARY_FILE).is_file():
-            target = SubsetTokenizer(
-                base=shared, kept_ids=np.load(directory / TARGET_VOCABULARY_FILE)
-            )
-        tokenizers = Tokenizers(src=shared, tgt=target, joint=True)
+        kept_ids_file = directory / TARGET_VOCABULARY_FILE
+        tokenizers = Tokenizers.of(
+            SentencePieceTokenizer.load(directory / JOINT_MODEL_FILE),
+            kept_ids=np.load(kept_ids_file) if kept_ids_file.is_file() else None,
+        )
     else:
-        tokenizers = Tokenizers(
-            src=SentencePieceTokenizer.load(directory / SIDE_MODEL_FILES["src"]),
-            tgt=SentencePieceTokenizer.load(directory / SIDE_MODEL_FILES["tgt"]),
-            joint=False,
+        tokenizers = Tokenizers.of(
+            SentencePieceTokenizer.load(directory / SIDE_MODEL_FILES["src"]),
+            SentencePieceTokenizer.load(directory / SIDE_MODEL_FILES["tgt"]),
         )
     splits = {split: ParallelDataset.load(directory / split) for split in summary["splits"]}
     return tokenizers, splits

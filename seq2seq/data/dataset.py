@@ -38,15 +38,11 @@ class TokenArray:
         tokens_path: Path | None = None,
         offsets_path: Path | None = None,
     ) -> None:
-        """Wraps existing arrays.
+        """Wraps existing arrays, laid out as the module docstring says.
 
-        Args:
-            tokens: 1-D integer array of all sentences' ids, concatenated.
-            offsets: 1-D int64 array, non-decreasing, offsets[0] == 0 and
-                offsets[-1] == len(tokens).
-            tokens_path: File `tokens` was mapped from, if any (pickling then reopens the file
-                instead of copying the data into every DataLoader worker).
-            offsets_path: Likewise for `offsets`.
+        `tokens_path` and `offsets_path` name the files the arrays were mapped from, if any
+        (pickling then reopens the files instead of copying the data into every DataLoader
+        worker).
 
         Raises:
             ValueError: If the arrays are inconsistent.
@@ -181,11 +177,7 @@ class ParallelDataset:
         """Nothing to do: the stored pairs are every epoch's."""
 
     def __init__(self, *, src: TokenArray, tgt: TokenArray) -> None:
-        """Pairs two token arrays.
-
-        Args:
-            src: Source sentences.
-            tgt: Target sentences, line i translating src line i.
+        """Pairs two token arrays, target sentence i translating source sentence i.
 
         Raises:
             ValueError: If the sides have different numbers of sentences.
@@ -283,12 +275,8 @@ class TokenArrayWriter:
     """
 
     def __init__(self, *, prefix: Path, dtype: Any) -> None:
-        """Creates (truncates) both files.
-
-        Args:
-            prefix: Path without suffixes, e.g. `cache/tmp/train.src`.
-            dtype: Token dtype, e.g. np.uint16 for vocabularies below 65535 pieces.
-        """
+        """Creates (truncates) both files; `prefix` is a path without the suffixes, `dtype` the
+        token dtype (e.g. np.uint16 for vocabularies below 65535 pieces)."""
         self._tokens = _NpyAppender(path=Path(f"{prefix}{TOKENS_SUFFIX}"), dtype=dtype)
         self._offsets = _NpyAppender(path=Path(f"{prefix}{OFFSETS_SUFFIX}"), dtype=np.int64)
         self._offsets.append(np.zeros(1, dtype=np.int64))
@@ -296,12 +284,8 @@ class TokenArrayWriter:
         self.sentences = 0
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Appends a chunk of sentences.
-
-        Args:
-            tokens: The chunk's ids, concatenated.
-            lengths: Pieces per sentence of the chunk; they must sum to len(tokens).
-        """
+        """Appends a chunk of sentences: their ids concatenated, and their lengths (which must
+        sum to len(tokens))."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != len(tokens):
             raise ValueError(

@@ -16,15 +16,8 @@ from seq2seq.data.text_files import DataError
 logger = logging.getLogger(__name__)
 
 
-def sha256_file(path: Path, *, block_size: int = 1 << 20) -> str:
-    """Computes the SHA-256 of a file's bytes (as stored, not decompressed).
-
-    Args:
-        path: The file to hash.
-        block_size: Bytes read at a time.
-
-    Returns:
-        The hex digest.
+def sha256_file(path: Path) -> str:
+    """Computes the hex SHA-256 of a file's bytes (as stored, not decompressed).
 
     Raises:
         DataError: If the file is missing or unreadable.
@@ -32,7 +25,7 @@ def sha256_file(path: Path, *, block_size: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as file:
-            while block := file.read(block_size):
+            while block := file.read(1 << 20):
                 digest.update(block)
     except FileNotFoundError:
         raise DataError(f"file not found: {path}") from None

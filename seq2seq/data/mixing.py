@@ -95,9 +95,9 @@ class PairsSeen:
         """Counts one batch by the dataset indices of its pairs."""
         self.counts += np.bincount(self.mix.corpus_of(indices), minlength=len(self.mix))
 
-    def describe(self, counts: Sequence[int] | None = None) -> str:
-        """``a 74.8 %, bt 25.2 %``: each corpus's share of `counts` (default: this counter's)."""
-        counts = np.asarray(self.counts if counts is None else counts, dtype=np.float64)
+    def describe(self, counts: Sequence[int]) -> str:
+        """``a 74.8 %, bt 25.2 %``: each corpus's share of `counts` (all ranks' counts)."""
+        counts = np.asarray(counts, dtype=np.float64)
         shares = 100 * counts / max(counts.sum(), 1)
         return ", ".join(f"{name} {share:.1f} %"
                          for name, share in zip(self.mix.names, shares, strict=True))

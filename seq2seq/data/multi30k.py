@@ -67,14 +67,8 @@ _DOWNLOAD_TIMEOUT_SECONDS = 60
 
 
 def file_name(split: str, language: str) -> str:
-    """Returns the mirror's file name for one split and language, checking both exist.
-
-    Args:
-        split: A Multi30k split name, e.g. "train", "val" or "test_2016_flickr".
-        language: One of en, de, fr, cs.
-
-    Returns:
-        The file name, e.g. "train.de.gz".
+    """Returns the mirror's file name for one split and language (e.g. "train.de.gz"),
+    checking both exist.
 
     Raises:
         DataError: If the split or language is unknown, or that split lacks that language.
@@ -137,16 +131,11 @@ def _download(*, base_url: str, name: str, destination: Path, expected: str) -> 
 
 
 def fetch_file(*, base_url: str, directory: Path, split: str, language: str) -> Path:
-    """Makes one Multi30k file available in `directory`, downloading it only when missing.
+    """Makes one Multi30k file available in `directory` (created when missing), downloading it
+    only when missing; returns the path of the verified local file.
 
     Args:
         base_url: Mirror location: an http(s):// or file:// URL, or a local directory path.
-        directory: Local directory for the files (created when missing).
-        split: Multi30k split name, e.g. "train".
-        language: One of en, de, fr, cs.
-
-    Returns:
-        Path of the verified local file.
 
     Raises:
         DataError: On an unknown split/language, a failed download, or a wrong checksum
@@ -180,11 +169,9 @@ def fetch_multi30k(
 ) -> dict[str, tuple[Path, Path]]:
     """Makes the requested Multi30k splits available locally for one language pair.
 
+    `base_url` and `directory` are as for `fetch_file`.
+
     Args:
-        base_url: Mirror location: an http(s):// or file:// URL, or a local directory path.
-        directory: Local directory for the files.
-        src_lang: Source language (en, de, fr or cs).
-        tgt_lang: Target language, different from the source.
         splits: Our split name -> Multi30k split name, e.g. {"train": "train",
             "valid": "val", "test": "test_2016_flickr"}; a None value leaves that split out.
 

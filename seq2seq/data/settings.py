@@ -7,6 +7,7 @@ returns: no OmegaConf or Hydra import is needed here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,22 +84,10 @@ class TokenizerSettings:
     def from_config(cls, config: Mapping[str, Any]) -> TokenizerSettings:
         """Reads the settings from the `tokenizer` node; unknown keys are ignored.
 
-        Missing keys take the defaults.
+        Missing keys take the defaults; a null is converted like any value (`joint: null` is
+        False).
         """
-        defaults = cls()
-
-        def read(key: str) -> Any:
-            return get_setting(config, key, where="tokenizer", default=getattr(defaults, key))
-
-        return cls(
-            model_type=str(read("model_type")),
-            vocab_size=int(read("vocab_size")),
-            joint=bool(read("joint")),
-            character_coverage=float(read("character_coverage")),
-            max_training_sentences=int(read("max_training_sentences")),
-            seed=int(read("seed")),
-            prune_target_vocabulary=bool(read("prune_target_vocabulary")),
-        )
+        return _read_settings(cls, config, where="tokenizer", nullable=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,14 +117,17 @@ class FilterSettings:
         """Reads the settings from the `data.filter` node (None: the defaults)."""
         if config is None:
             return cls()
-        defaults = cls()
-        max_length = get_setting(
-            config, "max_length", where="data.filter", default=defaults.max_length
-        )
-        ratio = get_setting(
-            config, "max_length_ratio", where="data.filter", default=defaults.max_length_ratio
-        )
-        return cls(
-            max_length=None if max_length is None else int(max_length),
-            max_length_ratio=None if ratio is None else float(ratio),
-        )
+        return _read_settings(cls, config, where="data.filter", nullable=True)
+
+
+def _read_settings(cls: type, config: Mapping[str, Any], *, where: str, nullable: bool) -> Any:
+    """Builds settings class `cls` from a config node, reading its fields in order: each value
+    converted to the type of the field's default (every default is a bool, int, float or str),
+    an unset one the default, a null kept as None where `nullable`."""
+    defaults = cls()
+    values = {}
+    for field in dataclasses.fields(cls):
+        default = getattr(defaults, field.name)
+        value = get_setting(config, field.name, where=where, default=default)
+        values[field.name] = None if nullable and value is None else type(default)(value)
+    return cls(**values)

@@ -32,12 +32,6 @@ def open_binary(path: Path) -> BinaryIO:
     Compression is detected from the content rather than the suffix, so a gzip file without
     `.gz` (or a plain file named `.gz`) still reads correctly.
 
-    Args:
-        path: The file to open.
-
-    Returns:
-        A binary file object positioned at the start of the (decompressed) text.
-
     Raises:
         DataError: If the file does not exist or cannot be opened.
     """
@@ -87,13 +81,8 @@ def _raw_lines(file: BinaryIO, path: Path) -> Iterator[bytes]:
 
 
 def iter_lines(path: Path) -> Iterator[str]:
-    """Yields the lines of a corpus file as text, without line terminators.
-
-    Args:
-        path: A plain or gzip-compressed UTF-8 file.
-
-    Yields:
-        One sentence per line, in file order (empty lines included).
+    """Yields the lines of a corpus file as text, without line terminators, in file order
+    (empty lines included).
 
     Raises:
         DataError: If the file is missing, unreadable or not valid UTF-8 (the message gives
@@ -118,17 +107,8 @@ def one_line(text: str) -> str:
 
 
 def read_lines(path: Path) -> list[str]:
-    """Reads a whole (small) corpus file, e.g. references to score against.
-
-    Args:
-        path: A plain or gzip-compressed UTF-8 file.
-
-    Returns:
-        Its lines, without terminators.
-
-    Raises:
-        DataError: As for `iter_lines`.
-    """
+    """Reads a whole (small) corpus file, e.g. references to score against, without line
+    terminators; raises DataError as `iter_lines` does."""
     return list(iter_lines(path))
 
 
@@ -145,15 +125,8 @@ def iter_parallel_chunks(
     """Streams a parallel corpus as chunks of aligned sentence pairs.
 
     The line counts are checked as the files are read: when one file ends before the other,
-    the rest of the longer one is counted so the error can name both counts.
-
-    Args:
-        src_path: Source side, plain or gzip, UTF-8, one sentence a line.
-        tgt_path: Target side, aligned line by line with the source.
-        chunk_lines: Number of pairs per chunk (the last chunk may be shorter).
-
-    Yields:
-        (source sentences, target sentences) of equal length.
+    the rest of the longer one is counted so the error can name both counts. Each chunk is
+    (source sentences, target sentences) of `chunk_lines` pairs (the last may be shorter).
 
     Raises:
         DataError: On a missing file, invalid UTF-8 or different line counts.
@@ -186,14 +159,8 @@ def iter_parallel_chunks(
 
 
 def check_parallel(src_path: Path, tgt_path: Path) -> int:
-    """Reads a whole parallel corpus once to check it, without keeping it.
-
-    Args:
-        src_path: Source side.
-        tgt_path: Target side.
-
-    Returns:
-        The number of sentence pairs.
+    """Reads a whole parallel corpus once to check it, without keeping it; returns the number
+    of sentence pairs.
 
     Raises:
         DataError: On a missing file, invalid UTF-8 or different line counts.

@@ -468,6 +468,16 @@ class Tokenizers:
     tgt: SentencePieceTokenizer | SubsetTokenizer
     joint: bool
 
+    @classmethod
+    def of(cls, src: SentencePieceTokenizer, tgt: SentencePieceTokenizer | None = None, *,
+           kept_ids: Iterable[int] | None = None) -> Tokenizers:
+        """One shared model (`tgt` None: joint) or one a side; with `kept_ids`, the target side
+        is the SubsetTokenizer of those ids of its model."""
+        target = src if tgt is None else tgt
+        if kept_ids is not None:
+            target = SubsetTokenizer(base=target, kept_ids=kept_ids)
+        return cls(src=src, tgt=target, joint=tgt is None)
+
     @property
     def target_model(self) -> SentencePieceTokenizer:
         """The target side's whole sentencepiece model (the base of a pruned one)."""

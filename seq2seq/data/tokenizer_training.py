@@ -88,6 +88,5 @@ def train_tokenizers(
         )
 
     if settings.joint:
-        shared = train(("src", "tgt"))
-        return Tokenizers(src=shared, tgt=shared, joint=True)
-    return Tokenizers(src=train(("src",)), tgt=train(("tgt",)), joint=False)
+        return Tokenizers.of(train(("src", "tgt")))
+    return Tokenizers.of(train(("src",)), train(("tgt",)))

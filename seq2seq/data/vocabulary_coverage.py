@@ -138,16 +138,15 @@ def extend_tokenizers(tokenizers: Tokenizers, coverage: VocabularyCoverage) -> T
         both = coverage.src.missing_characters + coverage.tgt.missing_characters
         src = _base(tokenizers.src).with_characters(_by_frequency(both))
         if not isinstance(tokenizers.tgt, SubsetTokenizer):
-            return Tokenizers(src=src, tgt=src, joint=True)
+            return Tokenizers.of(src)
         new_ids = [src.vocab_size - len(both) + index for index, character
                    in enumerate(_by_frequency(both))
                    if character in coverage.tgt.missing_characters]
         kept = [*tokenizers.tgt.kept_ids.tolist(), *coverage.unkept_target_ids, *new_ids]
-        return Tokenizers(src=src, tgt=SubsetTokenizer(base=src, kept_ids=kept), joint=True)
-    return Tokenizers(
-        src=tokenizers.src.with_characters(_by_frequency(coverage.src.missing_characters)),
-        tgt=tokenizers.tgt.with_characters(_by_frequency(coverage.tgt.missing_characters)),
-        joint=False,
+        return Tokenizers.of(src, kept_ids=kept)
+    return Tokenizers.of(
+        tokenizers.src.with_characters(_by_frequency(coverage.src.missing_characters)),
+        tokenizers.tgt.with_characters(_by_frequency(coverage.tgt.missing_characters)),
     )
 
 

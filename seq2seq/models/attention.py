@@ -146,24 +146,11 @@ class Attention(nn.Module):
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Attend from T query steps over S source positions.
+        """Attend from T query steps over S source positions (shapes: see the class docstring).
 
-        Args:
-            query: Decoder states.
-            keys: The output of :meth:`precompute_keys`.
-            values: Vectors to average, usually the encoder outputs.
-            mask: True at real tokens, False at padding; ``None`` means no padding. Every row
-                needs at least one real token.
-
-        Returns:
-            The context vectors and the attention weights (exactly 0 at padding).
-
-        Shape:
-            - query: (B, T, Dq)
-            - values: (B, S, Dv)
-            - mask: (B, S)
-            - context: (B, T, Dv)
-            - weights: (B, T, S)
+        ``values`` are usually the encoder outputs. ``mask=None`` means no padding; otherwise
+        every row needs at least one real token. Returns the context vectors and the attention
+        weights (exactly 0 at padding).
         """
         energies = self.scorer.score(query, keys)  # (B, T, S) or (B, T, H, S)
         multi_head = energies.dim() == 4

@@ -21,35 +21,11 @@ class Scorer(nn.Module):
     num_heads: int = 1
 
     def precompute_keys(self, keys: Tensor) -> Tensor:
-        """Return what :meth:`score` needs from the keys; the identity by default.
-
-        Args:
-            keys: Encoder outputs.
-
-        Returns:
-            The precomputed keys, to pass back to :meth:`score`.
-
-        Shape:
-            - keys: (B, S, Dk)
-            - output: (B, S, *), scorer-specific.
-        """
+        """Keys (B, S, Dk) -> what :meth:`score` reuses (contract in :mod:`~.attention`)."""
         return keys
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        """Return the energies of every query step against every key.
-
-        Args:
-            query: Decoder states, T steps at once.
-            keys: The output of :meth:`precompute_keys`.
-
-        Returns:
-            Unnormalized energies (no mask, no softmax).
-
-        Shape:
-            - query: (B, T, Dq)
-            - keys: (B, S, *)
-            - output: (B, T, S)
-        """
+        """Unnormalized energies (B, T, S) (contract in :mod:`~.attention`)."""
         raise NotImplementedError
 
 
@@ -132,11 +108,7 @@ class ScaledDotScorer(DotScorer):
 
     d is the length of the dot product (the keys have ``query_dim`` entries, projected or not).
     The scaling keeps the energies' variance near 1 for unit-variance inputs, so the softmax does
-    not saturate as d grows. Options and errors are those of :class:`DotScorer`.
-
-    Shape:
-        - precompute_keys: (B, S, Dk) -> (B, S, Dq)
-        - score: query (B, T, Dq), keys (B, S, Dq) -> (B, T, S)
+    not saturate as d grows. Options, errors and shapes are those of :class:`DotScorer`.
     """
 
     def __init__(self, *, query_dim: int, key_dim: int, project_keys: bool = False):

@@ -170,7 +170,6 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model", vocab_size: in
             ``word_dropout`` outside [0, 1), no ``attention`` node for a decoder that takes
             one, or parts that cannot be built together.
     """
-    full_cfg = model_cfg
     word_dropout = model_cfg.get("word_dropout", 0.0)
     if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) \
             or not 0 <= word_dropout < 1:
@@ -193,7 +192,7 @@ def check_model_config(model_cfg: Mapping, *, key: str = "model", vocab_size: in
     _check_positive_sizes(model_cfg, key)
     try:
         with torch.device("meta"):
-            build_model(full_cfg, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
+            build_model(model_cfg, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
     except (ValueError, TypeError, ZeroDivisionError, RuntimeError, NotImplementedError) as error:
         root = error
         while root.__cause__ is not None:

@@ -12,11 +12,12 @@ not classes, so reading and checking a config does not import the models (nor to
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from seq2seq.config_types import ConfigError
+from seq2seq.config_types import ConfigError, target_nodes
 
 ENCODER, DECODER, SCORER = "encoder", "decoder", "scorer"
 
@@ -138,14 +139,10 @@ def _name_built_in_classes(node):
     """Version 1 -> 2: every ``_target_`` that is a built-in class's version-1 import path (a
     multi-head scorer's inner one included) becomes its registry name; a user's class keeps
     its path. Returns new containers."""
-    if isinstance(node, dict):
-        converted = {key: _name_built_in_classes(value) for key, value in node.items()}
-        if "_target_" in converted:
-            converted["_target_"] = name_of_v1_target(converted["_target_"])
-        return converted
-    if isinstance(node, list):
-        return [_name_built_in_classes(value) for value in node]
-    return node
+    converted = copy.deepcopy(node)
+    for _, target_node in target_nodes(converted):
+        target_node["_target_"] = name_of_v1_target(target_node["_target_"])
+    return converted
 
 
 # Model options added since the last format version, at the value the configs written before

@@ -1,13 +1,9 @@
 """The encoder-decoder model: encoder, attention decoder and output projection.
 
-Read top to bottom, a translation is::
-
-    encoded = model.encode(src, src_lengths)        # memory, mask, final state, keys
-    state = model.init_state(encoded)
-    logits, weights, state = model.decode_step(prev_tokens, state, encoded)   # per step
-
-and training is ``features, weights = model(src, src_lengths, tgt_in)`` followed by
-``model.project(features)`` on the positions that carry a target token.
+A translation is ``encode`` (memory, mask, final state, keys), ``init_state``, then
+``decode_step`` per step, as :mod:`seq2seq.models.interfaces` spells out; training is
+``features, weights = model(src, src_lengths, tgt_in)`` followed by ``model.project(features)``
+on the positions that carry a target token.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@
 functions faster or in less memory. Training and decoding call :func:`speed_up` on the model
 they build; export never does, so an exported graph is the plain formula.
 
-Each kernel is a mixin that overrides one method of a model class. :func:`speed_up` puts it in
-front of the module's class (:func:`seq2seq.mixins.mix_into`): the parameters, the state_dict
-keys, the config and the printed names stay those of the model.
+Each kernel is a mixin that overrides one method of a model class; :func:`speed_up` puts it in
+front of the module's class with :func:`seq2seq.mixins.mix_into`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """Checkpoint averaging: the mean of the last few checkpoints of a run is usually a slightly
 better and steadier model than any one of them.
 
-* :func:`average_checkpoints` averages checkpoint files (``seq2seq-average``). The
-  checkpoints must come from the
-  same model: the same parameter names and shapes and the same tokenizers, or
-  :class:`~seq2seq.checkpoint.CheckpointError` names the first difference. The result keeps the
-  first checkpoint's config and tokenizers, drops the training state (optimizer, schedule,
-  RNG, ...), lists its sources under ``averaged_from``, and loads like any other checkpoint.
-  Floating-point entries are averaged in float64 and stored in their original dtype; integer
-  entries are taken from the first checkpoint.
+* :func:`average_checkpoints` averages checkpoint files (``seq2seq-average``) of one model
+  (:func:`check_compatible`). The result keeps the first checkpoint's config and tokenizers,
+  drops the training state (:data:`TRAINING_ONLY`), lists its sources under ``averaged_from``,
+  and loads like any other checkpoint. Floating-point entries are averaged in float64 and
+  stored in their original dtype; integer entries are taken from the first checkpoint.
 * :func:`average_recent` (``trainer.average_last=N``): when training ends (a resumed run too),
-  the models of the last N validations, kept by the
-  :class:`~seq2seq.training.checkpoint_manager.CheckpointManager` in ``checkpoints/recent/``, are
-  averaged into ``checkpoints/averaged.pt`` and validated with the run's
-  :class:`~seq2seq.training.validation.Validator` (translations in
-  ``validation/averaged.hyp``). Its BLEU is logged next to best.pt's, written to TensorBoard
-  (``valid/averaged_bleu``), kept in the trainer state and, through :func:`summary`, in the
-  numbers ``train()`` returns. Only rank 0 reads, writes and validates; the other ranks wait
-  for its BLEU in a broadcast, as at every validation.
+  the models of the last N validations, kept in ``checkpoints/recent/``, are averaged into
+  ``checkpoints/averaged.pt`` and validated (translations in ``validation/averaged.hyp``). Its
+  BLEU is logged next to best.pt's, written to TensorBoard (``valid/averaged_bleu``), kept in
+  the trainer state and, through :func:`summary`, in the numbers ``train()`` returns. Only
+  rank 0 reads, writes and validates; the other ranks wait for its BLEU in a broadcast.
 """
 
 from __future__ import annotations

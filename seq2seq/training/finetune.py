@@ -19,7 +19,6 @@ Its config records the parent: ``parent: {checkpoint: PATH, sha256: HEX}``.
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from seq2seq.checkpoint import (
     tokenizers_from_payload,
 )
 from seq2seq.config_types import ABSENT, ConfigError, config_differences, value_at
+from seq2seq.data.hashing import sha256_file
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.data.vocabulary_coverage import (
@@ -74,11 +74,7 @@ class Parent:
 
     def record(self) -> dict:
         """What the child's config keeps of it: the file's path and SHA-256."""
-        digest = hashlib.sha256()
-        with open(self.path, "rb") as file:
-            while block := file.read(1 << 20):
-                digest.update(block)
-        return {"checkpoint": str(self.path), "sha256": digest.hexdigest()}
+        return {"checkpoint": str(self.path), "sha256": sha256_file(self.path)}
 
 
 def parent_checkpoint_path(init_from: str) -> Path:

@@ -21,6 +21,7 @@ from seq2seq.precision import (
     STEP_BUDGET_S,
     STEP_REPEATS,
     Workload,
+    autocast,
     model_description,
     time_alternately,
 )
@@ -62,8 +63,7 @@ def training_workload(objective: nn.Module, optimizer: torch.optim.Optimizer,
 
         def repetition(dtype: torch.dtype | None, pair: int) -> None:
             batch = on_device[pair % len(on_device)]
-            with torch.autocast(device.type, dtype=dtype or torch.bfloat16,
-                                enabled=dtype is not None):
+            with autocast(device.type, dtype):
                 loss, _ = trial(*batch)
             (loss / batch[3].ne(PAD_ID).sum().clamp(min=1)).backward()
             trial_optimizer.step()

@@ -40,6 +40,7 @@ from seq2seq.console import FILE_ONLY, logs_above_bars
 from seq2seq.data.batching import Batch, TokenBucketSampler, collate
 from seq2seq.data.mixing import CorpusMix, PairsSeen
 from seq2seq.device import AUTOCAST_DTYPES, PRECISION_OPTIONS, choose_precision
+from seq2seq.precision import autocast
 from seq2seq.training.averaging import average_recent
 from seq2seq.training.budget import TrainingBudget, training_over
 from seq2seq.training.checkpoint_manager import CheckpointManager
@@ -199,7 +200,7 @@ class Trainer:
             tokenizers=tokenizers, settings=settings.valid,
             precision=self.precision,
             output_dir=self.run_dir / "validation" if context.is_main else None,
-            writer=self.writer, autocast=self._autocast,
+            writer=self.writer,
         )
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -283,11 +284,6 @@ class Trainer:
             torch.manual_seed(self.settings.seed + 1000 * self.context.rank + self.state.step)
 
     # -- helpers -----------------------------------------------------------------------------
-    def _autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
-
     def _validate_and_keep(self) -> bool:
         """Validate (on rank 0), keep the best checkpoints; True if training should stop."""
         state = self.state
@@ -383,7 +379,8 @@ class Trainer:
         nll_total = torch.zeros((), device=self.device)
         for position, batch in enumerate(group):
             last = position == len(group) - 1
-            with (nullcontext() if last or no_sync is None else no_sync()), self._autocast():
+            with (nullcontext() if last or no_sync is None else no_sync(),
+                  autocast(self.device.type, self.amp_dtype)):
                 loss_sum, nll_sum = self.objective(
                     batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
                 )

@@ -10,16 +10,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from seq2seq.data.batching import TokenBucketSampler, collate
+from seq2seq.device import AUTOCAST_DTYPES
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.evaluation import evaluate_translations
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator import Translator, eval_mode
+from seq2seq.precision import autocast
 from seq2seq.training.loss import SequenceLoss
 from seq2seq.training.settings import ValidationSettings
 
@@ -37,7 +38,6 @@ class Validator:
         precision: ``fp32``, ``bf16`` or ``fp16`` (autocast, as in training).
         output_dir: where ``stepNNNNNNN.hyp`` files go (None: not written, e.g. rank > 0).
         writer: a TensorBoard ``SummaryWriter`` or None.
-        autocast: returns the training's autocast context, for the loss.
     """
 
     def __init__(
@@ -51,7 +51,6 @@ class Validator:
         precision: str,
         output_dir: Path | None,
         writer=None,
-        autocast: Callable[[], AbstractContextManager],
     ) -> None:
         count = len(data)
         if settings.max_sentences:
@@ -68,7 +67,6 @@ class Validator:
         self.precision = precision
         self.output_dir = output_dir
         self.writer = writer
-        self.autocast = autocast
         self.signature_reported = False
 
     @torch.inference_mode()
@@ -85,7 +83,7 @@ class Validator:
         tokens = 0
         for indices in sampler:
             batch = collate([self.data[i] for i in indices], indices).to(device)
-            with self.autocast():
+            with autocast(device.type, AUTOCAST_DTYPES[self.precision]):
                 _, nll = objective(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
             loss_sum += nll
             tokens += batch.num_tgt_tokens
@@ -107,15 +105,10 @@ class Validator:
 
         ``minutes``: the minutes trained so far, for the log line (the val curve against time).
         """
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             hyp_path = self.output_dir / f"step{step:07d}.hyp" if self.output_dir else None
             scores, hypotheses, translator = self.evaluate(model, device, hyp_path)
             self._report(scores, hypotheses, hyp_path, translator, step, epoch, minutes)
-        finally:
-            if was_training:
-                model.train()
         return scores
 
     def evaluate(self, model, device: torch.device, hyp_path: Path | None = None):
