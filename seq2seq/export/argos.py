@@ -1,18 +1,12 @@
 """Package a Transformer for Argos Translate and LibreTranslate (``seq2seq-export format=argos``).
 
-An Argos package (``.argosmodel``) is a zip of one folder holding ``metadata.json`` (the
-languages and versions Argos lists), ``model/`` (a CTranslate2 model, which Argos decodes
-with), ``sentencepiece.model`` (with which Argos encodes the source and decodes the target
-pieces) and, optionally, ``minisbd/`` (the MiniSBD sentence splitter Argos runs on the source
-text; without it Argos downloads one on first use). ``model/`` is the CTranslate2 folder of
-:mod:`seq2seq.export.ctranslate2_export` as it is, and the output folder is that folder too,
-with the package beside its files: ``translate.py checkpoint=DIR`` decodes what Argos decodes.
-
-Argos decodes the target pieces with the *source* model: pieces it lacks come out as written,
-so a separate target model round-trips, unless its pieces decode otherwise (byte fallback on
-the target side only), which is refused. Before it is published the package is read back as
-Argos reads it: one top folder, the metadata, the CTranslate2 model loaded from the zip, the
-source pieces those of the model's vocabulary and every target piece decoded as ours decode it.
+An Argos package (``.argosmodel``) is a zip of one folder: ``metadata.json``, ``model/`` (the
+CTranslate2 folder of :mod:`seq2seq.export.ctranslate2_export` as it is),
+``sentencepiece.model`` (the source model, with which Argos encodes the source and decodes the
+target pieces) and, optionally, ``minisbd/`` (a sentence splitter). The output folder is that
+CTranslate2 folder, with the package beside its files. docs/export.md ("Argos Translate and
+LibreTranslate") gives the layout, what is refused, and how the package is read back as Argos
+reads it before it is published.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Convert a Transformer to a CTranslate2 model folder (``seq2seq-export format=ctranslate2``).
 
-CTranslate2 is the inference engine most Transformer translation services run. Our Transformer
-(:mod:`seq2seq.models.transformer`) is its ``TransformerSpec`` as it stands: pre-norm layers
-with a final layer norm, ReLU feed-forward blocks, ``sqrt(d_model)``-scaled embeddings plus
-sinusoidal positions (given to it as a table, in our interleaved layout), and the output layer.
-The query, key and value projections are joined into the fused matrices the engine reads.
-
-The folder holds CTranslate2's own files (``model.bin``, ``config.json`` and the vocabularies,
-ready for ``ctranslate2.Translator``), our sentencepiece model(s) and ``manifest.json``. Before
-it is published, CTranslate2 scores a batch of random translations and its log-probabilities
-must be the model's (within :data:`LOG_PROB_TOLERANCE` in float32): a converted model that
-would translate differently is refused, not written. ``quantize=int8`` stores int8 weights,
-which CTranslate2 multiplies with its own int8 kernels.
+Our Transformer (:mod:`seq2seq.models.transformer`) is CTranslate2's ``TransformerSpec`` as it
+stands, positions given as a table in our interleaved layout and the query, key and value
+projections joined into the fused matrices the engine reads. Before the folder is published,
+CTranslate2 scores random translations and its log-probabilities must be the model's (within
+:data:`LOG_PROB_TOLERANCE` in float32). docs/export.md ("CTranslate2, for a Transformer") gives
+the mapping, the folder's files and ``quantize=int8``.
 """
 
 from __future__ import annotations

@@ -3,36 +3,13 @@ format=huggingface``): ``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load it w
 ours, and ``generate`` decodes it as our greedy search does.
 
 Our Transformer (:mod:`seq2seq.models.transformer`) is ``transformers``' Pegasus
-(``PegasusForConditionalGeneration``): pre-norm layers closed by a layer norm per stack,
-``sqrt(d_model)``-scaled embeddings (``scale_embedding``), sinusoidal positions of the same
-frequencies, ReLU feed-forward blocks, biases everywhere, and ``final_logits_bias`` for the
-output layer's bias. Three bridges make the weights Pegasus's:
-
-- **Layout.** Pegasus lays a position's sines out first and its cosines second, where ours
-  interleave them. The same permutation of the model dimension (:func:`pegasus_dimensions`),
-  applied to every weight that reads or writes the residual stream, maps one onto the other:
-  a permuted network computes the same function.
-- **Tables.** The folder has one id space per side: the source sentencepiece ids for the
-  encoder, the target model's ids for the decoder and the output layer (a pruned target's
-  compact ids are scattered back to them). Its tables are separate (``tie_word_embeddings:
-  false``), padded to one ``vocab_size``; a target id the model never outputs gets the output
-  bias :data:`NEVER` and a zero row.
-- **Decoding.** The decoder starts from id 0, whose decoder row is our ``<s>`` row (Pegasus's,
-  and CTranslate2's Pegasus loader's, convention); ``generation_config.json`` bans ``<pad>``
-  and ``<s>`` (``suppress_tokens``, our search's ban) and forces ``</s>`` at the length limit
-  (``forced_eos_token_id``, our search's rule).
-
-The tokenizer is ``MarianTokenizer`` over our sentencepiece model(s) (``source.spm``,
-``target.spm``, ``vocab.json``, and ``target_vocab.json`` for separate vocabularies): it
-appends ``</s>`` to a source as we do, and decodes with the target model. The folder also has a
-model card (``README.md``, with the Hub's metadata header) and our ``manifest.json``.
-
-Before it is published, the folder is loaded back with ``transformers`` and must reproduce our
-model: the greedy translations of random sources (token ids, sentence by sentence, each with
-our length limit) and the log-probability of every token (within :data:`LOG_PROB_TOLERANCE`),
-and the tokenizer must encode and decode as ours. What cannot be equal (beam search's length
-penalty, per-sentence length limits in a batch, ``<unk>`` in the output, a leading corpus tag)
-is listed in docs/export.md.
+(``PegasusForConditionalGeneration``) once its model dimension is permuted
+(:func:`pegasus_dimensions`: Pegasus lays a position's sines out before its cosines, ours
+interleave them), its tables padded to one id space per side, and the decoder started from id
+0; the tokenizer is ``MarianTokenizer`` over our sentencepiece model(s). Before it is
+published, the folder is loaded back and must reproduce our greedy ids, log-probabilities
+(within :data:`LOG_PROB_TOLERANCE`) and tokenization. docs/export.md ("Hugging Face
+transformers") gives the folder's files, each bridge in full, and what cannot be equal.
 """
 
 from __future__ import annotations

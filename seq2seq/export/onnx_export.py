@@ -1,24 +1,12 @@
 """Export a trained model to a folder that ONNX Runtime decodes: two graphs and a manifest.
 
-The model is traced as it decodes (``torch.onnx.export``, the ``torch.export``-based exporter):
-
-- the **encoder graph** is ``encode`` followed by ``init_state``:
-  ``src (B, S), src_lengths (B,) -> memory, mask, keys, *initial state``;
-- the **decoder-step graph** is one ``decode_step``:
-  ``prev_tokens (N,), memory, mask, keys, *state -> logits (N, V), weights (N, S), *new state``.
-
-Every size a batch changes (sentences, decoder rows, source length, a cache's decoded
-positions) is declared open, by name, on both graphs' inputs and outputs (:data:`SENTENCES`,
-:data:`ROWS`, :data:`SOURCE_LENGTH`, :data:`DECODED_POSITIONS`). The folder's layout and
-manifest are described in :mod:`seq2seq.inference.onnx_model`, which decodes it (:mod:`seq2seq.inference.model_files` reads it), and, for
-services that are not this package, in docs/export.md. Before the folder is published, its
-fp32 graphs are run at sizes other than the traced ones and compared with the PyTorch model: a
-model that does not export faithfully (a user's scorer whose Python code fixes a size, say) is
-refused, not written. ``quantize=int8`` then quantizes the weights of the graphs' matrix
-products with ONNX Runtime's dynamic quantization
-(``onnxruntime.quantization.quantize_dynamic``).
-
-The folder appears whole or not at all: it is written beside its destination and renamed.
+The encoder graph is ``encode`` followed by ``init_state``, the decoder-step graph one
+``decode_step`` (:class:`EncoderGraph`, :class:`StepGraph`), both traced with
+``torch.onnx.export`` and every size a batch changes declared open by name (:data:`SENTENCES`,
+:data:`ROWS`, :data:`SOURCE_LENGTH`, :data:`DECODED_POSITIONS`). The fp32 graphs must match
+the PyTorch model at other sizes than the traced ones before ``quantize=int8`` quantizes them;
+the folder appears whole or not at all. docs/export.md ("What the export does", "The folder")
+gives each step and the folder's layout; :mod:`seq2seq.inference.onnx_model` decodes it.
 """
 
 from __future__ import annotations
@@ -66,13 +54,17 @@ SENTENCES, ROWS, SOURCE_LENGTH = "sentences", "rows", "source_length"
 DECODED_POSITIONS = "decoded_positions"
 
 
-class EncoderGraph(nn.Module):
-    """``encode`` and ``init_state`` as one graph (the step graph then needs no final state)."""
+class _Graph(nn.Module):
+    """A part of ``model`` to trace, its state entries as tensors in ``state_names``' order."""
 
     def __init__(self, model: nn.Module, state_names: tuple[str, ...]) -> None:
         super().__init__()
         self.model = model
         self.state_names = state_names
+
+
+class EncoderGraph(_Graph):
+    """``encode`` and ``init_state`` as one graph (the step graph then needs no final state)."""
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, ...]:
         encoded = self.model.encode(src, src_lengths)
@@ -81,13 +73,8 @@ class EncoderGraph(nn.Module):
                 *(state[name] for name in self.state_names))
 
 
-class StepGraph(nn.Module):
+class StepGraph(_Graph):
     """One ``decode_step`` with the encoded source and the state as explicit tensors."""
-
-    def __init__(self, model: nn.Module, state_names: tuple[str, ...]) -> None:
-        super().__init__()
-        self.model = model
-        self.state_names = state_names
 
     def forward(self, prev_tokens: Tensor, memory: Tensor, mask: Tensor, keys: Tensor,
                 *state: Tensor) -> tuple[Tensor, ...]:
@@ -434,27 +421,13 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
         _write_graphs(model, staging, manifest, opset=opset)
         if quantize == "int8":
             quantize_graphs(staging, embeddings=quantize_embeddings)
-            _check_runs(staging, manifest)
+            try:  # the int8 graphs load, and encode and decode a step at two sizes
+                _observed_shapes(staging, manifest, manifest["vocabulary"]["source_size"])
+            except Exception as error:  # onnxruntime's own error types
+                raise ExportError(f"the quantized graphs do not run: {_reason(error)}") from None
             manifest["export"]["int8_embeddings"] = quantize_embeddings
         write_manifest(staging, manifest, started=started)
     return manifest
-
-
-def _check_runs(folder: Path, manifest: dict[str, Any]) -> None:
-    """Load the (quantized) graphs and run a batch through the encoder and one step.
-
-    Raises:
-        ExportError: when they do not load or run.
-    """
-    vocab_size = manifest["vocabulary"]["source_size"]
-    src, lengths = example_sources(CHECK_SENTENCES, CHECK_LENGTH, vocab_size, seed=2)
-    try:
-        model = OnnxModel(folder, manifest, num_threads=1, reuse_sessions=False)
-        encoded = model.encode(src, lengths)
-        model.decode_step(torch.full((CHECK_SENTENCES,), BOS_ID), model.init_state(encoded),
-                          encoded)
-    except Exception as error:
-        raise ExportError(f"the quantized graphs do not run: {_reason(error)}") from None
 
 
 def _write_graphs(model: nn.Module, folder: Path, manifest: dict[str, Any], *,

@@ -1,18 +1,12 @@
 """``seq2seq-export ... format=web``: a folder that is a whole static web page which translates
 in the reader's browser, offline, with nothing sent anywhere.
 
-The folder is the int8 ONNX export (:mod:`seq2seq.export.onnx_export`: the same graphs,
-tokenizers and manifest, so ``translate.py checkpoint=FOLDER`` decodes it too) and beside it:
-
-    index.html, page.mjs      the page: a text box, the translation, the model's languages and
-                              validation BLEU (from the manifest)
-    translator.mjs            greedy search in JavaScript, on the rules of seq2seq's loop
-    runtime/                  ONNX Runtime Web (WebAssembly) and sentencepiece-js, copied from
-                              web/node_modules (npm ci --prefix web; make install runs it)
-    shims/                    the two Node modules sentencepiece-js imports, for the browser
-
-``python -m http.server --directory FOLDER`` serves it; any static host does. The manifest's
-``web`` entry gives what the page needs beyond the ONNX folder's (the corpus tags as pieces).
+The folder is the int8 ONNX export (:mod:`seq2seq.export.onnx_export`, so ``translate.py
+checkpoint=FOLDER`` decodes it too) with the page beside it: ``index.html`` and ``page.mjs``,
+``translator.mjs`` (greedy search in JavaScript), ``runtime/`` (ONNX Runtime Web and
+sentencepiece-js, from web/node_modules) and ``shims/``; docs/export.md ("In the browser") says
+what each holds. The manifest's ``web`` entry gives what the page needs beyond the ONNX
+folder's (the corpus tags as pieces).
 """
 
 from __future__ import annotations

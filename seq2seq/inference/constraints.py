@@ -18,11 +18,8 @@ A hypothesis that happens to produce a phrase while generating freely does not c
 twin through the constraint route is in the bank above).
 
 The output length limit of a sentence grows to hold its prefix and all its phrases, so the top
-bank is always reached. Why grid beam search rather than dynamic beam allocation (Post & Vilar,
-2018), which shares one beam of K between the banks: with a beam smaller than the number of
-banks, dynamic allocation cannot keep a hypothesis in each bank and may end with none that
-meets every phrase; the grid always can, for C + 1 times the rows per step
-(docs/evaluate-translate.md measures the cost).
+bank is always reached. docs/evaluate-translate.md ("Which search runs", "Its cost") says why
+the grid rather than dynamic beam allocation, and measures its C + 1 times the rows per step.
 
 Conventions (scores, length penalty, stopping, nbest, attention, finished sentences leaving
 the batch) are beam search's.

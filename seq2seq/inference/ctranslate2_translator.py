@@ -10,12 +10,8 @@ length penalty, so that a score means what a checkpoint's means. What each optio
 where CTranslate2 decodes otherwise (output length limits, forced prefixes, seeds, attention),
 is the table in docs/export.md ("In translate.py, evaluate.py and serve.py").
 
-Refused in one line, each naming the option (:attr:`CTranslate2Translator.cannot` and the
-constructor): a search other than CTranslate2's own beam and sample (one a caller registered:
-:mod:`seq2seq.inference.searches`), phrases (``constraints``, ``terms``), ``epsilon``, a
-``shortlist``, a precision other than fp32 (the folder runs in its exported types),
-``quantize=int8`` for a float folder, a device other than the CPU, and lengths past the
-folder's position table.
+Refused in one line, each naming the option: what :attr:`CTranslate2Translator.cannot` lists,
+``quantize=int8`` for a float folder, and lengths past the folder's position table.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from seq2seq.config_types import error_reason
 from seq2seq.data.text_files import DataError
 from seq2seq.data.vocab import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_ID
 from seq2seq.inference.decode_options import DecodeOptions
-from seq2seq.inference.export_format import check_quantize_mode
+from seq2seq.inference.export_format import check_int8_decoding, check_quantize_mode
 from seq2seq.inference.search_loop import Hypothesis, length_penalty_factor, max_output_lengths
 from seq2seq.inference.translator import BaseTranslator
 
@@ -144,11 +140,8 @@ class CTranslate2Translator(BaseTranslator):
         if shortlist is not None:
             raise ValueError(f"shortlist: {self.cannot['shortlist']}")
         exported = manifest["export"]["quantize"]
-        if check_quantize_mode(quantize) == "int8" and exported != "int8":
-            raise ValueError(
-                "quantize=int8 decodes a folder exported with quantize=int8: run seq2seq-export "
-                "checkpoint=PATH output=DIR format=ctranslate2 quantize=int8, then give "
-                "checkpoint=DIR")
+        check_int8_decoding(check_quantize_mode(quantize), exported, what="folder",
+                            options="format=ctranslate2 ")
         self.max_positions = int(manifest["export"]["max_positions"])
         if max_source_length + 1 > self.max_positions:
             raise ValueError(

@@ -1,20 +1,11 @@
 """Ensemble decoding: several models of one vocabulary searched as one.
 
 ``Ensemble([model_a, model_b])`` is a :class:`~seq2seq.models.interfaces.DecodingModel` like
-its members, so greedy search, beam search, n-best lists and attention
-output work unchanged. At each step every member reads the same previous tokens and its own
-state; the ensemble's next-token scores are the **mean of the members' log-probabilities**
-(the search's ``log_softmax`` then renormalises them: a normalised geometric mean of the
-members' distributions, as in OpenNMT-py), and its attention weights are the mean of the
-members' weights. An ensemble of one model gives that model's translations.
-
-Members may differ in anything (scorer, sizes, encoder type) except their vocabularies: the
-same source pieces (they read one batch of ids) and the same target pieces (their scores are
-averaged id by id). :func:`check_same_vocabularies` refuses anything else with a message
-naming the first difference.
-
-Shape conventions as in :mod:`seq2seq.models.seq2seq`: per step, ``logits`` (B, V) and
-``weights`` (B, S).
+its members, so every search runs on it unchanged. Its next-token scores are the **mean of the
+members' log-probabilities** (the search's ``log_softmax`` then renormalises them: a normalised
+geometric mean, as in OpenNMT-py), its attention weights the mean of the members' weights.
+Members may differ in anything but their source and target pieces, which they read and score
+id by id (:func:`check_same_vocabularies`); docs/evaluate-translate.md ("Ensembles") says more.
 """
 
 from __future__ import annotations
@@ -115,13 +106,6 @@ class Ensemble(DecodingModel):
         return log_prob_sum / count, weight_sum / count, new_state
 
 
-def _first_difference(first: list[str], other: list[str]) -> str:
-    for index, (a, b) in enumerate(zip(first, other, strict=False)):
-        if a != b:
-            return f"first difference at id {index}: {a!r} vs {b!r}"
-    return f"{len(first)} vs {len(other)} pieces"
-
-
 def vocabulary_difference(first, other) -> str | None:
     """How two :class:`~seq2seq.data.tokenizer.Tokenizers` differ in their pieces, or None."""
     for side in ("src", "tgt"):
@@ -130,10 +114,16 @@ def vocabulary_difference(first, other) -> str | None:
         pieces_b = b.pieces(range(b.vocab_size))
         if pieces_a != pieces_b:
             name = "source" if side == "src" else "target"
-            detail = _first_difference(pieces_a, pieces_b)
+            details = []
             if len(pieces_a) != len(pieces_b):
-                detail = f"{len(pieces_a)} vs {len(pieces_b)} pieces; {detail}"
-            return f"their {name} vocabularies differ ({detail})"
+                details.append(f"{len(pieces_a)} vs {len(pieces_b)} pieces")
+            # None where one list is the start of the other: the sizes say it all.
+            index = next((i for i, (x, y) in enumerate(zip(pieces_a, pieces_b, strict=False))
+                          if x != y), None)
+            if index is not None:
+                details.append(f"first difference at id {index}: {pieces_a[index]!r} vs "
+                               f"{pieces_b[index]!r}")
+            return f"their {name} vocabularies differ ({'; '.join(details)})"
     return None
 
 

@@ -35,6 +35,15 @@ def check_quantize_mode(mode: str) -> str:
     return mode
 
 
+def check_int8_decoding(quantize: str, exported: str, *, what: str, options: str = "") -> None:
+    """Refuse ``quantize=int8`` for a ``what`` (model, folder) not exported in int8: a
+    one-line ValueError naming the export command (its ``options`` before ``quantize``)."""
+    if quantize == "int8" and exported != "int8":
+        raise ValueError(
+            f"quantize=int8 decodes a {what} exported with quantize=int8: run seq2seq-export "
+            f"checkpoint=PATH output=DIR {options}quantize=int8, then give checkpoint=DIR")
+
+
 def is_exported(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder with an export manifest (else: a checkpoint file)."""
     return Path(path, MANIFEST_NAME).is_file()

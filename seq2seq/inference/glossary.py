@@ -1,12 +1,9 @@
 """Terminology: a glossary file of source terms and their required translations.
 
-The file is UTF-8 text (plain or gzip), one entry a line: the source term, a TAB, the target
-term. Blank lines and lines starting with ``#`` are skipped; surrounding spaces of a term are
-not part of it. :meth:`Glossary.constraints_for` turns sentences into the target terms each
-translation must contain: those whose source term occurs in the sentence as whole words (not
-inside a longer word; a multi-word term matches across any run of spaces), case-sensitive
-unless ``ignore_case``. The Translator enforces them as constraints
-(:mod:`seq2seq.inference.constraints`).
+The file's format and the matching rules are docs/evaluate-translate.md's (``terms=FILE``);
+surrounding spaces of a term are not part of it. :meth:`Glossary.constraints_for` turns
+sentences into the target terms each translation must contain, which the Translator enforces
+as constraints (:mod:`seq2seq.inference.constraints`).
 
 Typical use::
 
@@ -64,7 +61,7 @@ class Glossary:
 
     @classmethod
     def load(cls, path: str | Path, *, ignore_case: bool = False) -> Glossary:
-        """Read a glossary file (see the module docstring).
+        """Read a glossary file: UTF-8, plain or gzip, its lines as :meth:`parse` reads them.
 
         Raises:
             GlossaryError: on a missing or unreadable file, invalid UTF-8, a line without

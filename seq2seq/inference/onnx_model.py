@@ -1,16 +1,12 @@
 """An exported model folder, decoded by ONNX Runtime through the searches' step interface.
 
-``seq2seq-export`` (:mod:`seq2seq.export.onnx_export`) writes a folder that needs neither this
-package's training code nor PyTorch's model classes::
-
-    manifest.json          format, format version, the run config, vocabulary, export settings
-    encoder.onnx           src (B, S), src_lengths (B,) -> memory, mask, keys, initial state
-    decoder_step.onnx      prev_tokens (N,), memory, mask, keys, state -> logits, weights, state
-    source.model           sentencepiece model(s); target.model when the vocabularies differ
-
-:class:`OnnxModel` is a :class:`~seq2seq.models.interfaces.DecodingModel`, so greedy search, beam search, ensembles
-and attention output run unchanged on it. Tensors cross to ONNX Runtime as NumPy arrays that
-share their memory (``Tensor.numpy()`` and ``torch.from_numpy`` copy nothing).
+The folder (``seq2seq-export``, :mod:`seq2seq.export.onnx_export`) holds a manifest, the
+sentencepiece model(s), ``encoder.onnx`` (``encode`` then ``init_state``) and
+``decoder_step.onnx`` (one ``decode_step``); docs/export.md ("The folder") gives their inputs
+and outputs. :class:`OnnxModel` is a :class:`~seq2seq.models.interfaces.DecodingModel`, so
+greedy search, beam search, ensembles and attention output run unchanged on it. Tensors cross
+to ONNX Runtime as NumPy arrays that share their memory (``Tensor.numpy()`` and
+``torch.from_numpy`` copy nothing).
 
 Reading a folder (its manifest, its tokenizers) is :mod:`seq2seq.inference.model_files`'s job; its
 file names are :mod:`seq2seq.inference.export_format`'s.

@@ -182,8 +182,7 @@ def split_ranked(scores: Tensor, parents: Tensor, tokens: Tensor,
 
 
 class Strategy:
-    """How a search picks each step's candidates; :func:`run_search` does the rest: the start,
-    the forced tokens, finishing and keeping hypotheses, finished sentences leaving the batch.
+    """How a search picks each step's candidates; :func:`run_search` does the rest.
 
     Attributes:
         beam_size: K, the hypotheses each sentence finishes at most (and a beam keeps).
@@ -235,10 +234,8 @@ class Greedy(Strategy):
 
 
 class Beam(Strategy):
-    """Beam search: each sentence ranks the ``2 K`` best (row, next token) candidates by summed
-    log-probability; EOS candidates among the first ``K`` finish, the ``K`` best others are the
-    next beam (``2 K`` holds ``K`` non-EOS ones). :func:`run_search` says when a sentence is
-    done."""
+    """Beam search: each sentence's ``2 K`` best (row, next token) candidates by summed
+    log-probability, split as :func:`run_search` describes."""
 
     def __init__(self, beam_size: int) -> None:
         self.beam_size = beam_size

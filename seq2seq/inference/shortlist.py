@@ -16,20 +16,11 @@ renormalises each member over them, an exported graph scores every piece and the
 kept), and the translations are mapped back to real ids
 (:func:`~seq2seq.inference.search_loop.run_search`'s ``output_ids``).
 
-Decisions worth knowing:
-
-- Candidates are ranked by sentence-level co-occurrence, the Dice coefficient
-  ``2 c(s, t) / (c(s) + c(t))`` (``c``: sentences containing the piece(s)); each source piece
-  keeps its ``per_source`` best, not counting the always-included frequent and special pieces.
-- Coverage: after that cut, every target piece of every training pair (with a non-empty
-  source) is made reachable from that pair's source: a missing piece joins the candidates of
-  the sentence's source piece with the best Dice for it. So restricting the output never
-  removes a reference piece of the training data.
-- Scores are log-probabilities renormalised over the shortlist (as in Marian), so they are a
-  little higher than without it; an ensemble renormalises each member over the shortlist.
-- A shortlist is tied to the vocabularies it was built for (a fingerprint of both piece lists);
-  another model's vocabularies are refused in one line.
-- The file is a weights-only-readable ``torch.save`` dict of plain tensors, written atomically.
+Candidates are ranked by sentence-level Dice, ``2 c(s, t) / (c(s) + c(t))`` (``c``: sentences
+containing the piece(s)), each source piece keeping its ``per_source`` best besides the frequent
+and special pieces; a coverage pass then makes every target piece of a training pair reachable
+from that pair's source. docs/evaluate-translate.md ("Output-vocabulary shortlists") gives the
+rest: scores, the vocabulary check, measurements.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Text in, text out: tokenize, batch by length, search, detokenize, restore the input order.
 
-Typical use::
-
-    from seq2seq.inference.decode_options import DecodeOptions
-    from seq2seq.inference.runtimes import load_translator
-
-    translator = load_translator("runs/x/checkpoints/best.pt")
-    best = [n_best[0].text for n_best in translator.translate(["Ein Hund läuft."])]  # beam 5
-    greedy = translator.translate(["Ein Hund läuft."], DecodeOptions(beam_size=1))
-    ensemble = load_translator(["a/best.pt", "b/best.pt"])
-
-A translator holds a model and what goes with it (tokenizers, device, precision, batching
-budget); how to decode (:class:`~seq2seq.inference.decode_options.DecodeOptions`) is passed with
-each call. :class:`BaseTranslator` is the part every runtime shares: tokenization, the
-request's checks, cutting long sources, batching, empty sentences, and the conversion to
-:class:`Translation` s. A runtime supplies its search over one batch and declares what it cannot
-do (:attr:`BaseTranslator.cannot`): :class:`Translator` drives PyTorch checkpoints, ONNX
-Runtime folders and ensembles through our searches;
+A translator (:func:`~seq2seq.inference.runtimes.load_translator` opens one) holds a model and
+what goes with it (tokenizers, device, precision, batching budget); how to decode
+(:class:`~seq2seq.inference.decode_options.DecodeOptions`) is passed with each call.
+:class:`BaseTranslator` is the part every runtime shares: tokenization, the request's checks,
+cutting long sources, batching, empty sentences, and the conversion to :class:`Translation` s.
+A runtime supplies its search over one batch and declares what it cannot do
+(:attr:`BaseTranslator.cannot`): :class:`Translator` drives PyTorch checkpoints, ONNX Runtime
+folders and ensembles through our searches;
 :class:`~seq2seq.inference.ctranslate2_translator.CTranslate2Translator` hands the search to
 CTranslate2.
 
@@ -33,18 +24,10 @@ Decisions worth knowing:
 - A source longer than ``max_source_length`` pieces is cut to its first
   ``max_source_length`` pieces (plus EOS) and a warning is logged; it is never dropped, so
   the output always has one entry per input.
-- The search is the registered one ``options.search`` names (:mod:`seq2seq.inference.searches`):
-  ``beam`` (greedy search at ``beam_size=1``: identical output, less bookkeeping), ``sample``,
-  or one a caller registered.
-- The model decoded is the model trained: the searches call its ``encode``, ``init_state``
-  and ``decode_step`` (:class:`~seq2seq.models.interfaces.DecodingModel`), whether it is the
-  PyTorch model of a checkpoint or the ONNX Runtime graphs of an exported folder
-  (:mod:`seq2seq.inference.onnx_model`, chosen by what
-  :func:`~seq2seq.inference.runtimes.load_translator` is given); what
-  differs between them (precisions, device, int8) each model declares, and nothing here asks
-  which class it holds.
-- With a ``shortlist`` each batch is searched over the target pieces its shortlist keeps
-  (:mod:`seq2seq.inference.shortlist`); hypotheses come back in real target ids.
+- The search is the registered one ``options.search`` names
+  (:mod:`seq2seq.inference.searches`), on any
+  :class:`~seq2seq.models.interfaces.DecodingModel`: what differs between models (precisions,
+  device, int8) each declares, and nothing here asks which class it holds.
 """
 
 from __future__ import annotations
@@ -64,7 +47,7 @@ from seq2seq.data.vocab import UNK_ID
 from seq2seq.device import AUTOCAST_DTYPES, choose_precision, select_device
 from seq2seq.inference.decode_options import DecodeOptions
 from seq2seq.inference.decode_timing import decoding_workload
-from seq2seq.inference.export_format import check_quantize_mode
+from seq2seq.inference.export_format import check_int8_decoding, check_quantize_mode
 from seq2seq.inference.forcing import pad_prefixes
 from seq2seq.inference.model_files import require_cpu
 from seq2seq.inference.search_loop import Hypothesis
@@ -346,10 +329,8 @@ class Translator(BaseTranslator):
             :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
             :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
             or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
-        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` it was trained with.
+        tokenizers, max_tokens, max_source_length: as for :class:`BaseTranslator`.
         device: where the model lives; source batches are moved there.
-        max_tokens: budget of padded source ids per batch.
-        max_source_length: longer sources are cut to this many pieces (with a warning).
         precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
             faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
             without them: a warning says so), or ``auto`` (bf16 where the model decodes in
@@ -393,11 +374,7 @@ class Translator(BaseTranslator):
                 f"this model decodes in {', '.join(model.precisions)} (an exported one in fp32, "
                 f"or int8 when exported so), not precision={precision}: give precision=fp32"
             )
-        if self.quantize == "int8" and model.quantize != "int8":
-            raise ValueError(
-                "quantize=int8 decodes a model exported with quantize=int8: run seq2seq-export "
-                "checkpoint=PATH output=DIR quantize=int8, then give checkpoint=DIR"
-            )
+        check_int8_decoding(self.quantize, model.quantize, what="model")
         self.quantize = model.quantize  # what runs, as reports read it, whatever was asked
         workload = None
         if precision == "auto":  # timed on the model's own greedy search, in eval mode
