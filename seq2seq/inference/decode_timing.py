@@ -16,6 +16,7 @@ from seq2seq.precision import (
     STEP_BUDGET_S,
     STEP_REPEATS,
     Workload,
+    autocast,
     model_description,
     time_alternately,
 )
@@ -40,8 +41,7 @@ def decoding_workload(model, *, source_vocab_size: int, device: torch.device) ->
         lengths = torch.full((SENTENCES,), SOURCE_PIECES)
 
         def repetition(dtype: torch.dtype | None, _pair: int) -> None:
-            with torch.inference_mode(), torch.autocast(
-                    device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            with torch.inference_mode(), autocast(device.type, dtype):
                 run_search(model, src, lengths, Greedy(), max_len_a=0.0,
                            max_len_b=SOURCE_PIECES)
 

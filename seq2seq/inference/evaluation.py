@@ -34,19 +34,8 @@ class Evaluation:
         hypotheses: the best translation of each source, in input order.
         scores: ``bleu``, ``chrf``, ``bleu_detail``, ``bleu_signature``, ``chrf_signature``.
         generation_seconds: the translation alone (tokenize, search, detokenize).
-        attention_entropy: with ``attention_stats=True``, the entropy (nats) of the attention
-            distribution of each target step (EOS step and source EOS column included), averaged
-            over all steps of all sentences; else None.
-        attention_max_weight: with ``attention_stats=True``, the largest attention weight of
-            each target step, averaged the same way (1.0: every step looks at one source
-            piece; 1/S: uniform); else None.
-        attention_backward_moves: with ``attention_stats=True``, the share of pairs of
-            consecutive target steps (the EOS step left out) whose most-attended source piece
-            lies before the previous step's (0: monotonic; about 0.5 for a random order); else
-            None.
-        attention_coverage: with ``attention_stats=True``, the share of source pieces (EOS left
-            out) whose attention summed over the target steps reaches
-            :data:`COVERAGE_THRESHOLD` (1.0: every piece translated by some step); else None.
+        attention: with ``attention_stats=True``, what the best hypotheses' attention says
+            (:func:`attention_statistics`); else None.
         term_use_rate: with ``constraints``, the share of the phrases asked for that appear,
             as written, in the hypotheses (:func:`term_use`); None without constraints or
             when they ask for no phrase.
@@ -56,10 +45,7 @@ class Evaluation:
     hypotheses: list[str]
     scores: dict[str, Any]
     generation_seconds: float
-    attention_entropy: float | None = None
-    attention_max_weight: float | None = None
-    attention_backward_moves: float | None = None
-    attention_coverage: float | None = None
+    attention: AttentionStatistics | None = None
     term_use_rate: float | None = None
     required_phrases: int = 0
 
@@ -123,11 +109,8 @@ def evaluate_translations(
         hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds
     )
     if attention_stats:
-        statistics = attention_statistics([n_best[0].attention for n_best in translations])
-        evaluation.attention_entropy = statistics.entropy
-        evaluation.attention_max_weight = statistics.max_weight
-        evaluation.attention_backward_moves = statistics.backward_moves
-        evaluation.attention_coverage = statistics.coverage
+        evaluation.attention = attention_statistics([n_best[0].attention
+                                                     for n_best in translations])
     if constraints is not None:
         found, evaluation.required_phrases = term_use(hypotheses, constraints)
         evaluation.term_use_rate = (found / evaluation.required_phrases
@@ -153,9 +136,14 @@ COVERAGE_THRESHOLD = 0.5
 
 
 class AttentionStatistics(NamedTuple):
-    """What the attention matrices of a test set say, each averaged over its own units (see
-    :class:`Evaluation`): ``entropy`` and ``max_weight`` per target step, ``backward_moves``
-    per pair of consecutive steps, ``coverage`` per source piece. NaN where there are none."""
+    """What the attention matrices of a test set say, each averaged over its own units (NaN
+    where there are none): ``entropy``, the entropy (nats) of each target step's distribution
+    (the EOS step and the source EOS column included); ``max_weight``, each step's largest
+    weight (1.0: one source piece; 1/S: uniform); ``backward_moves``, the share of pairs of
+    consecutive steps (the EOS step left out) whose most-attended piece lies before the
+    previous step's (0: monotonic; about 0.5 for a random order); ``coverage``, the share of
+    source pieces (EOS left out) whose attention over the steps reaches
+    :data:`COVERAGE_THRESHOLD` (1.0: every piece translated by some step)."""
 
     entropy: float
     max_weight: float

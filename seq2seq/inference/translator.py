@@ -53,6 +53,7 @@ from seq2seq.inference.model_files import require_cpu
 from seq2seq.inference.search_loop import Hypothesis
 from seq2seq.inference.shortlist import Shortlist
 from seq2seq.models.interfaces import PRECISIONS, DecodingModel
+from seq2seq.precision import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -413,9 +414,8 @@ class Translator(BaseTranslator):
             return heads
         batch = collate([(pairs[row][0], np.asarray(pairs[row][1].tokens, dtype=np.int64))
                          for row in rows])  # src ends in EOS, tgt_in starts with BOS
-        with eval_mode(self.model), torch.no_grad(), torch.autocast(
-                self.device.type, dtype=self.autocast_dtype,
-                enabled=self.autocast_dtype is not None):
+        with eval_mode(self.model), torch.no_grad(), autocast(self.device.type,
+                                                              self.autocast_dtype):
             weights = self.model.attention_heads(batch.src.to(self.device), batch.src_lengths,
                                                  batch.tgt_in.to(self.device))
         if weights is None:
@@ -448,8 +448,7 @@ class Translator(BaseTranslator):
                                            for phrases in constraints]
         if prefixes is not None:
             settings["prefixes"] = pad_prefixes(prefixes, self.device)
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype,
-                            enabled=self.autocast_dtype is not None):
+        with autocast(self.device.type, self.autocast_dtype):
             return options.search_method.run(
                 self.model, src_tensor, src_lengths, options, generator=generator,
                 constraints=constraints, **settings)

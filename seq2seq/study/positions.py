@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seq2seq.precision import autocast
 from seq2seq.study import markdown
 
 THIRDS = ("first", "middle", "last")
@@ -53,8 +54,7 @@ def position_counts(model, tokenizers, sources: Sequence[str], references: Seque
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             batch = collate([(src_ids[i], tgt_ids[i]) for i in rows])  # tgt_out ends in EOS
-            with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype,
-                                                 enabled=autocast_dtype is not None):
+            with torch.no_grad(), autocast(device.type, autocast_dtype):
                 features, _ = model(batch.src.to(device), batch.src_lengths,
                                     batch.tgt_in.to(device), need_weights=False)
                 predicted = model.project(features).argmax(-1).cpu()  # (B, T)

@@ -173,7 +173,8 @@ def score_run(
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
-        **{name: getattr(evaluation, name) for name in ATTENTION_STATS},
+        **{f"attention_{name}": value
+           for name, value in evaluation.attention._asdict().items()},  # ATTENTION_STATS
         "parameters": parameters,
         "position_counts": counts.tolist(),
         "faithfulness": faithfulness,
