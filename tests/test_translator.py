@@ -152,7 +152,6 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
     units, 0.25x without, where it is emulated); bf16 asked for on a CPU without bf16 units
     decodes in bf16 as asked, with a one-line warning."""
     import seq2seq.device
-    import seq2seq.inference.decode_timing
     import seq2seq.precision
 
     bf16_seconds = 0.010 if bf16_units else 0.064
@@ -164,7 +163,7 @@ def test_auto_precision_and_the_emulated_bf16_warning(translator, monkeypatch, c
             searched.append((dtype, model.training))
         return seq2seq.precision.ProbeTimes(fp32_seconds=0.016, bf16_seconds=bf16_seconds)
 
-    monkeypatch.setattr(seq2seq.inference.decode_timing, "time_alternately", injected)
+    monkeypatch.setattr(seq2seq.precision, "time_alternately", injected)
     monkeypatch.setenv(seq2seq.precision.CACHE_DIR_ENV, str(tmp_path))  # a cache of its own
     monkeypatch.setattr(seq2seq.device, "onednn_half_precision_kernels",
                         lambda: {"bf16": bf16_units, "fp16": False})

@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import torch
 
+from seq2seq import precision
 from seq2seq.data.vocab import EOS_ID
 from seq2seq.inference.search_loop import Greedy, run_search
-from seq2seq.precision import (
-    STEP_BUDGET_S,
-    STEP_REPEATS,
-    Workload,
-    autocast,
-    model_description,
-    time_alternately,
-)
 
 SENTENCES, SOURCE_PIECES = 64, 16  # about a Multi30k batch's sentences and length
 FIRST_ID = 4                       # after the special pieces (pad, unk, bos, eos)
 
 
-def decoding_workload(model, *, source_vocab_size: int, device: torch.device) -> Workload:
+def decoding_workload(model, *, source_vocab_size: int, device: torch.device) -> precision.Workload:
     """Greedy search of ``SENTENCES`` sources of ``SOURCE_PIECES`` pieces (ids drawn once from
     a fixed seed) by ``model`` (a :class:`~seq2seq.models.interfaces.DecodingModel`), up to as
     many output pieces, as a :class:`Workload` named by the model."""
-    name = (f"greedy search of {model_description(model)}, {SENTENCES} sources of "
+    name = (f"greedy search of {precision.model_description(model)}, {SENTENCES} sources of "
             f"{SOURCE_PIECES} pieces")
 
     def measure():
@@ -41,10 +34,11 @@ def decoding_workload(model, *, source_vocab_size: int, device: torch.device) ->
         lengths = torch.full((SENTENCES,), SOURCE_PIECES)
 
         def repetition(dtype: torch.dtype | None, _pair: int) -> None:
-            with torch.inference_mode(), autocast(device.type, dtype):
+            with torch.inference_mode(), precision.autocast(device.type, dtype):
                 run_search(model, src, lengths, Greedy(), max_len_a=0.0,
                            max_len_b=SOURCE_PIECES)
 
-        return time_alternately(repetition, repeats=STEP_REPEATS, budget_s=STEP_BUDGET_S)
+        return precision.time_alternately(repetition, repeats=precision.STEP_REPEATS,
+                                          budget_s=precision.STEP_BUDGET_S)
 
-    return Workload(name, measure)
+    return precision.Workload(name, measure)
