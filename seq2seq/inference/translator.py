@@ -130,10 +130,9 @@ class BaseTranslator(ABC):
     shortlist: Shortlist | None = None
 
     def __init__(self, tokenizers, *, max_tokens: int, max_source_length: int) -> None:
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        if max_source_length < 1:
-            raise ValueError(f"max_source_length must be positive, got {max_source_length}")
+        for name, value in (("max_tokens", max_tokens), ("max_source_length", max_source_length)):
+            if value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
         self.tokenizers = tokenizers
         self.max_tokens = max_tokens
         self.max_source_length = max_source_length
