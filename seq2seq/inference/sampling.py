@@ -80,20 +80,9 @@ def sample_search(
     prefixes: Tensor | None = None,
     **settings,
 ) -> list[list[Hypothesis]]:
-    """Draw ``options.nbest`` translations of each sentence (see the module docstring).
-
-    Args:
-        options: the :class:`~seq2seq.inference.decode_options.DecodeOptions` (checked there):
-            ``nbest`` independent samples per sentence (duplicates are possible), drawn as
-            :func:`probabilities` reshapes them.
-        generator: where the draws come from; None: PyTorch's global generator.
-        prefixes: (B, P) each sentence's forced first tokens, -1 after its prefix; None: none.
-        settings: :func:`~seq2seq.inference.search_loop.run_search`'s (``max_len_a`` and
-            ``max_len_b`` required; ``length_penalty``, ``return_attention``, ``output_ids``).
-
-    Returns:
-        Per sentence, in input order, its ``nbest`` samples, best score first.
-    """
+    """Per sentence, in input order, ``options.nbest`` independent samples (duplicates
+    possible), best score first, drawn from ``generator`` (None: PyTorch's global one);
+    ``prefixes`` and ``settings`` are :func:`~seq2seq.inference.search_loop.run_search`'s."""
     batch_size, nbest = src.size(0), options.nbest
     copies = torch.arange(batch_size).repeat_interleave(nbest)  # each sentence nbest times
     samples = run_search(

@@ -89,8 +89,7 @@ def max_output_lengths(src_lengths: Tensor, *, max_len_a: float, max_len_b: floa
     """Per-sentence limit on output tokens (EOS not counted): ``floor(a * n + b)``, at least 0.
 
     Shape:
-        - src_lengths: (B,)
-        - output: (B,) int64, on the device of ``src_lengths``
+        - src_lengths: (B,); output: (B,) int64, on the device of ``src_lengths``
     """
     limits = torch.floor(max_len_a * src_lengths.double() + max_len_b).long()
     return limits.clamp(min=0)
@@ -364,18 +363,13 @@ def run_search(
     one).
 
     Args:
-        model: a :class:`DecodingModel` (e.g. a :class:`~seq2seq.models.seq2seq.Seq2Seq`),
-            in eval mode.
+        model: in eval mode.
         src: (B, S) source ids, padded with PAD_ID.
         src_lengths: (B,) real source lengths (best on the CPU: the limits are read there).
-        strategy: how candidates are ranked (:class:`Greedy`, :class:`Beam`, the grid of
-            :mod:`seq2seq.inference.constraints`).
-        max_len_a: output length limit ``floor(a * source length + b)`` (EOS not counted).
-        max_len_b: see ``max_len_a``.
+        max_len_a, max_len_b: the output length limit (the module docstring).
         length_penalty: GNMT alpha; 0 ranks by summed log-probability (with :class:`Greedy`
             it changes the reported score only).
         nbest: hypotheses returned per sentence (at most the strategy's ``beam_size``).
-        return_attention: also return each hypothesis' attention weights.
         prefixes: (B, P) each sentence's forced first output tokens, -1 after its prefix (see
             :func:`~seq2seq.inference.forcing.pad_prefixes`); None: none.
         output_ids: (V',) ascending target ids, the special ones first (a shortlist,

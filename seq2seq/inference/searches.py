@@ -4,16 +4,8 @@ A :class:`Search` turns one batch and its :class:`~seq2seq.inference.decode_opti
 into hypotheses, through the one loop (:func:`~seq2seq.inference.search_loop.run_search`) with a
 :class:`~seq2seq.inference.search_loop.Strategy` of its choice. Registering one makes it what
 ``search=NAME`` means everywhere options are given (``translate.py``, ``evaluate.py``, the
-server's ``/v1/translate``, a library call) with no other edit::
-
-    @register_search("widest")
-    class Widest(Search):
-        def rows(self, options):
-            return 2 * options.beam_size
-
-        def run(self, model, src, src_lengths, options, **guidance):
-            return run_search(model, src, src_lengths, Beam(2 * options.beam_size),
-                              nbest=options.nbest, **loop_settings(options, **guidance))
+server's ``/v1/translate``, a library call) with no other edit: docs/evaluate-translate.md
+("A search of your own") registers one.
 
 Two come with the library: ``beam`` (greedy search at beam size 1, grid beam search for
 sentences with constraints) and ``sample`` (:mod:`seq2seq.inference.sampling`). A runtime that
@@ -75,15 +67,9 @@ class Search:
             output_ids: Tensor | None = None) -> list[list[Hypothesis]]:
         """One batch searched: per sentence, up to ``options.nbest`` hypotheses, best first.
 
-        Args:
-            model: the model to search, in eval mode, on ``src``'s device.
-            src, src_lengths: (B, S) source ids with EOS, padded; (B,) their lengths.
-            options: the call's :class:`~seq2seq.inference.decode_options.DecodeOptions`.
-            generator: the call's seeded generator (a seeded sample), else None.
-            prefixes: (B, P) forced first tokens, -1 after each prefix; None: none.
-            constraints: per sentence, phrases of target ids (only where :attr:`phrases`).
-            output_ids: (K,) the target ids searched (a shortlist); None: all of them.
-            return_attention: also return each hypothesis' attention weights.
+        ``generator`` is the call's seeded generator (a seeded sample), else None;
+        ``constraints`` (phrases of target ids) come only where :attr:`phrases`; the rest are
+        :func:`~seq2seq.inference.search_loop.run_search`'s (:func:`loop_settings` passes them).
         """
         raise NotImplementedError
 

@@ -101,9 +101,8 @@ class BaseTranslator(ABC):
     """What every runtime's translator shares: text and piece ids in, n-best lists out.
 
     Args:
-        tokenizers: the :class:`~seq2seq.data.tokenizer.Tokenizers` the model was trained with.
-        max_tokens: budget of padded source ids per batch.
-        max_source_length: longer sources are cut to this many pieces (with a warning).
+        tokenizers: the model's :class:`~seq2seq.data.tokenizer.Tokenizers`.
+        max_tokens, max_source_length: the batches' budget and the cut (the module docstring).
 
     Attributes:
         searches: the registered searches the runtime runs (:mod:`seq2seq.inference.searches`);
@@ -177,21 +176,15 @@ class BaseTranslator(ABC):
         prefixes: Sequence[Sequence[int]] | None = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Translate sentences given as source piece ids (without EOS).
+        """Translate sentences given as source piece ids (one 1-D array or list each, without
+        EOS): per sentence, in input order, up to ``nbest`` hypotheses, best first.
 
         Args:
-            src_ids: one 1-D integer array (or list) of piece ids per sentence.
-            options: how to decode (default: beam 5, one translation a sentence).
-            return_attention: also return each hypothesis' attention weights.
             progress: called with the number of sentences each batch translated (a progress
                 bar's ``update``).
             prefixes: per sentence, the target ids every translation starts with.
             constraints: per sentence, target id phrases every translation contains
-                (:mod:`seq2seq.inference.constraints`; beam search only).
-
-        Returns:
-            Per sentence, in input order, up to ``nbest`` hypotheses, best first. An empty
-            source gives ``[Hypothesis(tokens=[], score=0.0, attention=None)]``.
+                (:mod:`seq2seq.inference.constraints`).
 
         Raises:
             ValueError: on counts of prefixes or constraints other than the sentences', or
@@ -206,10 +199,9 @@ class BaseTranslator(ABC):
         for name, given in (("prefixes", prefixes), ("constraints", constraints)):
             if given is not None and len(given) != len(sources):
                 raise ValueError(f"{len(sources)} sentences but {len(given)} {name}")
-        results: list[list[Hypothesis] | None] = [None] * len(sources)
-        for index, source in enumerate(sources):
-            if source.size == 0:
-                results[index] = [Hypothesis(tokens=[], score=0.0, attention=None)]
+        results: list[list[Hypothesis] | None] = [
+            [Hypothesis(tokens=[], score=0.0, attention=None)] if source.size == 0 else None
+            for source in sources]
         if progress is not None:
             progress(sum(source.size == 0 for source in sources))
         banks = None if constraints is None else [
@@ -283,28 +275,19 @@ class BaseTranslator(ABC):
         prefixes: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[list[Translation]]:
-        """Translate sentences of raw text.
+        """Translate sentences of raw text (no line breaks inside): per sentence, in input
+        order, up to ``nbest`` translations, best first; an empty or blank sentence gets its
+        one empty translation whatever its prefix and constraints.
 
         Args:
-            sentences: one sentence per entry (no line breaks inside).
-            options: how to decode (default: beam 5, one translation a sentence).
             return_attention: keep the attention weights (a little slower; off for scoring).
-            attention_heads: also give the best translations' every layer's and head's
-                attention where the model has them (a Transformer): one more teacher-forced
-                pass.
-            progress: as in :meth:`translate_ids`.
-            prefixes: per sentence, the text every translation starts with ("" for none).
-            constraints: per sentence, phrases every translation contains (beam search).
-
-        Returns:
-            Per sentence, in input order, up to ``nbest`` translations, best first. An empty
-            or blank sentence gives one empty translation (score 0.0, no attention), whatever
-            its prefix and constraints.
+            attention_heads: :attr:`Translation.attention_heads` too, where the model has them:
+                one more teacher-forced pass.
+            prefixes, constraints: as :meth:`translate_ids`'s, in text ("" for no prefix).
 
         Raises:
             ValueError: on a prefix or phrase with a piece the target vocabulary lacks, or
-                what :meth:`check` refuses (constraints with ``search=sample``, or where the
-                runtime cannot force phrases).
+                what :meth:`check` refuses.
         """
         src_ids = [np.asarray(ids, dtype=np.int64) for ids in self.tokenizers.src.encode(sentences)]
         results = self.translate_ids(
@@ -325,28 +308,23 @@ class Translator(BaseTranslator):
     a caller's own) on a model of ours.
 
     Args:
-        model: any :class:`~seq2seq.models.interfaces.DecodingModel`: a
+        model: any :class:`~seq2seq.models.interfaces.DecodingModel` (a
             :class:`~seq2seq.models.seq2seq.Seq2Seq`, an exported
-            :class:`~seq2seq.inference.onnx_model.OnnxModel` (CPU, fp32 or int8 as exported),
-            or an :class:`~seq2seq.inference.ensemble.Ensemble` of them, already on ``device``.
-        tokenizers, max_tokens, max_source_length: as for :class:`BaseTranslator`.
-        device: where the model lives; source batches are moved there.
-        precision: ``fp32``, or ``bf16``/``fp16`` to run the search under autocast (about 2x
-            faster on GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs
-            without them: a warning says so), or ``auto`` (bf16 where the model decodes in
-            it and the device runs it faster: :func:`seq2seq.device.decide_precision`, on a
-            CPU a cached measurement; else fp32; ``self.precision`` is the one chosen).
-        quantize: ``none``, or ``int8`` for a model exported with ``quantize=int8`` (a PyTorch
-            model is refused with a message naming ``seq2seq-export``).
+            :class:`~seq2seq.inference.onnx_model.OnnxModel`, an
+            :class:`~seq2seq.inference.ensemble.Ensemble` of them), already on ``device``.
+        precision: ``fp32``, ``bf16``/``fp16`` (the search under autocast: about 2x faster on
+            GPUs and on CPUs with bf16 matrix instructions, far slower on CPUs without them: a
+            warning says so), or ``auto`` (bf16 where the model decodes in it and the device
+            runs it faster, :func:`seq2seq.device.decide_precision`: on a CPU a cached
+            measurement; ``self.precision`` is the one chosen).
+        quantize: ``int8`` only for a model exported with ``quantize=int8``.
         shortlist: search each batch over the target pieces its
             :class:`~seq2seq.inference.shortlist.Shortlist` keeps (None: the whole vocabulary).
 
     Raises:
-        ValueError: on an unknown ``precision``, a non-positive size, ``quantize=int8`` for a
-            model not exported in int8, a precision the model does not decode in (an exported
-            model: fp32 only), a device other than the CPU for a model that runs on the CPU
-            only, or a shortlist built for other vocabularies (a
-            :class:`~seq2seq.inference.shortlist.ShortlistError`).
+        ValueError: one line naming the setting the model cannot decode with (a
+            :class:`~seq2seq.inference.shortlist.ShortlistError` for a shortlist built for
+            other vocabularies).
     """
 
     def __init__(
@@ -429,7 +407,6 @@ class Translator(BaseTranslator):
                 generator: torch.Generator | None, *, return_attention: bool,
                 prefixes: list[list[int]] | None,
                 constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
-        """Run the search on one batch of non-empty sources."""
         src, src_lengths = pad_sources(sources)  # (B, S), (B,) with EOS
         src_tensor = src.to(self.device)  # the encoder moves the lengths to src's device
         settings = {"return_attention": return_attention}
