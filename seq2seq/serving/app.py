@@ -159,21 +159,16 @@ def create_app(
     terms=None,
     languages: Mapping[str, tuple[str, str]] | None = None,
 ) -> FastAPI:
-    """The ASGI app serving ``models``.
+    """The ASGI app serving ``models`` (name -> :class:`ServedModel`, which
+    :func:`~seq2seq.serving.models.load_model` reads; the first is the default).
 
-    Args:
-        models: name -> :class:`ServedModel` (:func:`~seq2seq.serving.models.load_model`
-            reads one); the first is the default.
-        max_lines: most sentences per request (more: 413).
-        max_chars: most characters per request, all sentences together (more: 413).
-        max_beam_size: largest ``beam_size`` a request may ask for (more: 422).
-        window_ms: the batcher's collection window.
-        batch_tokens: the batcher's budget of source pieces per round.
-        terms: a :class:`~seq2seq.inference.glossary.Glossary` applied to every request: its
-            target terms are constraints of the texts holding its source terms (every model
-            must be able to write them; serve.py checks that).
-        languages: model name -> (source, target) language codes, for LibreTranslate's routes
-            (:mod:`seq2seq.serving.libretranslate`); a model not named there is not on them.
+    ``max_lines``, ``max_chars`` (all sentences together, both 413 when over) and
+    ``max_beam_size`` (422) bound a request; ``window_ms`` and ``batch_tokens`` are the batcher's
+    collection window and budget of source pieces per round. ``terms``: a
+    :class:`~seq2seq.inference.glossary.Glossary` whose target terms are constraints of every
+    text holding its source terms (every model must be able to write them; serve.py checks
+    that). ``languages``: model name -> (source, target) language codes for LibreTranslate's
+    routes (:mod:`seq2seq.serving.libretranslate`); a model not named there is not on them.
     """
     if not models:
         raise ValueError("no models to serve")

@@ -104,16 +104,11 @@ class DynamicBatcher:
         attention_heads: bool = False, prefixes: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
     ) -> list:
-        """Translate ``sentences`` with ``options``; returns ``translate``'s result for them, in
-        order.
-
-        Args:
-            sentences: one sentence per entry.
-            options: how to decode them (checked against the translator by the caller).
-            attention: keep the attention weights; ``attention_heads``: also every layer's
-                and head's, where the model has them.
-            prefixes, constraints: ``translate``'s, one entry per sentence (checked by the
-                caller: a bad one would fail the whole round's group).
+        """Translate ``sentences`` with ``options`` (checked against the translator by the
+        caller); returns ``translate``'s result for them, in order. ``attention_heads``: every
+        layer's and head's weights too, where the model has them. ``prefixes`` and
+        ``constraints`` are ``translate``'s, one entry per sentence, checked by the caller (a bad
+        one would fail the whole round's group).
 
         Raises:
             BatcherClosed: after ``close``.

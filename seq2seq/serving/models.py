@@ -15,16 +15,11 @@ TRAINING_FIELDS = ("step", "epoch", "tokens_seen", "train_seconds", "best_bleu",
 
 @dataclass
 class ServedModel:
-    """One model of the server.
-
-    Attributes:
-        translator: its :class:`~seq2seq.inference.translator.BaseTranslator`.
-        options: what a request is decoded with unless it says otherwise.
-        scorer: the attention scorer's class name, or None when unknown.
-        parameters: its number of parameters.
-        training: the trainer's summary from the checkpoint, or None.
-        languages: the (source, target) language codes the checkpoint records, or None.
-    """
+    """One model of the server: its translator
+    (:class:`~seq2seq.inference.translator.BaseTranslator`), the options a request is decoded
+    with unless it says otherwise, and what ``GET /v1/models`` tells of it: the attention
+    scorer's class name, its number of parameters, the trainer's summary from the checkpoint and
+    the (source, target) language codes the checkpoint records (each None when unknown)."""
 
     translator: Any
     options: DecodeOptions = field(default_factory=DecodeOptions)
@@ -72,13 +67,10 @@ def load_model(
     """Load a checkpoint (weights only) or an exported folder into a Translator (a CTranslate2
     folder: its own translator, :mod:`seq2seq.inference.runtimes`) and describe it.
 
-    Args:
-        path: a checkpoint file or an exported folder, or a list of them served as one
-            ensemble (its scorer is the members' scorers joined by ``+``, its parameters their
-            sum; no training summary).
-        device: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-        options: what a request is decoded with unless it says otherwise (default: beam 5).
-        **settings: the translator's (:func:`~seq2seq.inference.runtimes.open_model`).
+    ``path`` may also be a list of them, served as one ensemble (its scorer is the members'
+    scorers joined by ``+``, its parameters their sum; no training summary). ``options``: what a
+    request is decoded with unless it says otherwise (default: beam 5); ``settings``: the
+    translator's (:func:`~seq2seq.inference.runtimes.open_model`).
 
     Raises:
         CheckpointError: on a missing, corrupted, unsafe or incompatible checkpoint.

@@ -33,18 +33,10 @@ def length_bucket(sentence: str) -> str | None:
 
 def bucket_scores(groups: Sequence[tuple[str, Sequence[Sequence[str]]]], sources: Sequence[str],
                   references: Sequence[str], *, resamples: int = 1000) -> list[dict[str, Any]]:
-    """Each group's BLEU and chrF per length bucket.
-
-    Args:
-        groups: ``(label, outputs)``, ``outputs`` one list of hypotheses per run, each aligned
-            with ``sources``.
-        sources, references: the split's raw sentences.
-
-    Returns:
-        One ``{"group", "buckets"}`` per group; ``buckets`` maps each bucket's label to its
-        ``sentences`` and the scores of :func:`corpus_scores_with_intervals` (absent when the
-        bucket has no sentence).
-    """
+    """Each group's BLEU and chrF per length bucket: one ``{"group", "buckets"}`` per group of
+    ``groups`` (``(label, outputs)``, one list of hypotheses per run, each aligned with the
+    split's raw ``sources``); ``buckets`` maps each bucket's label to its ``sentences`` and the
+    scores of :func:`corpus_scores_with_intervals` (absent when the bucket has no sentence)."""
     members: dict[str, list[int]] = {bucket_label(b): [] for b in LENGTH_BUCKETS}
     for index, sentence in enumerate(sources):
         label = length_bucket(sentence)

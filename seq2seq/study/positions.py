@@ -24,20 +24,13 @@ THIRDS = ("first", "middle", "last")
 def position_counts(model, tokenizers, sources: Sequence[str], references: Sequence[str], *,
                     device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None,
                     max_source_length: int = 250, batch_size: int = 64) -> np.ndarray:
-    """Per sentence and third, the correct predictions and the reference pieces.
-
-    Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (evaluation mode is set here).
-        tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
-        sources, references: raw sentences, aligned.
-        autocast_dtype: run under autocast in this dtype (None: the model's own).
-        max_source_length: longer sources are cut, as the translator cuts them.
-
-    Returns:
-        int64 array (N, 3, 2): ``[..., 0]`` correct, ``[..., 1]`` pieces, for the thirds.
+    """Per sentence and third, the correct predictions and the reference pieces of ``model``
+    (set to evaluation mode here) on the aligned raw ``sources`` and ``references``; under
+    autocast in ``autocast_dtype`` (None: the model's own), sources cut at
+    ``max_source_length`` as the translator cuts them.
 
     Shape:
-        - output: (N, 3, 2)
+        - output: (N, 3, 2) int64, ``[..., 0]`` correct, ``[..., 1]`` pieces, for the thirds.
     """
     from seq2seq.data.batching import collate
     from seq2seq.inference.translator import eval_mode

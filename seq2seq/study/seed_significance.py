@@ -72,14 +72,9 @@ def separation_chance(runs_a: int, runs_b: int) -> float:
 
 def aso_between_groups(scores: Mapping[str, Sequence[float]], *,
                        iterations: int = DEFAULT_ITERATIONS, seed: int = 0) -> SeedSignificance:
-    """ASO between every pair of groups of ``scores`` (group -> one score per run).
-
-    Args:
-        scores: each group's run scores, e.g. BLEU per seed.
-        iterations: deepsig's bootstrap iterations per pair (its default, 1000; each pair
-            takes seconds).
-        seed: deepsig's random seed, so a report is reproducible.
-    """
+    """ASO between every pair of groups of ``scores`` (group -> one score per run, e.g. BLEU per
+    seed), with deepsig's ``iterations`` bootstrap iterations per pair (its default; each pair
+    takes seconds) and its random ``seed``, so that a report is reproducible."""
     tested = {label: [float(s) for s in values] for label, values in scores.items()
               if len(values) >= MIN_SEEDS}
     result = SeedSignificance(left_out=[label for label in scores if label not in tested])

@@ -125,16 +125,12 @@ def average_recent(state: TrainerState, checkpoints, *, model: nn.Module, valida
                    context: DistributedContext, writer: SummaryWriter | None = None) -> None:
     """Average, validate and report the kept checkpoints (nothing without average_last).
 
-    Args:
-        state: the run's trainer state: the kept checkpoints' names and best.pt's BLEU are read,
-            the averaged model's BLEU and sources recorded.
-        checkpoints: the run's :class:`~seq2seq.training.checkpoint_manager.CheckpointManager`
-            (its folder, ``average_last`` and ``write_average``); not annotated, as that module
-            imports this one.
-        model: the trained model (unchanged): a copy of it is loaded with the average.
-        validator: validates the average (translations in ``averaged.hyp`` in its folder).
-        context: the ranks; rank 0 alone averages and validates, on ``context.device``.
-        writer: TensorBoard's, on rank 0 (None: not written).
+    The kept checkpoints' names and best.pt's BLEU are read from ``state``, and the averaged
+    model's BLEU and sources recorded there. ``checkpoints``: the run's
+    :class:`~seq2seq.training.checkpoint_manager.CheckpointManager` (not annotated: that module
+    imports this one). ``model`` stays unchanged (a copy is loaded with the average); the
+    ``validator`` writes the translations to ``averaged.hyp`` in its folder. Rank 0 alone
+    averages and validates, on ``context.device``.
     """
     if not checkpoints.average_last:
         return
