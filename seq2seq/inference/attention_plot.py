@@ -30,22 +30,13 @@ def plot_attention(
     *,
     title: str | None = None,
 ) -> Figure:
-    """Draw an attention matrix as a heatmap.
-
-    Args:
-        weights: attention weights, one row per target step (a NumPy array or a tensor).
-        source_pieces: labels of the columns (e.g. source pieces plus ``"</s>"``).
-        target_pieces: labels of the rows (e.g. output pieces plus ``"</s>"``).
-        title: optional figure title.
-
-    Returns:
-        A matplotlib Figure (with an Agg canvas) that the caller saves or logs.
-
-    Raises:
-        ValueError: if the weights are not 2-D or the labels do not match their shape.
+    """An attention matrix as a heatmap, on a Figure with an Agg canvas that the caller saves
+    or logs.
 
     Shape:
-        - weights: (T, S) with ``T == len(target_pieces)`` and ``S == len(source_pieces)``
+        - weights: (T, S), an array or a tensor, one row per target step;
+          ``T == len(target_pieces)`` and ``S == len(source_pieces)`` (the row and column
+          labels, e.g. the output and the source pieces, each plus ``"</s>"``)
     """
     if hasattr(weights, "detach"):  # a torch tensor
         weights = weights.detach().float().cpu().numpy()
@@ -84,14 +75,8 @@ def save_attention_plot(
     *,
     title: str | None = None,
 ) -> Path:
-    """Draw the heatmap (see :func:`plot_attention`) and write it to ``path`` (e.g. a PNG).
-
-    Returns:
-        The path written; its folder is created when missing.
-
-    Shape:
-        - weights: (T, S)
-    """
+    """:func:`plot_attention`'s heatmap written to ``path`` (in the format its suffix names,
+    PNG without one; its folder created when missing); returns the path."""
     path = Path(path)
     figure = plot_attention(weights, source_pieces, target_pieces, title=title)
     with atomic_write(path) as handle:

@@ -29,17 +29,11 @@ class EnsembleEncoded(tuple):
 
 
 class Ensemble(DecodingModel):
-    """Several models decoded as one; see the module docstring.
-
-    Its capabilities are what every member can do: the precisions all of them decode in, the
-    CPU alone if one needs it, int8 only if all are int8.
+    """Several models decoded as one (the module docstring), able to do what every member can.
 
     Args:
-        models: the members (any :class:`~seq2seq.models.interfaces.DecodingModel`: PyTorch
-            models, exported ones), on one device, with the same vocabularies.
-
-    Raises:
-        ValueError: when ``models`` is empty.
+        models: the members (PyTorch models, exported ones), on one device, with the same
+            vocabularies.
     """
 
     def __init__(self, models: Sequence[DecodingModel]) -> None:

@@ -66,26 +66,20 @@ def evaluate_translations(
     prefixes: Sequence[str] | None = None,
     constraints: Sequence[Sequence[str]] | None = None,
 ) -> Evaluation:
-    """Translate ``sources`` with ``translator``, score against ``references``, write hypotheses.
+    """Translate ``sources`` with ``translator`` (any
+    :class:`~seq2seq.inference.translator.BaseTranslator`), score the best translations against
+    ``references``, and write them to ``hypotheses_path`` (atomically, one a line) if given.
 
     Args:
-        translator: any :class:`~seq2seq.inference.translator.BaseTranslator` (its precision
-            and batching apply).
-        sources: raw source sentences, one per entry.
-        references: raw reference sentences, as many as ``sources``.
-        options: how to decode (beam size, length penalty, ...; default: beam 5).
-        hypotheses_path: if given, the hypotheses are written there (atomically), one a line.
-        attention_stats: also keep the best hypotheses' attention weights and return their
-            mean entropy and mean maximum weight (the translation keeps the weights, which
-            makes it a little slower; the hypotheses are the same).
+        attention_stats: also keep the best hypotheses' attention weights for
+            :func:`attention_statistics` (the translation is a little slower; the hypotheses
+            are the same).
         progress: a bar over the sentences on stderr; None: on a terminal, once the
             decoding has lasted two seconds.
-        prefixes: per source, the text its translation starts with (the Translator's).
-        constraints: per source, phrases its translation must contain (the Translator's);
-            their use is reported as ``term_use_rate``.
+        prefixes, constraints: as the translator's ``translate`` takes them.
 
     Raises:
-        ValueError: when the counts of sources and references differ, or the Translator
+        ValueError: when the counts of sources and references differ, or the translator
             refuses a prefix or a phrase.
     """
     if len(sources) != len(references):
@@ -102,12 +96,10 @@ def evaluate_translations(
                                             constraints=constraints)
     generation_seconds = time.perf_counter() - started
     hypotheses = [n_best[0].text for n_best in translations]
-    scores = corpus_scores(hypotheses, references)
     if hypotheses_path is not None:
         write_text(hypotheses_path, "".join(f"{hypothesis}\n" for hypothesis in hypotheses))
-    evaluation = Evaluation(
-        hypotheses=hypotheses, scores=scores, generation_seconds=generation_seconds
-    )
+    evaluation = Evaluation(hypotheses=hypotheses, scores=corpus_scores(hypotheses, references),
+                            generation_seconds=generation_seconds)
     if attention_stats:
         evaluation.attention = attention_statistics([n_best[0].attention
                                                      for n_best in translations])
