@@ -235,13 +235,10 @@ def _plots(output: Path, scored: list[GroupRow], logs: dict[str, TrainingLog], s
             heatmaps.append((f"{row.label}\n(seed {best_run['seed']})", heatmap))
     if heatmaps:
         files.append(plots.plot_heatmaps(output / "attention_heatmaps.png", heatmaps))
-    if sections["length"]:
-        files.append(plots.plot_length_buckets(output / f"{options.split}_bleu_by_length.png",
-                                               sections["length"], split=options.split))
-    if sections["positions"]:
-        files.append(plots.plot_positions(output / f"{options.split}_accuracy_by_position.png",
-                                          sections["positions"], split=options.split))
-    if sections["faithfulness"]:
-        files.append(plots.plot_faithfulness(output / f"{options.split}_faithfulness.png",
-                                             sections["faithfulness"], split=options.split))
+    for section, name, plot in (("length", "bleu_by_length", plots.plot_length_buckets),
+                                ("positions", "accuracy_by_position", plots.plot_positions),
+                                ("faithfulness", "faithfulness", plots.plot_faithfulness)):
+        if sections[section]:
+            files.append(plot(output / f"{options.split}_{name}.png", sections[section],
+                              split=options.split))
     return files

@@ -15,15 +15,10 @@ from pathlib import Path
 
 @dataclass
 class TrainingLog:
-    """Summary of one run's TensorBoard scalars.
-
-    Attributes:
-        tokens_per_second: mean of the logged ``train/tokens_per_sec`` values (target tokens
-            per second; NaN when none was logged).
-        steps: the largest step of any scalar (0 when there is none).
-        bleu_curve: ``(minutes, BLEU)`` of every validation, in order.
-        bleu_steps: ``(step, BLEU)`` of every validation, in order.
-    """
+    """Summary of one run's TensorBoard scalars: ``tokens_per_second``, the mean of the logged
+    ``train/tokens_per_sec`` (target tokens per second; NaN when none was logged); ``steps``, the
+    largest step of any scalar (0 when none); ``bleu_curve`` and ``bleu_steps``, ``(minutes,
+    BLEU)`` and ``(step, BLEU)`` of every validation, in order."""
 
     tokens_per_second: float = math.nan
     steps: int = 0

@@ -121,9 +121,8 @@ def plot_length_buckets(path: Path, rows: Sequence[Mapping[str, Any]], *, split:
     """``rows``: :func:`seq2seq.study.buckets.bucket_scores`'s, one line per group."""
     from seq2seq.study.buckets import LENGTH_BUCKETS, bucket_label
 
-    labels = [bucket_label(b) for b in LENGTH_BUCKETS]
     return _lines_with_intervals(
-        path, [f"{label} words" for label in labels],
+        path, [f"{bucket_label(b)} words" for b in LENGTH_BUCKETS],
         [(row["group"], {f"{label} words": (score["bleu"], score["bleu_ci"])
                          for label, score in row["buckets"].items()}) for row in rows],
         ylabel=f"{split} BLEU (seeds pooled; 95% interval)")

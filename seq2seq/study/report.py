@@ -101,12 +101,10 @@ def significance(
 ) -> dict[str, float | None]:
     """p-values of each system against the first (the baseline: None), on pooled outputs.
 
-    Args:
-        systems: ``(name, per-seed hypothesis lists)``, best system first; each list of
-            hypotheses answers ``references`` line by line.
-        references: the references of one copy of the split.
-        test: ``bs`` (paired bootstrap) or ``ar`` (paired approximate randomization).
-        samples: resamples/trials; 0: sacreBLEU's default (1000 for bs, 10000 for ar).
+    ``systems``: ``(name, per-seed hypothesis lists)``, best system first, each list answering
+    ``references`` (one copy of the split) line by line. ``test``: ``bs`` (paired bootstrap) or
+    ``ar`` (paired approximate randomization); ``samples``: its resamples or trials (0:
+    sacreBLEU's default, 1000 for bs, 10000 for ar).
     """
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest

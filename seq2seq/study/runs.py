@@ -39,16 +39,12 @@ class StudyError(Exception):
 
 @dataclass
 class Run:
-    """One run folder.
+    """One run folder or run record.
 
-    Attributes:
-        path: the run folder.
-        config: flattened config, dotted keys (``model.attention._target_``), plus Hydra's
-            group choices as ``group/name`` keys.
-        checkpoint: ``checkpoints/best.pt`` when it exists, else None.
-        failure: why the run cannot be scored (None for a complete run).
-        recorded: the :class:`~seq2seq.study.records.Record` of a run record (None for a
-            run folder).
+    ``config`` is flattened, dotted keys (``model.attention._target_``), plus Hydra's group
+    choices as ``group/name`` keys; ``checkpoint`` is ``checkpoints/best.pt`` when it exists;
+    ``failure`` says why the run cannot be scored (None for a complete run); ``recorded`` is a
+    run record's :class:`~seq2seq.study.records.Record`.
     """
 
     path: Path
@@ -68,14 +64,9 @@ class Run:
 
 @dataclass
 class Group:
-    """Runs that share every differing key except the seed.
-
-    Attributes:
-        label: the short label, what tells the group from the others (``scaled_dot +
-            sparsemax``).
-        runs: its runs.
-        values: the differing choices and keys that name it, with its values.
-    """
+    """Runs that share every differing key except the seed: ``label`` is what tells the group
+    from the others (``scaled_dot + sparsemax``), ``values`` the differing choices and keys that
+    name it, with its values."""
 
     label: str
     runs: list[Run] = field(default_factory=list)

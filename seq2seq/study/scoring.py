@@ -107,17 +107,10 @@ def load_cached(run_dir: Path, checkpoint: Path, options: ScoringOptions) -> dic
 def score_run(
     run_dir: str | Path, checkpoint: str | Path, options: ScoringOptions, *, refresh: bool = False
 ) -> dict[str, Any]:
-    """Translate the split with ``checkpoint``; return (and cache) its scores.
-
-    Returns:
-        A dict: ``bleu``, ``chrf``, their signatures, ``sentences``, ``sentences_per_second``,
-        ``generation_seconds``, the :data:`ATTENTION_STATS`,
-        ``position_counts`` (:func:`seq2seq.study.positions.position_counts`, as lists),
-        ``faithfulness`` (``{probe: {"bleu", "chrf"}}`` of :mod:`seq2seq.study.faithfulness`'s
-        probes, or None when ``options.probes`` is off or the model has no attention to
-        replace), ``parameters``, ``hypotheses`` (list), ``src``/``ref`` paths, ``ref_sha256``,
-        ``heatmap`` (``source_pieces``, ``target_pieces``, ``weights`` of one sentence, or
-        None), ``cached`` (whether it came from the cache).
+    """Translate the split with ``checkpoint``; return (and cache) the result written below,
+    with ``cached`` telling whether it came from the cache. ``faithfulness``: the BLEU and chrF
+    of :mod:`seq2seq.study.faithfulness`'s probes, or None when ``options.probes`` is off or the
+    model has no attention to replace; ``heatmap``: one sentence's weights, or None.
 
     Raises:
         CheckpointError, DataError, ValueError: on unreadable checkpoints or data.
@@ -136,7 +129,6 @@ def score_run(
     translator = opened.translator
     src_path, ref_path = split_files(opened.config, options.split)
     sources, references = read_parallel(src_path, ref_path)
-    parameters = translator.parameter_count  # model.parameters(): a tied embedding counted once
     hyp_path, json_path = cache_paths(run_dir, options)
     log.info("scoring %s on %s (%d sentences)", checkpoint, options.split, len(sources))
     evaluation = evaluate_translations(
@@ -159,7 +151,6 @@ def score_run(
                              max_source_length=options.max_source_length)
     faithfulness = _probe_scores(translator, sources, references, options) \
         if options.probes else None
-    scores = evaluation.scores
     result = {
         "key": _cache_key(checkpoint, options),
         "run": str(run_dir),
@@ -169,13 +160,13 @@ def score_run(
         "ref": str(ref_path),
         "ref_sha256": sha256_lines(references),
         "sentences": len(sources),
-        **{key: scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+        **{key: evaluation.scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
         **{f"attention_{name}": value
            for name, value in evaluation.attention._asdict().items()},  # ATTENTION_STATS
-        "parameters": parameters,
+        "parameters": translator.parameter_count,  # a tied embedding counted once
         "position_counts": counts.tolist(),
         "faithfulness": faithfulness,
         "hypotheses": evaluation.hypotheses,
