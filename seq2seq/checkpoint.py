@@ -62,8 +62,7 @@ class CheckpointError(Exception):
 
 
 def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``payload`` to ``path`` atomically (:func:`seq2seq.atomic.atomic_write`): a crash
-    at any moment leaves either the old or the new checkpoint, never a half-written one."""
+    """Write ``payload`` to ``path`` atomically (:func:`seq2seq.atomic.atomic_write`)."""
     with atomic_write(path) as handle:
         torch.save(payload, handle)
 
@@ -95,15 +94,11 @@ def load_weights_only(path: Path, what: str, error: type[Exception], **load_opti
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
                     mmap: bool = False) -> dict:
-    """Read a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` on bad files.
+    """Read a checkpoint (:func:`load_weights_only`), an older format version converted (see the
+    module docstring); :class:`CheckpointError` on a bad file or an unknown format version.
 
     ``mmap``: map the tensors' storage instead of reading it (for a caller that reads the
     plain entries only).
-
-    A file that carries pickled Python objects is refused without running them; a truncated or
-    corrupted file, or one from an unknown format version, gets a clear message. An older
-    format version is converted (see the module docstring): ``format_version`` then says
-    :data:`FORMAT_VERSION`.
     """
     path = Path(path)
     checkpoint = load_weights_only(path, "checkpoint", CheckpointError,
@@ -201,11 +196,8 @@ def check_targets(node: Any, trusted: tuple[str, ...] | None = None) -> None:
 
 
 def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu"):
-    """Rebuild the model and tokenizers a checkpoint was trained with.
-
-    Returns:
-        ``(model, tokenizers, config)``, the model in eval mode on ``device``.
-    """
+    """``(model, tokenizers, config)`` a checkpoint was trained with, the model rebuilt in eval
+    mode on ``device``."""
     from seq2seq.models.build import build_model
 
     config = checkpoint["config"]

@@ -143,15 +143,8 @@ def available_cores() -> int:
 
 
 def set_num_threads(num_threads: int | None, *, processes: int = 1) -> int:
-    """Set torch's CPU threads: ``num_threads``, or this process's share of the cores.
-
-    Args:
-        num_threads: an explicit count; None or 0: ``available_cores() // processes``.
-        processes: processes sharing the cores (torchrun ranks on one machine).
-
-    Returns:
-        The thread count now in force.
-    """
+    """Set torch's CPU threads to ``num_threads``, or (None or 0) to this process's share of the
+    cores among ``processes`` (torchrun ranks on one machine); returns the count in force."""
     if num_threads is not None and int(num_threads) < 0:
         raise ValueError(f"num_threads must be positive or null, got {num_threads}")
     threads = int(num_threads) if num_threads else max(available_cores() // processes, 1)

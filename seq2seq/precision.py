@@ -1,20 +1,14 @@
 """``precision=auto`` on a CPU: the faster of fp32 and bf16, timed on the work it decides for.
 
-A CPU flag is not a measurement: a Xeon with AVX512-BF16 but no AMX multiplies in bf16 at
-about 0.6x fp32, an EPYC with the same flag at about 1.6x (docs/speed.md); and a product is not
-a step: on a Xeon with AMX bf16 products ran 5.2x fp32 while the Transformer's step ran 1.15x,
-and a probe of small products read 1.01x. So the first use on a CPU times the work itself, a
-:class:`Workload`: training, the model's own training step (forward, backward and optimizer,
-at the run's batch shape, a few steps); decoding, the model's own greedy search of a batch.
-fp32 and bf16 alternate, and the ratio is kept per CPU model and flags, torch thread count,
-torch version and workload in the user's cache folder (:func:`default_cache_path`) for every
-later run. bf16 is chosen where it is at least :data:`BF16_MIN_SPEEDUP` times as fast, so a run
-never goes at under 97 % of the faster mode. A caller with no model to time falls back on
-matrix products of fixed sizes (:func:`product_workload`), under a wider margin.
+Neither a CPU flag nor a matrix product tells which is faster (docs/speed.md#bf16-on-cpus), so
+the first use on a CPU times a :class:`Workload`: training, the model's own training step at
+the run's batch shape; decoding, the model's own greedy search of a batch. The ratio is kept
+per CPU model and flags, torch thread count, torch version and workload in the user's cache
+folder (:func:`default_cache_path`) for every later run. A caller with no model to time falls
+back on matrix products of fixed sizes (:func:`product_workload`), under a wider margin.
 
 :func:`choose_cpu_precision` decides; the workload's timing function and the cache file are
-arguments, so that tests inject timings and never time anything. ``seq2seq.device`` calls it
-for ``auto``.
+arguments, so that tests inject timings and never time anything.
 """
 
 from __future__ import annotations
