@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.atomic import atomic_write
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import checkpoint_paths, fail, require_checkpoint_files
-from seq2seq.cli.decoding_request import SentenceGuidance, check_config, start_decoding
+from seq2seq.cli.decoding_request import check_config, start_decoding
 from seq2seq.console import count_bar
 from seq2seq.data.text_files import one_line
 
@@ -49,14 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("seq2seq.translate")
 # Startup counts from here: Hydra's config composition and the torch import come later.
 MODULE_LOADED = time.perf_counter()
-
-
-def _stdin_lines() -> Iterator[str]:
-    """Stdin as UTF-8 lines without terminators, split at ``\\n`` only (like the files); a
-    line that is not valid UTF-8 is a DataError naming it, as in a file."""
-    from seq2seq.data.text_files import decode_lines
-
-    return decode_lines(sys.stdin.buffer, "<stdin>")
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -106,26 +98,17 @@ class _Writer:
         )
 
 
-def _interactive(translator, options, writer: _Writer, guidance: SentenceGuidance) -> float:
-    """Prompt on stderr, translate each line as it comes; returns the seconds spent decoding."""
-    print(
-        f"Type a sentence and Enter to translate it ({options.label}); Ctrl-D to quit.",
-        file=sys.stderr,
-        flush=True,
-    )
-    decode_seconds = 0.0
+def _typed_lines(label: str) -> Iterator[str]:
+    """The lines typed on a terminal, each after a prompt on stderr."""
+    print(f"Type a sentence and Enter to translate it ({label}); Ctrl-D to quit.",
+          file=sys.stderr, flush=True)
     while True:
         print("> ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
         if not line:  # end of input
             print(file=sys.stderr)
-            return decode_seconds
-        started = time.perf_counter()
-        want_attention = writer.plot_dir is not None
-        sentence = [line.rstrip("\r\n")]
-        writer.write(translator.translate(sentence, options, return_attention=want_attention,
-                                          **guidance.for_lines(sentence)))
-        decode_seconds += time.perf_counter() - started
+            return
+        yield line.rstrip("\r\n")
 
 
 def run(cfg: DictConfig) -> int:
@@ -144,7 +127,7 @@ def run(cfg: DictConfig) -> int:
     require_checkpoint_files(paths)
     # torch loads from here on: a bad option or a mistyped path above is refused without it.
     from seq2seq.checkpoint import CheckpointError
-    from seq2seq.data.text_files import DataError, iter_lines
+    from seq2seq.data.text_files import DataError, decode_lines, iter_lines
 
     request = start_decoding(cfg)
     options = request.options
@@ -172,13 +155,15 @@ def run(cfg: DictConfig) -> int:
         log.info("output vocabulary restricted by %s", translator.shortlist.name)
 
     plot_dir = Path(cfg.attention_plot) if cfg.attention_plot else None
-    interactive = cfg.text is None and cfg.input is None and sys.stdin.isatty()
+    chunk_lines = cfg.chunk_lines
     if cfg.text is not None:
         lines: Iterable[str] = [str(cfg.text)]
     elif cfg.input is not None:
         lines = iter_lines(Path(cfg.input))
-    else:
-        lines = _stdin_lines()
+    elif sys.stdin.isatty():  # each line translated as it is typed
+        lines, chunk_lines = _typed_lines(options.label), 1
+    else:  # split at "\n" only, like the files; a line not in UTF-8 is a DataError naming it
+        lines = decode_lines(sys.stdin.buffer, "<stdin>")
 
     try:
         with ExitStack() as stack:
@@ -192,21 +177,18 @@ def run(cfg: DictConfig) -> int:
                 stream = sys.stdout
             writer = _Writer(stream=stream, nbest=cfg.nbest, plot_dir=plot_dir)
             decode_seconds = 0.0
-            if interactive:
-                decode_seconds = _interactive(translator, options, writer, guidance)
-            else:
-                # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
-                total = input_lines if cfg.input is not None and sys.stderr.isatty() else None
-                bar = stack.enter_context(count_bar(
-                    total, description="translating", unit=" lines",
-                    enabled=None if total is not None and total > 1000 else False))
-                for chunk in _chunks(lines, cfg.chunk_lines):
-                    chunk_started = time.perf_counter()
-                    writer.write(translator.translate(chunk, options,
-                                                      return_attention=plot_dir is not None,
-                                                      **guidance.for_lines(chunk)))
-                    decode_seconds += time.perf_counter() - chunk_started
-                    bar.update(len(chunk))
+            # A file of over 1,000 lines gets a bar with its ETA (stderr, terminal only).
+            total = input_lines if cfg.input is not None and sys.stderr.isatty() else None
+            bar = stack.enter_context(count_bar(
+                total, description="translating", unit=" lines",
+                enabled=None if total is not None and total > 1000 else False))
+            for chunk in _chunks(lines, chunk_lines):
+                chunk_started = time.perf_counter()
+                writer.write(translator.translate(chunk, options,
+                                                  return_attention=plot_dir is not None,
+                                                  **guidance.for_lines(chunk)))
+                decode_seconds += time.perf_counter() - chunk_started
+                bar.update(len(chunk))
             guidance.finish()
             stream.flush()
     except (DataError, ValueError) as error:
