@@ -49,23 +49,24 @@ def check_config(cfg: DictConfig) -> None:
             fail(f"{key} file not found: {cfg[key]}")
 
 
-def decoding_defaults() -> DictConfig:
-    """The decoding group's defaults: DecodeOptions' and the translator's settings."""
+def changed_options(cfg: DictConfig, keys: Sequence[str]) -> list[tuple[str, Any]]:
+    """``(key, value)`` of each of the decoding group's ``keys`` whose value in ``cfg`` is not
+    the group's default (DecodeOptions' or the translator's settings')."""
     from seq2seq import CONFIG_DIR
     from seq2seq.inference.decode_options import option_defaults
 
     group = OmegaConf.load(CONFIG_DIR / "decoding" / "default.yaml")
     del group["defaults"]
-    return OmegaConf.merge(option_defaults(), group)
+    defaults = OmegaConf.merge(option_defaults(), group)
+    return [(key, value) for key in keys
+            if (value := OmegaConf.select(cfg, key)) != OmegaConf.select(defaults, key)]
 
 
 def refuse_unused(cfg: DictConfig, keys: Sequence[str], reason: str) -> None:
     """Exit with ``error: KEY=VALUE: REASON`` for the first of the decoding group's ``keys``
     that ``cfg`` changes from the group's default: an option the tool cannot use."""
-    defaults = decoding_defaults()
-    for key in keys:
-        if (value := OmegaConf.select(cfg, key)) != OmegaConf.select(defaults, key):
-            fail(f"{key}={value}: {reason}")
+    for key, value in changed_options(cfg, keys)[:1]:
+        fail(f"{key}={value}: {reason}")
 
 
 def start_decoding(cfg: DictConfig) -> DecodingRequest:

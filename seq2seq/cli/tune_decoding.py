@@ -27,8 +27,8 @@ from seq2seq.atomic import write_text
 from seq2seq.cli.app import hydra_tool
 from seq2seq.cli.common import check_types, checkpoint_paths, fail, require_checkpoint_files
 from seq2seq.cli.decoding_request import (
+    changed_options,
     check_config,
-    decoding_defaults,
     refuse_unused,
     start_decoding,
 )
@@ -54,9 +54,7 @@ def tune(translator, sources, references, beam_sizes, length_penalties, *,
             cell = {
                 "beam_size": beam_size,
                 "length_penalty": length_penalty,
-                "bleu": evaluation.scores["bleu"],
-                "chrf": evaluation.scores["chrf"],
-                "length_ratio": evaluation.scores["length_ratio"],
+                **{key: evaluation.scores[key] for key in ("bleu", "chrf", "length_ratio")},
                 "sentences_per_second": evaluation.sentences_per_second,
                 "generation_seconds": evaluation.generation_seconds,
                 "evaluated": True,
@@ -65,11 +63,6 @@ def tune(translator, sources, references, beam_sizes, length_penalties, *,
             if beam_size == 1:
                 greedy = cell
     return cells
-
-
-def best_cell(cells: Sequence[dict]) -> dict:
-    """Highest BLEU; ties: the smaller beam, then the earlier length penalty (grid order)."""
-    return max(cells, key=lambda cell: cell["bleu"])  # the first of equals
 
 
 def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
@@ -107,11 +100,8 @@ def evaluate_command(cfg: DictConfig, paths: list[str], best: dict) -> str:
     if cfg.search != "beam":
         parts.append(f"search={cfg.search}")
     parts += [f"beam_size={best['beam_size']}", f"length_penalty={best['length_penalty']:g}"]
-    # The translator's settings that differ from the decoding group's defaults.
-    defaults = decoding_defaults()
-    for key in ("precision", "quantize", "shortlist", "batch.max_tokens", "max_source_length"):
-        if (value := OmegaConf.select(cfg, key)) != OmegaConf.select(defaults, key):
-            parts.append(f"{key}={value}")
+    parts += [f"{key}={value}" for key, value in changed_options(
+        cfg, ("precision", "quantize", "shortlist", "batch.max_tokens", "max_source_length"))]
     return " ".join(shlex.quote(part) for part in parts)
 
 
@@ -198,7 +188,8 @@ def run(cfg: DictConfig) -> dict:
     except (CheckpointError, DataError, ValueError) as error:
         fail(error)
 
-    best = best_cell(cells)
+    # Highest BLEU; ties: the first in grid order (the smaller beam, the earlier penalty).
+    best = max(cells, key=lambda cell: cell["bleu"])
     command = evaluate_command(cfg, paths, best)
     where = "valid split" if cfg.src is None else str(src_path)
     print(f"{len(sources)} sentences of {where} ({src_path}), device {translator.device}, "
