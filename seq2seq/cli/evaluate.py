@@ -82,14 +82,9 @@ def evaluate_checkpoint(
     path: Path | list[Path], cfg: DictConfig, request: DecodingRequest, *,
     started: float | None = None
 ) -> dict[str, Any]:
-    """Translate and score one checkpoint; write its hypotheses and summary; return the summary.
-
-    Args:
-        path: the checkpoint file, or a list of files decoded as one ensemble.
-        cfg: the evaluate config.
-        request: what ``cfg`` asks of decoding (:meth:`DecodingRequest.of`).
-        started: ``time.perf_counter()`` value the startup time counts from (default: now).
-    """
+    """Translate and score one checkpoint (a list: one ensemble); write its hypotheses and
+    summary; return the summary. ``started``: the ``time.perf_counter()`` the startup time
+    counts from (default: now)."""
     started = time.perf_counter() if started is None else started
     from seq2seq.inference.evaluation import evaluate_translations, read_parallel, split_files
 

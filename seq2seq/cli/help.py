@@ -129,12 +129,11 @@ def two_columns(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
     lines = []
     for name, text in rows:
         wrapped = textwrap.wrap(text, max(width - name_width - 2, 30)) or [""]
-        if len(name) + 2 > name_width:
+        if len(name) + 2 > name_width:  # the text starts on the line below
             lines.append(f"  {name}")
-            lines += [" " * (name_width + 2) + part for part in wrapped]
         else:
-            lines.append(f"  {name:<{name_width}}{wrapped[0]}")
-            lines += [" " * (name_width + 2) + part for part in wrapped[1:]]
+            lines.append(f"  {name:<{name_width}}{wrapped.pop(0)}")
+        lines += [" " * (name_width + 2) + part for part in wrapped]
     return lines
 
 

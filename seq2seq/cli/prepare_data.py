@@ -6,11 +6,10 @@ Any Hydra override of train.yaml's data/tokenizer/paths groups works the same he
 
 from __future__ import annotations
 
-import sys
-
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import hydra_tool
+from seq2seq.cli.common import fail
 from seq2seq.data.prepare import prepare_from_config
 from seq2seq.data.text_files import DataError
 
@@ -21,8 +20,7 @@ def run(cfg: DictConfig) -> None:
         prepared = prepare_from_config(OmegaConf.to_container(cfg, resolve=True),
                                        progress=cfg.get("progress"))
     except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+        fail(str(error))  # the whole message (fail(error) keeps the first line only)
     print(prepared.format_summary(), flush=True)
 
 

@@ -59,9 +59,10 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _discard_empty_log(run_dir: Path) -> None:
-    """Remove what Hydra's logging set-up made before a refusal: an empty train.log, and the
-    folders that are then empty."""
+def _refuse(error: BaseException, run_dir: Path) -> NoReturn:
+    """A one-line error on stderr, before the run folder is claimed: nothing is written into
+    it (an earlier run's train.log stays as it was), and what Hydra's logging set-up made, an
+    empty train.log and the folders then empty, is removed."""
     log_file = run_dir / LOG_NAME
     if log_file.is_file() and log_file.stat().st_size == 0:
         log_file.unlink()
@@ -70,12 +71,6 @@ def _discard_empty_log(run_dir: Path) -> None:
         while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
             folder.rmdir()
             folder = folder.parent
-
-
-def _refuse(error: BaseException, run_dir: Path) -> NoReturn:
-    """A one-line error on stderr, before the run folder is claimed: nothing is written into
-    it (an earlier run's train.log stays as it was)."""
-    _discard_empty_log(run_dir)
     fail(error)
 
 
