@@ -9,11 +9,12 @@ file's name without its suffixes).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +128,10 @@ def _read_corpus(entry: Any, *, where: str) -> TrainCorpus:
 
 
 def _weight(value: Any, *, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DataError(f"{where}.weight must be a positive number, got {value!r}")
-    try:
-        weight = float(value)
-    except ValueError:
-        raise DataError(f"{where}.weight must be a positive number, got {value!r}") from None
+    weight = math.nan
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            weight = float(value)
     if not math.isfinite(weight) or weight <= 0:
         raise DataError(f"{where}.weight must be a positive number, got {value!r}")
     return weight
@@ -168,8 +167,7 @@ def _unique_names(corpora: list[TrainCorpus], *, explicit: list[bool]) -> list[T
     renamed = []
     for position, corpus in enumerate(corpora):
         if names.count(corpus.name) > 1 and not explicit[position]:
-            corpus = TrainCorpus(src=corpus.src, tgt=corpus.tgt, weight=corpus.weight,
-                                 tag=corpus.tag, name=f"{corpus.name}-{position + 1}")
+            corpus = replace(corpus, name=f"{corpus.name}-{position + 1}")
         renamed.append(corpus)
     return renamed
 

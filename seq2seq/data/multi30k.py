@@ -73,16 +73,20 @@ def file_name(split: str, language: str) -> str:
     Raises:
         DataError: If the split or language is unknown, or that split lacks that language.
     """
-    if language not in LANGUAGES:
-        raise DataError(
-            f"unknown Multi30k language {language!r}: expected one of {', '.join(LANGUAGES)}"
-        )
+    _check_language(language)
     if split not in SPLITS:
         raise DataError(f"unknown Multi30k split {split!r}: expected one of {', '.join(SPLITS)}")
     name = f"{split}.{language}.gz"
     if name not in SHA256_SUMS:
         raise DataError(f"Multi30k split {split!r} has no {language!r} side")
     return name
+
+
+def _check_language(language: str) -> None:
+    if language not in LANGUAGES:
+        raise DataError(
+            f"unknown Multi30k language {language!r}: expected one of {', '.join(LANGUAGES)}"
+        )
 
 
 def _is_url(base_url: str) -> bool:
@@ -182,11 +186,8 @@ def fetch_multi30k(
         DataError: On an unknown or repeated language, an unknown split, a failed download or a
             wrong checksum.
     """
-    for language in (src_lang, tgt_lang):
-        if language not in LANGUAGES:
-            raise DataError(
-                f"unknown Multi30k language {language!r}: expected one of {', '.join(LANGUAGES)}"
-            )
+    _check_language(src_lang)
+    _check_language(tgt_lang)
     if src_lang == tgt_lang:
         raise DataError(f"source and target language are both {src_lang!r}")
     # Check every name before fetching anything, so a typo fails before a long download.

@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,13 @@ _MIN_SAMPLED_SENTENCES = 101
 _VOCAB_TOO_HIGH = re.compile(
     r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)"
 )
+
+
+def _checked_id(token_id: int, vocab_size: int) -> int:
+    token_id = int(token_id)
+    if not 0 <= token_id < vocab_size:
+        raise IndexError(f"id {token_id} outside the vocabulary of {vocab_size} pieces")
+    return token_id
 
 
 class _SentenceFeed:
@@ -86,10 +94,7 @@ class SentencePieceTokenizer:
     """
 
     def __init__(self, *, model_proto: bytes) -> None:
-        """Loads a serialized sentencepiece model.
-
-        Args:
-            model_proto: The model file's bytes.
+        """Loads a serialized sentencepiece model (a .model file's bytes).
 
         Raises:
             ValueError: If the bytes are not a sentencepiece model or its special ids differ
@@ -145,9 +150,6 @@ class SentencePieceTokenizer:
                 are used (<= 0: all of them; at least 101 otherwise).
             user_symbols: Strings that become pieces of their own (corpus tags), each one
                 piece wherever it occurs.
-
-        Returns:
-            The trained tokenizer.
 
         Raises:
             ValueError: On an unknown model type or a non-positive vocabulary size.
@@ -230,11 +232,8 @@ class SentencePieceTokenizer:
         return self._model_proto
 
     def save(self, path: Path) -> None:
-        """Writes the model file atomically (a crash leaves no half-written file).
-
-        Args:
-            path: Destination, conventionally ending in `.model`.
-        """
+        """Writes the model file (conventionally `.model`) atomically: a crash leaves no
+        half-written file."""
         write_bytes(path, self._model_proto)
 
     @classmethod
@@ -252,7 +251,6 @@ class SentencePieceTokenizer:
         """Encodes a batch of sentences to piece ids, without bos/eos.
 
         Args:
-            sentences: The sentences.
             sampling: Draw a segmentation instead of the best one (subword regularization,
                 training only): sentencepiece's ``enable_sampling`` with ``alpha``, its
                 generator seeded with ``seed`` first, so equal calls give equal pieces.
@@ -292,37 +290,28 @@ class SentencePieceTokenizer:
     def user_symbols(self) -> tuple[str, ...]:
         """The model's user-defined pieces (corpus tags; none for a model trained without)."""
         if self._user_symbols is None:
-            from sentencepiece import sentencepiece_model_pb2
-
-            model = sentencepiece_model_pb2.ModelProto()
-            model.ParseFromString(self._model_proto)
-            user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            model = self._parsed()
+            user_defined = type(model).SentencePiece.USER_DEFINED
             self._user_symbols = tuple(
                 piece.piece for piece in model.pieces if piece.type == user_defined)
         return self._user_symbols
 
+    def _parsed(self):
+        """The model's protobuf (it imports google.protobuf: only here, where it is needed)."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self._model_proto)
+        return proto
+
     def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
-        """Decodes a batch of id sequences to text.
+        """Decodes a batch of id sequences (lists, arrays or 1-D tensors) to one sentence each.
 
         Each sequence is cut at its first EOS_ID; PAD_ID and BOS_ID are skipped wherever they
         are, so decoder output can be passed as is.
-
-        Args:
-            batch_ids: One id sequence per sentence (lists, arrays or 1-D tensors' lists).
-
-        Returns:
-            One sentence per sequence.
         """
-        cleaned = []
-        for ids in batch_ids:
-            kept = []
-            for token in ids:
-                token = int(token)
-                if token == EOS_ID:
-                    break
-                if token not in (PAD_ID, BOS_ID):
-                    kept.append(token)
-            cleaned.append(kept)
+        cleaned = [[token for token in takewhile(lambda token: token != EOS_ID, map(int, ids))
+                    if token not in (PAD_ID, BOS_ID)] for ids in batch_ids]
         if not cleaned:
             return []
         return self._processor.decode(cleaned)
@@ -333,15 +322,8 @@ class SentencePieceTokenizer:
         return [self._processor.decode_pieces(list(pieces)) for pieces in batch_pieces]
 
     def id_to_piece(self, token_id: int) -> str:
-        """Returns the piece of one id.
-
-        Raises:
-            IndexError: If the id is outside the vocabulary.
-        """
-        token_id = int(token_id)
-        if not 0 <= token_id < self.vocab_size:
-            raise IndexError(f"id {token_id} outside the vocabulary of {self.vocab_size} pieces")
-        return self._processor.id_to_piece(token_id)
+        """Returns the piece of one id; IndexError outside the vocabulary."""
+        return self._processor.id_to_piece(_checked_id(token_id, self.vocab_size))
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Returns the pieces of a sequence of ids (special pieces included, for display)."""
@@ -372,11 +354,7 @@ class SentencePieceTokenizer:
         """
         if not characters:
             return self
-        # The model's protobuf (it imports google.protobuf: only here, where it is needed).
-        from sentencepiece import sentencepiece_model_pb2
-
-        proto = sentencepiece_model_pb2.ModelProto()
-        proto.ParseFromString(self._model_proto)
+        proto = self._parsed()
         known = set(self.characters())
         lowest = min(piece.score for piece in proto.pieces)
         for character in characters:
@@ -384,7 +362,7 @@ class SentencePieceTokenizer:
                 raise ValueError(f"{character!r} is not one character the model lacks")
             known.add(character)
             proto.pieces.add(piece=character, score=lowest - 1.0,
-                             type=sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL)
+                             type=type(proto).SentencePiece.NORMAL)
         return type(self)(model_proto=proto.SerializeToString())
 
     def __repr__(self) -> str:
@@ -438,10 +416,7 @@ class SubsetTokenizer:
         return self.base.decode_pieces(batch_pieces)
 
     def id_to_piece(self, token_id: int) -> str:
-        token_id = int(token_id)
-        if not 0 <= token_id < self.vocab_size:
-            raise IndexError(f"id {token_id} outside the vocabulary of {self.vocab_size} pieces")
-        return self.base.id_to_piece(int(self.kept_ids[token_id]))
+        return self.base.id_to_piece(int(self.kept_ids[_checked_id(token_id, self.vocab_size)]))
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.id_to_piece(token_id) for token_id in ids]

@@ -69,10 +69,6 @@ def _percent(share: float) -> str:
     return "< 0.1" if 0 < share < 0.0005 else f"{100 * share:.1f}"
 
 
-def _base(tokenizer: SentencePieceTokenizer | SubsetTokenizer) -> SentencePieceTokenizer:
-    return tokenizer.base if isinstance(tokenizer, SubsetTokenizer) else tokenizer
-
-
 def _count_side(side: SideCoverage, tokenizer: SentencePieceTokenizer, known: frozenset[str],
                 sentences: list[str], kept: np.ndarray | None) -> set[int]:
     """Adds a chunk's sentences to ``side``; returns the base ids outside ``kept`` they use."""
@@ -102,7 +98,7 @@ def measure_coverage(tokenizers: Tokenizers,
     Raises:
         DataError: On a missing file, invalid UTF-8 or different line counts.
     """
-    src_base, tgt_base = _base(tokenizers.src), _base(tokenizers.tgt)
+    src_base, tgt_base = tokenizers.src, tokenizers.target_model
     kept = None
     if isinstance(tokenizers.tgt, SubsetTokenizer):
         kept = np.zeros(tgt_base.vocab_size, dtype=bool)
@@ -136,7 +132,7 @@ def extend_tokenizers(tokenizers: Tokenizers, coverage: VocabularyCoverage) -> T
     """
     if tokenizers.joint:
         both = coverage.src.missing_characters + coverage.tgt.missing_characters
-        src = _base(tokenizers.src).with_characters(_by_frequency(both))
+        src = tokenizers.src.with_characters(_by_frequency(both))
         if not isinstance(tokenizers.tgt, SubsetTokenizer):
             return Tokenizers.of(src)
         new_ids = [src.vocab_size - len(both) + index for index, character
