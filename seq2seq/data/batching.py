@@ -93,9 +93,6 @@ def collate(
         indices: The dataset index of each pair. When None, they are taken from
             `samples.indices` (see ParallelDataset.__getitems__), or set to -1 (unknown).
 
-    Returns:
-        The batch (see Batch for the layout).
-
     Raises:
         ValueError: If there are no samples or the number of indices differs.
     """
@@ -191,8 +188,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         world_size: int = 1,
         mix: CorpusMix | None = None,
     ) -> None:
-        """Configures the sampler.
-
+        """
         Args:
             src_lengths: Source pieces per pair, without eos.
             tgt_lengths: Target pieces per pair, without bos/eos.
@@ -203,8 +199,6 @@ class TokenBucketSampler(Sampler[list[int]]):
                 less padding but less random batch composition.
             shuffle: Training mode (True) or length-sorted inference mode (False).
             seed: Seed of all shuffling; the same on every rank.
-            rank: This process's rank.
-            world_size: Number of ranks.
             mix: The corpora the pairs come from, one after another (training mode draws
                 each epoch from them by weight); None or a single corpus: every pair once
                 an epoch.
@@ -325,13 +319,8 @@ class TokenBucketSampler(Sampler[list[int]]):
         return batches[self.rank : per_rank * self.world_size : self.world_size]
 
     def set_epoch(self, epoch: int, *, position: int = 0) -> None:
-        """Selects the epoch (and so the shuffle) of the next iteration.
-
-        Args:
-            epoch: Epoch number (non-negative).
-            position: Batches of this epoch already consumed (this rank's count): the next
-                iteration skips them. 0 starts the epoch from the beginning.
-        """
+        """Selects the epoch (and so the shuffle) of the next iteration; ``position``: batches
+        of this epoch already consumed (this rank's count), which the next iteration skips."""
         if epoch < 0:
             raise ValueError(f"epoch must be non-negative, got {epoch}")
         if position < 0:
@@ -377,10 +366,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores a position: the next iteration yields the rest of that epoch's batches.
-
-        Args:
-            state: Output of `state_dict`.
+        """Restores a `state_dict`: the next iteration yields the rest of that epoch's batches.
 
         Raises:
             ValueError: If the state was saved with a different number of ranks (the per-rank

@@ -56,8 +56,6 @@ def cache_key(
 
     Args:
         digests: Split name -> SHA-256 of (source file, target file).
-        tokenizer: Tokenizer settings.
-        filter: Filter settings.
         train_corpora: With several training corpora or a tag (then `digests` has no
             "train"): (source SHA-256, target SHA-256, tag) of each, in order. None keeps
             the key of a single untagged corpus what it always was.
@@ -106,7 +104,6 @@ def build_into_place(
     """Builds a cache in a temporary directory and renames it to `directory` when complete.
 
     Args:
-        directory: The cache directory to create (`<cache_root>/<key>`).
         build: Fills the folder it is given and returns the summary (JSON-serializable).
 
     Returns:

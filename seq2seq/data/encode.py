@@ -57,11 +57,8 @@ def encode_split(
     """Encodes one split into `<directory>/<split>.{src,tgt}.*.npy`.
 
     Args:
-        split: The split's name (names the files).
         sources: Its file pair(s), encoded one after the other into the same files.
-        tokenizers: The tokenizers to encode with.
         filter: Filter settings, or None to keep every pair in order (valid/test).
-        directory: Where the token files go.
         progress: Show a progress bar (None: only when stderr is a terminal).
 
     Returns:

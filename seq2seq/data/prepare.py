@@ -97,7 +97,6 @@ def prepare_data(
     Args:
         files: Split name -> (source file, target file); must contain "train" unless
             `train_corpora` is given. Plain or gzip UTF-8 text, one sentence a line.
-        tokenizer: Tokenizer settings.
         filter: Filter settings for the training split (other splits are never filtered).
         cache_dir: Root of the caches; this run's lives in `cache_dir/<key>/`.
         languages: (source, target) names, for the summary only.
@@ -106,9 +105,6 @@ def prepare_data(
             weighted and tagged); they are encoded one after another into the "train" split.
         tokenizers: Encode with these (a fine-tuned model's parent's), instead of training
             them; the target vocabulary is then kept as it is, never pruned.
-
-    Returns:
-        The prepared data.
 
     Raises:
         DataError: On unusable data (missing file, different line counts, invalid UTF-8,

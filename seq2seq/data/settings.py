@@ -26,8 +26,6 @@ def get_setting(
     """Returns ``config[key]``; an absent or "???" value gives ``default``.
 
     Args:
-        config: One config node.
-        key: The setting's name.
         where: The node's dotted path, for the error message (e.g. "data.filter").
         default: The value when unset; when not given, an unset value is an error.
 
