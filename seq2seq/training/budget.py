@@ -33,14 +33,10 @@ def training_over(state: TrainerState, settings: TrainerSettings,
 
 
 class TrainingBudget:
-    """How much of a run's budget is spent.
-
-    Args:
-        max_steps / max_epochs / max_time: the limits (None: not set); ``max_time`` in minutes
-            of training, validation not counted.
-        batches_per_epoch: this rank's batches in one epoch.
-        broadcast: sends rank 0's float to every rank (identity on a single process).
-    """
+    """How much of a run's budget is spent: ``max_steps``, ``max_epochs`` and ``max_time``
+    (minutes of training, validation not counted; None: not set) against this rank's
+    ``batches_per_epoch``; ``broadcast`` sends rank 0's float to every rank (identity on a single
+    process)."""
 
     def __init__(
         self,

@@ -29,15 +29,10 @@ RECENT = "recent"  # the folder of the last validations' models, inside checkpoi
 
 
 class CheckpointManager:
-    """Writes a run's checkpoints and decides which to keep.
-
-    Args:
-        directory: the run's ``checkpoints/`` folder.
-        keep_best: how many best-by-BLEU checkpoints to keep besides ``best.pt`` (0: none).
-        average_last: how many of the last validations' models to keep for averaging (None:
-            none).
-        enabled: False on every rank but 0, which alone writes files.
-    """
+    """Writes a run's checkpoints to ``directory`` (the run's ``checkpoints/``) and decides which
+    to keep: the ``keep_best`` best by BLEU besides ``best.pt`` (0: none) and the models of the
+    last ``average_last`` validations, for averaging (None: none). Only rank 0 is ``enabled``: it
+    alone writes files."""
 
     def __init__(self, *, directory: Path, keep_best: int, average_last: int | None = None,
                  enabled: bool = True) -> None:
@@ -69,14 +64,9 @@ class CheckpointManager:
     def record_validation(
         self, state: TrainerState, bleu: float, model_payload: Callable[[], dict]
     ) -> None:
-        """Update the best score in ``state`` and the files after a validation at ``state.step``.
-
-        Args:
-            state: the trainer state; its best BLEU, patience count and kept files change.
-            bleu: this validation's BLEU.
-            model_payload: builds the checkpoint of the current model (called at most once,
-                only when a file is written).
-        """
+        """Update the best score in ``state`` (its best BLEU, patience count and kept files) and
+        the files after a validation at ``state.step``; ``model_payload`` builds the checkpoint
+        of the current model, called at most once, only when a file is written."""
         improved = bleu > state.best_bleu
         if improved:
             state.best_bleu, state.best_step = bleu, state.step
@@ -118,10 +108,8 @@ class CheckpointManager:
                 path.unlink(missing_ok=True)
 
     def write_average(self, names: list[str]) -> dict:
-        """Average the checkpoints ``names`` (relative to the folder) into ``averaged.pt``.
-
-        Returns:
-            The averaged payload; its ``averaged_from`` lists ``names``.
+        """Average the checkpoints ``names`` (relative to the folder) into ``averaged.pt``;
+        returns the averaged payload, whose ``averaged_from`` lists ``names``.
 
         Raises:
             CheckpointError: a checkpoint that cannot be read or does not match the others.

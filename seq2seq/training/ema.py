@@ -39,12 +39,9 @@ def ramped_ema(decay: float):
 
 
 class WeightAverage:
-    """The exponential moving average of ``model``'s weights, on the model's device.
-
-    Args:
-        model: the model being trained (copied once here; its weights are read at each update).
-        decay: the weight of the average against the new weights at each step, in (0, 1).
-    """
+    """The exponential moving average of ``model``'s weights (the model being trained, copied
+    once here, its weights read at each update), on the model's device; ``decay``, in (0, 1), is
+    the weight of the average against the new weights at each step."""
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         if not 0 < decay < 1:

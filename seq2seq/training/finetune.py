@@ -58,12 +58,7 @@ _CHARACTERS_SHOWN = 20
 
 @dataclass
 class Parent:
-    """The checkpoint a fine-tuning run starts from.
-
-    Attributes:
-        path: The checkpoint file, resolved.
-        checkpoint: Its content (:func:`~seq2seq.checkpoint.load_checkpoint`).
-    """
+    """The checkpoint a fine-tuning run starts from: the file, resolved, and its content."""
 
     path: Path
     checkpoint: dict
@@ -112,11 +107,8 @@ def read_parent(init_from: str, *, mmap: bool = False) -> Parent:
 
 
 def check_outside_run_folder(parent: Parent, run_dir: Path | None) -> None:
-    """Refuse a parent inside the run's own folder, which trainer.overwrite would empty.
-
-    Raises:
-        ConfigError: naming both.
-    """
+    """Refuse (ConfigError, naming both) a parent inside the run's own folder, which
+    trainer.overwrite would empty."""
     if run_dir is None:
         return
     run_dir = Path(run_dir).resolve()

@@ -12,8 +12,9 @@ One :class:`Trainer` owns one run folder::
 
 One optimizer step: forward/backward over a group of ``accumulate_grad_batches`` batches
 (fewer at the end of an epoch) -> unscale, clip, check for NaN/inf -> learning rate -> step
--> the weights' average (``trainer.ema``) -> log, validate, save. The loss of a group is normalised by the group's target tokens (over
-all ranks), so a step equals the step one batch holding the whole group would make.
+-> the weights' average (``trainer.ema``) -> log, validate, save. The loss of a group is
+normalised by the group's target tokens (over all ranks), so a step equals the step one batch
+holding the whole group would make.
 """
 
 from __future__ import annotations
@@ -64,20 +65,13 @@ class TrainingError(Exception):
 class Trainer:
     """Trains a :class:`Seq2Seq` model; the parts come in as arguments.
 
-    Args:
-        model: the model (not yet wrapped for DDP or compiled).
-        optimizer: an optimizer over ``model.parameters()``.
-        schedule: learning-rate schedule (a factor on each param group's initial lr).
-        train_data / valid_data: ``ParallelDataset``s of token ids.
-        valid_sources / valid_references: the raw lines of the validation set.
-        tokenizers: the run's sentencepiece models (stored in checkpoints; detokenization).
-        settings / batch: the ``trainer`` and ``batch`` settings.
-        run_dir: the run folder.
-        config: the resolved run config as plain containers; :attr:`config`, stored in
-            checkpoints, adds ``trained_precision``, the precision the run trains in.
-        context: rank, world size and device.
-        train_mix: the training corpora and their weights, when ``train_data`` holds several
-            (batches then draw from them by weight, and the log gives each one's share).
+    ``model`` is not yet wrapped for DDP or compiled; ``schedule`` gives a factor on each param
+    group's initial lr; ``train_data`` / ``valid_data`` hold token ids, ``valid_sources`` /
+    ``valid_references`` the validation set's raw lines. ``config`` is the resolved run config
+    as plain containers; :attr:`config`, stored in checkpoints, adds ``trained_precision``, the
+    precision the run trains in. ``train_mix`` gives the training corpora and their weights when
+    ``train_data`` holds several (batches then draw from them by weight, and the log gives each
+    one's share).
     """
 
     def __init__(
@@ -439,10 +433,9 @@ class Trainer:
                     state.train_seconds += time.perf_counter() - started
                     self.save_last()
                     started = time.perf_counter()
-                if settings.max_steps is not None and state.step >= settings.max_steps:
-                    stop = True
-                if stop or self.budget.time_is_up(state, started):
-                    stop = True
+                at_max_steps = settings.max_steps is not None and state.step >= settings.max_steps
+                stop = stop or at_max_steps or self.budget.time_is_up(state, started)
+                if stop:
                     break
             else:  # the epoch ran out: validate (unless valid_each_epoch=false), then the next
                 state.train_seconds += time.perf_counter() - started
@@ -537,11 +530,9 @@ class Trainer:
         corpora = "" if seen is None else f"; corpora: {self.pairs_seen.describe(seen)}"
         if self.writer is not None:
             step = self.state.step
-            self.writer.add_scalar("train/loss", loss, step)
-            self.writer.add_scalar("train/ppl", math.exp(min(loss, 100)), step)
-            self.writer.add_scalar("train/lr", lr, step)
-            self.writer.add_scalar("train/grad_norm", grad_norm, step)
-            self.writer.add_scalar("train/tokens_per_sec", tokens_per_second, step)
+            for name, value in (("loss", loss), ("ppl", math.exp(min(loss, 100))), ("lr", lr),
+                                ("grad_norm", grad_norm), ("tokens_per_sec", tokens_per_second)):
+                self.writer.add_scalar(f"train/{name}", value, step)
             if seen is not None:
                 for name, count in zip(self.pairs_seen.mix.names, seen, strict=True):
                     self.writer.add_scalar(f"train/corpus_share/{name}",

@@ -30,14 +30,10 @@ log = logging.getLogger(__name__)
 class Validator:
     """Validates a model on one validation set and reports the results.
 
-    Args:
-        data: the encoded validation split (a ``ParallelDataset``), for the loss.
-        sources / references: its raw source and reference lines, for BLEU.
-        tokenizers: the run's tokenizers.
-        settings: the ``trainer.valid`` settings.
-        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast, as in training).
-        output_dir: where ``stepNNNNNNN.hyp`` files go (None: not written, e.g. rank > 0).
-        writer: a TensorBoard ``SummaryWriter`` or None.
+    ``data`` is the encoded validation split (for the loss), ``sources`` / ``references`` its
+    raw lines (for BLEU); ``precision`` (``fp32``, ``bf16`` or ``fp16``) is autocast's, as in
+    training; ``output_dir`` gets the ``stepNNNNNNN.hyp`` files (None: not written, e.g. on
+    rank > 0); ``writer`` is TensorBoard's, or None.
     """
 
     def __init__(
