@@ -41,15 +41,12 @@ MAX_PHRASES = 62
 
 
 def pad_phrases(constraints: Sequence[Sequence[Sequence[int]]], device) -> tuple[Tensor, Tensor]:
-    """Each sentence's phrases (lists of piece ids) as one tensor.
+    """Each sentence's phrases (lists of piece ids) as one tensor, refusing an empty one, one
+    holding PAD, BOS or EOS (never generated, or ending a hypothesis) and too many.
 
     Shape:
         - output: phrases (B, P, L) int64, -1 after a phrase's end and for missing phrases;
           lengths (B, P), 0 for missing phrases
-
-    Raises:
-        ValueError: on an empty phrase, one holding PAD, BOS or EOS (never generated, or
-            ending a hypothesis), or more than :data:`MAX_PHRASES` phrases in a sentence.
     """
     count = max((len(phrases) for phrases in constraints), default=0)
     width = max((len(phrase) for phrases in constraints for phrase in phrases), default=0)
@@ -74,10 +71,7 @@ class Grid(Strategy):
     """The grid's :class:`~seq2seq.inference.search_loop.Strategy`: each sentence has R = banks x K
     rows, bank b the rows b*K .. b*K + K - 1, and the bookkeeping of their phrases.
 
-    Args:
-        constraints: per sentence, its phrases as lists of target piece ids.
-        beam_size: K, the hypotheses each bank keeps.
-        device: where the search runs.
+    ``beam_size`` is K, the hypotheses each bank keeps.
 
     Attributes (per sentence still in the batch, N of them):
         phrases, phrase_lengths: (N, P, L), (N, P) as :func:`pad_phrases` gives them.

@@ -81,13 +81,10 @@ class CTranslate2Translator(BaseTranslator):
     refused).
 
     Args:
-        folder: the folder written by ``seq2seq-export ... format=ctranslate2``.
-        manifest: its manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
-        tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
-        device: ``cpu`` or ``auto`` (the CPU); CTranslate2 runs on the CPU here.
+        manifest: the folder's (:func:`~seq2seq.inference.model_files.read_manifest`).
         num_threads: CTranslate2's threads (``intra_threads``); None: ``torch.get_num_threads()``,
             which the ``num_threads`` option of the command-line tools sets.
-        others: as for :class:`~seq2seq.inference.translator.Translator`.
+        others: as for :class:`~seq2seq.inference.translator.Translator` (``device``: the CPU).
 
     Raises:
         ValueError: naming the option, for one out of range or one CTranslate2 cannot honour.

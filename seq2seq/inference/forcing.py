@@ -14,10 +14,8 @@ from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def next_token_log_probs(logits: Tensor, forced: Tensor | None) -> Tensor:
-    """Log-probabilities of the next token, with PAD/BOS forbidden and a token forced where asked.
-
-    Forbidden tokens get -inf after the softmax: the others keep their log-probabilities (a
-    forced token keeps its own, so a score stays the model's).
+    """Log-probabilities of the next token, with PAD/BOS forbidden and a token forced where asked
+    (set to -inf after the softmax, so the rest keep their own log-probabilities).
 
     Shape:
         - logits: (N, V)

@@ -64,9 +64,8 @@ class Glossary:
         """Read a glossary file: UTF-8, plain or gzip, its lines as :meth:`parse` reads them.
 
         Raises:
-            GlossaryError: on a missing or unreadable file, invalid UTF-8, a line without
-                exactly one TAB or with an empty term, or a source term given twice (with
-                ``ignore_case``: in any case); the message names the file and the line.
+            GlossaryError: naming the file (and the line), for one that cannot be read or a
+                line :meth:`parse` refuses.
         """
         from seq2seq.data.text_files import DataError, iter_lines
 

@@ -151,8 +151,8 @@ def require_cpu(device: torch.device) -> None:
 def model_from_payload(payload: dict[str, Any], device: torch.device):
     """The decodable model and tokenizers of a payload from :func:`load_model_payload`: a
     checkpoint's PyTorch model on ``device`` with its speed kernels (:func:`seq2seq.ops.speed_up`),
-    or an exported folder's :class:`OnnxModel` (which runs on the CPU whatever ``device``:
-    callers resolve ``auto`` to the CPU for it).
+    or an exported folder's :class:`OnnxModel` (the CPU only: callers resolve ``auto`` to the
+    CPU for it).
 
     Raises:
         CheckpointError: when a checkpoint's config or weights do not make a model, or an

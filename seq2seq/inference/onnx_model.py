@@ -94,9 +94,7 @@ class OnnxModel(DecodingModel):
         manifest: its manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
         num_threads: ONNX Runtime's threads per graph; None: ``torch.get_num_threads()``, which
             the ``num_threads`` option of the command-line tools sets.
-
-    Shape:
-        as :class:`~seq2seq.models.interfaces.DecodingModel`; tensors live on the CPU.
+        reuse_sessions: share the process's session of each graph file (False: load anew).
     """
 
     precisions = ("fp32",)  # ONNX Runtime runs the graphs in the types they were exported with

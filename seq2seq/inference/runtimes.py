@@ -68,7 +68,6 @@ def open_model(path: str | os.PathLike | Sequence[str | os.PathLike],
     (:mod:`seq2seq.inference.ensemble`).
 
     Args:
-        path: the file or folder, or a list of them.
         device: ``"cpu"``, ``"cuda"``, ``"auto"``, ... (an exported folder: the CPU).
         **settings: what either translator takes besides its model (``max_tokens``,
             ``max_source_length``, ``precision``, ``quantize``, ``shortlist``).

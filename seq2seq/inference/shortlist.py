@@ -133,7 +133,7 @@ class Shortlist:
         self.same_piece = None if same_piece is None else np.asarray(same_piece, dtype=np.int64)
         self.fingerprint = fingerprint
         self.name = name
-        src_vocab = self.offsets.size - 1
+        src_vocab = self.src_vocab_size
         ok = (
             src_vocab >= 0 and self.offsets[0] == 0 and self.offsets[-1] == self.candidates.size
             and bool(np.all(np.diff(self.offsets) >= 0))
@@ -153,11 +153,7 @@ class Shortlist:
     def build(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], *,
               src_vocab_size: int, tgt_vocab_size: int, per_source: int = 50, frequent: int = 200,
               same_piece=None, fingerprint: str = "") -> Shortlist:
-        """Build from training pairs given as piece ids (as the checkpoint's tokenizers encode).
-
-        Raises:
-            ShortlistError: on a size below 0, unequal numbers of sentences or ids out of range.
-        """
+        """Build from training pairs given as piece ids (as the checkpoint's tokenizers encode)."""
         if per_source < 0 or frequent < 0:
             raise ShortlistError("per_source and frequent must not be negative")
         if len(src_ids) != len(tgt_ids):
