@@ -16,6 +16,8 @@ class Scorer(nn.Module):
 
     Subclasses implement :meth:`score` and, when some work depends on the keys only, override
     :meth:`precompute_keys` so that it runs once per source batch instead of once per step.
+    Dq and Dk in the scorers' shapes are ``query_dim`` (the decoder state's size) and
+    ``key_dim`` (the encoder outputs').
     """
 
     num_heads: int = 1
@@ -37,8 +39,6 @@ class AdditiveScorer(Scorer):
     and decoding swap in a kernel that builds it in chunks (:mod:`seq2seq.ops`).
 
     Args:
-        query_dim: Size Dq of the query (decoder state).
-        key_dim: Size Dk of the keys (encoder outputs).
         hidden_size: Size A of the hidden layer; ``None`` means ``query_dim``.
 
     Shape:
@@ -72,8 +72,6 @@ class DotScorer(Scorer):
     :meth:`precompute_keys`, which makes this the same model as :class:`GeneralScorer`.
 
     Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
         project_keys: Learn a projection of the keys to ``query_dim``.
 
     Raises:
@@ -127,8 +125,6 @@ class GeneralScorer(Scorer):
     the energies grow with d and the softmax can saturate (Britz et al. 2017).
 
     Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
         scale: Divide the energies by sqrt(d); false (Luong's formula) by default.
 
     Shape:
@@ -164,8 +160,6 @@ class MultiHeadScorer(Scorer):
     the encoder outputs) must be divisible by ``heads``.
 
     Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
         heads: Number of heads H.
         scorer: Factory of the inner, single-head scorer (e.g. ``functools.partial`` of a class).
         head_dim: Size of each head's projected query and key; ``None`` means ``key_dim // heads``.
@@ -242,8 +236,6 @@ class GaussianScorer(Scorer):
     rounding), never a (B, T, S, A) tensor; k' = W_k k + b and |k'|^2 are computed once per batch.
 
     Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys.
         hidden_size: Size A of the space the distances are measured in; ``None`` means
             ``query_dim``.
         kernel: ``"gaussian"`` or ``"epanechnikov"``.
@@ -308,8 +300,6 @@ class LocationScorer(Scorer):
     nothing to the context). Set ``max_length`` to at least the longest training source.
 
     Args:
-        query_dim: Size Dq of the query.
-        key_dim: Size Dk of the keys (unused: the energies do not depend on the keys).
         max_length: Number of source positions with an energy.
 
     Shape:

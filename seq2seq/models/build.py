@@ -72,10 +72,9 @@ def build_model(model_cfg: Mapping, *, src_vocab_size: int, tgt_vocab_size: int)
         padding_idx=PAD_ID,
         **extra,
     )
-    word_dropout = float(model_cfg.get("word_dropout", 0.0))
     return Seq2Seq(encoder=encoder, decoder=decoder, tie_embeddings=tie,
                    share_all_embeddings=bool(model_cfg.get("share_all_embeddings", False)),
-                   word_dropout=word_dropout)
+                   word_dropout=float(model_cfg.get("word_dropout", 0.0)))
 
 
 def _instantiate(node: Mapping, key: str, **arguments):

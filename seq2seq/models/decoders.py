@@ -28,18 +28,14 @@ class AttentionDecoder(nn.Module):
     """Parts shared by the decoders: embedding, RNN, the initial-state bridge and attention.
 
     Args:
-        vocab_size: target vocabulary size.
-        embed_dim: target embedding size.
         hidden_size: decoder RNN hidden size (also the attention query size).
         attention: the shared :class:`Attention` module wrapping a scorer.
         encoder_final_size: size of the encoder's final state fed to the bridge.
         rnn_input_size: input size of the RNN, set by the subclass.
-        num_layers: stacked RNN layers.
         rnn_type: ``"gru"`` or ``"lstm"``.
         dropout: dropout on embeddings, between RNN layers and on the features.
         bridge: initial state ``tanh(W h_enc)`` from the encoder's final state (True) or zeros.
         output_dim: size of the features handed to the output layer (None: ``hidden_size``).
-        padding_idx: id of the padding token.
     """
 
     def __init__(
@@ -168,7 +164,6 @@ class BahdanauDecoder(AttentionDecoder):
     ``tanh(W_o [s_t; c_t; e_{t-1}])``. The attention query is the top layer's state.
 
     Args:
-        embed_dim: target embedding size.
         encoder_output_size: size of one encoder memory vector (the attention values).
         options: the rest of :class:`AttentionDecoder`'s arguments.
 
@@ -200,8 +195,6 @@ class LuongDecoder(AttentionDecoder):
     target in one call and attends for all steps in one batched product (no Python loop).
 
     Args:
-        embed_dim: target embedding size.
-        hidden_size: decoder RNN hidden size (also the attention query size).
         encoder_output_size: size of one encoder memory vector (the attention values).
         input_feeding: feed the last attentional vector to the RNN with the embedding.
         output_dim: size of the attentional vector (None: ``hidden_size``).

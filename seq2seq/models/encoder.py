@@ -68,14 +68,9 @@ class RNNEncoder(nn.Module):
     """Embedding + GRU/LSTM encoder whose outputs never depend on padding.
 
     Args:
-        vocab_size: source vocabulary size.
-        embed_dim: embedding size.
         hidden_size: RNN hidden size per direction.
-        num_layers: stacked RNN layers.
         rnn_type: ``"gru"`` or ``"lstm"``.
-        bidirectional: read the source in both directions.
         dropout: dropout on the embeddings, between layers and on the output.
-        padding_idx: id of the padding token.
 
     Shape:
         - src: (B, S) token ids, padded with ``padding_idx``

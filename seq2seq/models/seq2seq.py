@@ -38,7 +38,6 @@ class Seq2Seq(nn.Module, DecodingModel):
     """Attention-based encoder-decoder.
 
     Args:
-        encoder: the source encoder.
         decoder: an attention decoder (:mod:`seq2seq.models.decoders`) or a Transformer
             decoder (:mod:`seq2seq.models.transformer`); its ``precompute_keys`` runs once per
             source batch.

@@ -180,14 +180,11 @@ class TransformerEncoder(nn.Module):
     """Embeddings, ``num_layers`` encoder layers and a final layer norm.
 
     Args:
-        vocab_size: source vocabulary size.
         d_model: size of every position's vector.
         num_heads: attention heads per layer.
-        num_layers: encoder layers.
         ffn_dim: hidden size of the feed-forward sub-layers.
         dropout: dropout on the embeddings, the sub-layers' outputs and inside the feed-forward.
         attention_dropout: dropout on the attention weights.
-        padding_idx: id of the padding token.
 
     Shape:
         - src: (B, S) token ids, padded; src_lengths: (B,)
@@ -276,10 +273,9 @@ class TransformerDecoder(nn.Module):
     the cross-attention weights averaged over every head of every layer.
 
     Args:
-        vocab_size: target vocabulary size.
         encoder_output_size: size of one memory vector (the encoder's ``output_size``).
-        d_model, num_heads, num_layers, ffn_dim, dropout, attention_dropout, padding_idx: as
-            for :class:`TransformerEncoder`.
+        d_model, num_heads, ffn_dim, dropout, attention_dropout: as for
+            :class:`TransformerEncoder`.
 
     Shape:
         - forward: tgt_in (B, T) -> features (B, T, d_model), weights (B, T, S) or ``None``
