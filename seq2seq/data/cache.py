@@ -1,11 +1,8 @@
 """The on-disk cache of prepared data: its key, its layout, and building it all or nothing.
 
-Everything derived from the raw files lives in `<cache_root>/<key>/`, where the key hashes the
-raw files' contents, the tokenizer and filter settings and FORMAT_VERSION; with several training
-corpora (or a tagged one), each corpus's files and tag, in order. Weights shape no cached byte
-(they act when batches are drawn), so they are not part of the key. A cache directory is
-built under a temporary name and renamed into place when complete, so it either exists whole
-or not at all; `summary.json`, written last, marks a complete one.
+What the key hashes (FORMAT_VERSION among it) and how a folder is built under a temporary
+name and renamed into place: docs/data.md#the-cache. `summary.json`, written last, marks a
+complete one.
 """
 
 from __future__ import annotations

@@ -56,15 +56,12 @@ class PreparedData:
     """The result of `prepare_data`.
 
     Attributes:
-        tokenizers: The source/target tokenizer(s).
         splits: Split name -> encoded pairs (memory-mapped).
         raw_files: Split name -> (source text file, target text file), e.g. to score BLEU
             against the raw references (valid/test line i answers encoded pair i). Several
             training corpora are not one file pair: "train" is then left out.
         summary: Counts, vocabulary sizes, timings (also in `cache_dir / summary.json`);
             with several corpora or a tag, "corpora": each one's counts, name and weight.
-        cache_hit: Whether an existing cache was reused.
-        cache_dir: The cache directory of these inputs.
         train_mix: The training corpora as the sampler draws them (None: a single corpus).
     """
 
@@ -314,8 +311,7 @@ def prepare_from_config(config: Mapping[str, Any], *, progress: bool | None = No
             resolve=True)`: the library does not depend on OmegaConf) with the `data` and
             `tokenizer` nodes (see seq2seq/configs/data/*.yaml, tokenizer/*.yaml) and
             `paths.cache_dir`; unset ("???") values are reported by name.
-        progress: Show progress bars (None: only when stderr is a terminal).
-        tokenizers: Encode with these instead of training them (see `prepare_data`).
+        progress, tokenizers: As for `prepare_data`.
 
     Raises:
         DataError: On any data or data-configuration problem.

@@ -35,9 +35,7 @@ class SampledPairs(ParallelDataset):
 
     Args:
         pairs: The stored (best) segmentation of the training pairs.
-        tokenizers: The run's tokenizers.
         alpha: sentencepiece's sampling parameter (:class:`SubwordSampling`), in (0, 1].
-        seed: The run's seed.
         max_length: The most pieces a drawn sentence may have (``data.filter.max_length``);
             a longer draw keeps the stored pieces. None: no limit.
 

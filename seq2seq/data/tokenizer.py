@@ -434,8 +434,7 @@ class Tokenizers:
     """The tokenizer(s) of a language pair: one shared model, or one per side.
 
     Attributes:
-        src: Source-side tokenizer.
-        tgt: Target-side tokenizer; when joint, `src` itself or a SubsetTokenizer of it.
+        tgt: When joint, `src` itself or a SubsetTokenizer of it.
         joint: Whether one model serves both sides.
     """
 

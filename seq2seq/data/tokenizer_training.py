@@ -61,7 +61,6 @@ def train_tokenizers(
 
     Args:
         train_files: (source file, target file) of each training corpus.
-        settings: Tokenizer settings.
         progress: Show progress bars (None: only when stderr is a terminal).
         tags: Corpus tags: user-defined pieces of the model that encodes sources.
 
