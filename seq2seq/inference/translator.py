@@ -299,8 +299,18 @@ class BaseTranslator(ABC):
         )
         heads = (self._attention_heads(src_ids, results) if attention_heads
                  else [None] * len(results))
-        return to_translations(self.tokenizers, src_ids, results, heads,
-                               max_source_length=self.max_source_length)
+        # Every hypothesis detokenized in one sentencepiece call.
+        texts = iter(self.tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
+        translations = []
+        for ids, n_best, best_heads in zip(src_ids, results, heads, strict=True):
+            source_pieces = self.tokenizers.src.pieces(ids[: self.max_source_length].tolist())
+            translations.append([
+                Translation(text=next(texts), score=hypothesis.score, source_pieces=source_pieces,
+                            target_pieces=self.tokenizers.tgt.pieces(hypothesis.tokens),
+                            attention=hypothesis.attention,
+                            attention_heads=best_heads if rank == 0 else None)
+                for rank, hypothesis in enumerate(n_best)])
+        return translations
 
 
 class Translator(BaseTranslator):
@@ -429,21 +439,3 @@ class Translator(BaseTranslator):
                 self.model, src_tensor, src_lengths, options, generator=generator,
                 constraints=constraints, **settings)
 
-
-def to_translations(tokenizers, src_ids: Sequence[np.ndarray],
-                    results: Sequence[Sequence[Hypothesis]],
-                    heads: Sequence[Tensor | None], *,
-                    max_source_length: int) -> list[list[Translation]]:
-    """Each sentence's hypotheses as :class:`Translation` s (the best one with ``heads``),
-    every hypothesis detokenized in one sentencepiece call."""
-    texts = iter(tokenizers.tgt.decode([h.tokens for n_best in results for h in n_best]))
-    translations = []
-    for ids, n_best, best_heads in zip(src_ids, results, heads, strict=True):
-        source_pieces = tokenizers.src.pieces(ids[:max_source_length].tolist())
-        translations.append([
-            Translation(text=next(texts), score=hypothesis.score, source_pieces=source_pieces,
-                        target_pieces=tokenizers.tgt.pieces(hypothesis.tokens),
-                        attention=hypothesis.attention,
-                        attention_heads=best_heads if rank == 0 else None)
-            for rank, hypothesis in enumerate(n_best)])
-    return translations
