@@ -1,13 +1,10 @@
 """``seq2seq-average CHECKPOINT [...] output=PATH``: average the parameters of several
 checkpoints of one model into a new checkpoint.
 
-    seq2seq-average runs/x/checkpoints/step*.pt output=runs/x/checkpoints/avg.pt
-
-The checkpoints must come from the same model (parameter names and shapes, tokenizers), or
-it exits with status 1 and a one-line ``error: ...`` naming the first difference. The result
-loads like any other checkpoint; :mod:`seq2seq.training.averaging` says what it keeps.
-``trainer.average_last=N`` does the same for the last N validations of a run. The previous
-release's ``--output PATH`` still works, with a warning.
+Checkpoints of other models (parameter names and shapes, tokenizers) are refused with a one-line
+``error: ...`` naming the first difference, exit status 1. What the result keeps:
+:mod:`seq2seq.training.averaging`; an example: docs/evaluate-translate.md, "Averaging
+checkpoints". The previous release's ``--output PATH`` still works, with a warning.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """``seq2seq-build-shortlist checkpoint=PATH src=FILE tgt=FILE output=PATH``: build an
 output-vocabulary shortlist for a checkpoint from its training pairs.
 
-    seq2seq-build-shortlist checkpoint=runs/x/checkpoints/best.pt \\
-        src=data/multi30k/train.de.gz tgt=data/multi30k/train.en.gz output=shortlist.pt
-    seq2seq-translate checkpoint=runs/x/checkpoints/best.pt shortlist=shortlist.pt < test.de
-
-The pairs are encoded with the checkpoint's own tokenizers (so the ids are the model's),
-each source piece keeps its ``per_source`` target pieces of highest sentence-level Dice
-co-occurrence, the ``frequent`` most frequent target pieces are always included, and every
-target piece of every training pair stays reachable from its source
-(:mod:`seq2seq.inference.shortlist`). Prints the sizes it gives: per sentence and per batch of
-``batch_sentences`` training sentences. Exit status 1 with a one-line ``error: ...`` on a bad
-checkpoint, a missing or unreadable file, or files of different lengths. The previous release's
-``--checkpoint``, ``--src``, ... flags still work, with a warning.
+How it is built and what it prints, with examples: docs/evaluate-translate.md,
+"Output-vocabulary shortlists" (and :mod:`seq2seq.inference.shortlist`). Exit status 1 with a
+one-line ``error: ...`` on a bad checkpoint, a missing or unreadable file, or files of different
+lengths. The previous release's ``--checkpoint``, ``--src``, ... flags still work, with a
+warning.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """``python export.py checkpoint=PATH output=DIR [overrides]`` / ``seq2seq-export``: export a
-checkpoint as a folder that ONNX Runtime decodes (:mod:`seq2seq.export.onnx_export`), or a
-Transformer as a CTranslate2 model (``format=ctranslate2``,
-:mod:`seq2seq.export.ctranslate2_export`), with an Argos Translate package beside its files
-(``format=argos``, :mod:`seq2seq.export.argos`), or as a Hugging Face ``transformers`` folder
-(``format=huggingface``, :mod:`seq2seq.export.huggingface`).
+checkpoint as a folder that ONNX Runtime decodes, or, with ``format=``, as a CTranslate2 model,
+an Argos Translate package, a Hugging Face ``transformers`` folder or a web page
+(:data:`seq2seq.export.FORMATS`). The formats, with examples: docs/export.md; the options:
+``seq2seq/configs/export.yaml``.
 
-    python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x
-    python export.py checkpoint=runs/x/checkpoints/best.pt output=exported/x-int8 quantize=int8
-    echo "Ein Hund läuft." | python translate.py checkpoint=exported/x-int8
-    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-ct2 format=ctranslate2
-    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-argos format=argos
-    python export.py checkpoint=runs/t/checkpoints/best.pt output=exported/t-hf format=huggingface
-
-Options are documented in ``seq2seq/configs/export.yaml``. Exits with status 1 and a one-line
-``error: ...`` on a missing or unsafe checkpoint, a model part that cannot be exported (named),
-an existing output folder without ``overwrite=true``, an invalid option (``quantize=int8`` with
-``format=huggingface``, which writes float32 weights), or (``format=argos``) languages the
-checkpoint does not name and the command does not give.
+Exits with status 1 and a one-line ``error: ...`` on a missing or unsafe checkpoint, a model part
+that cannot be exported (named), an existing output folder without ``overwrite=true``, an
+invalid option (``quantize=int8`` with ``format=huggingface``, which writes float32 weights), or
+(``format=argos``) languages the checkpoint does not name and the command does not give.
 """
 
 from __future__ import annotations

@@ -3,23 +3,11 @@
 Reads one sentence a line (stdin, ``input=FILE`` or ``text="..."``) and writes one
 translation a line (stdout or ``output=FILE``), in input order. Stdout carries the
 translations and nothing else: every log line goes to stderr, and Hydra writes no
-``outputs/`` or ``.hydra/`` folder (see ``seq2seq/configs/translate.yaml``).
+``outputs/`` or ``.hydra/`` folder (see ``seq2seq/configs/translate.yaml``). Every error is one
+``error: ...`` line on stderr, exit status 1, no traceback.
 
-Examples::
-
-    cat test.de | python translate.py checkpoint=runs/x/checkpoints/best.pt > test.hyp
-    python translate.py checkpoint=best.pt 'text="Zwei Hunde, ein Ball."' beam_size=10
-    python translate.py checkpoint=best.pt input=test.de.gz output=test.hyp device=cuda
-    python translate.py checkpoint=best.pt nbest=3 < test.de     # 3 lines per input line
-    python translate.py checkpoint=best.pt attention_plot=plots/ < some.de
-    python translate.py 'checkpoint=[a/best.pt,b/best.pt]' < test.de    # ensemble
-    python translate.py checkpoint=best.pt shortlist=shortlist.pt < test.de   # a shortlist
-    python translate.py checkpoint=best.pt terms=terms.tsv constraints=phrases.txt < test.de
-    python translate.py checkpoint=best.pt search=sample top_p=0.9 seed=1 nbest=5 < test.de
-
-Output formats (n-best lines, ``-inf`` fillers), interactive use, terminology, prefixes and
-sampling: docs/evaluate-translate.md. Every error is one ``error: ...`` line on stderr, exit
-status 1, no traceback.
+Examples, output formats (n-best lines, ``-inf`` fillers), interactive use, ensembles,
+shortlists, terminology, prefixes and sampling: docs/evaluate-translate.md.
 """
 
 from __future__ import annotations

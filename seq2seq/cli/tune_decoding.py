@@ -1,16 +1,10 @@
 """``seq2seq-tune-decoding checkpoint=PATH [overrides]``: choose the beam size and length
 penalty on the validation set, never on a test set.
 
-    seq2seq-tune-decoding checkpoint=runs/x/checkpoints/best.pt \\
-        beam_sizes=[1,3,5,8] length_penalties=[0.6,1.0,1.4] [max_sentences=N] [json=tune.json]
-    seq2seq-tune-decoding checkpoint=best.pt src=dev.de ref=dev.en ...   # your own dev set
-    seq2seq-tune-decoding 'checkpoint=[runs/a/checkpoints/best.pt,runs/b/checkpoints/best.pt]'
-    seq2seq-tune-decoding checkpoint=exported/x-int8 quantize=int8        # an exported folder
-
 Scores every beam size x length penalty through the function ``seq2seq-evaluate`` uses
 (:func:`seq2seq.inference.evaluation.evaluate_translations`), so a cell's BLEU is the BLEU
-``seq2seq-evaluate split=valid beam_size=B length_penalty=A`` prints; what it prints, refuses
-and keeps: docs/evaluate-translate.md, "Tuning decoding on val".
+``seq2seq-evaluate split=valid beam_size=B length_penalty=A`` prints; examples, and what it
+prints, refuses and keeps: docs/evaluate-translate.md, "Tuning decoding on val".
 """
 
 from __future__ import annotations
