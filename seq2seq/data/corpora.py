@@ -1,10 +1,8 @@
 """The training corpora of a run: `data.train` read as one or several weighted, tagged corpora,
 and checked (files, line counts, weights, tags) before anything is written.
 
-`data.train` is either one mapping ``{src, tgt}`` (the original form) or a list of them, each
-with an optional ``weight`` (default 1), ``tag`` (a string prepended to every source sentence
-of that corpus as one sentencepiece piece) and ``name`` (for the logs; default: the source
-file's name without its suffixes).
+`data.train` is one mapping ``{src, tgt}`` (the original form) or a list of them, each with the
+optional keys docs/your-data.md#several-corpora describes.
 """
 
 from __future__ import annotations

@@ -227,10 +227,9 @@ def prune_target_vocabulary(*, tokenizers: Tokenizers, directory: Path,
 
     Called on the training split right after it is encoded with the full joint model, before
     the other splits are encoded: those then use the subset (a piece it does not keep becomes
-    UNK). The kept pieces are rounded up to a multiple of
-    :data:`OUTPUT_ROWS_MULTIPLE` with the unseen pieces of the highest ids (rare whole words and
-    single characters; never a corpus tag) where the vocabulary has enough: the output layer's
-    matrix products run well below the CPU's speed at an odd row count (docs/speed.md).
+    UNK). The kept pieces are rounded up to a multiple of :data:`OUTPUT_ROWS_MULTIPLE` with the
+    unseen pieces of the highest ids (rare whole words and single characters; never a corpus
+    tag) where the vocabulary has enough.
 
     Returns:
         The tokenizers with a SubsetTokenizer as target, and how many of its pieces occur in

@@ -1,13 +1,9 @@
 """Drawing an epoch's training pairs from several corpora in proportion to their weights.
 
-The corpora lie one after another in the training split. An epoch holds as many pairs as they
-do together; corpus i gets ``total * weight_i / sum(weights)`` of them (rounded by largest
-remainder, so the quotas add up), whatever its size. Each corpus is read as an endless
-sequence of shuffled passes over its pairs, and epoch e takes the next quota of it: a corpus
-drawn more than its size shows every pair the same number of times (give or take one) in an
-epoch, one drawn less shows other pairs each epoch and all of them before any repeats. The
-draw depends only on (seed, epoch, corpus), so every rank draws the same pairs and a resumed
-epoch is the one that was interrupted.
+How the weights are honoured (quotas, endless shuffled passes, the same draw on every rank and
+on resuming): docs/your-data.md#several-corpora. The corpora lie one after another in the
+training split; corpus i's quota is ``total * weight_i / sum(weights)``, rounded by largest
+remainder so that the quotas add up, and the draw depends only on (seed, epoch, corpus).
 """
 
 from __future__ import annotations

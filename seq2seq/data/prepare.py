@@ -6,10 +6,8 @@ Pipeline of a build (the cache itself, its key and layout: `seq2seq.data.cache`)
    before the expensive steps;
 2. the tokenizer(s) are trained on the non-empty training pairs, streamed from disk (or
    given: a fine-tuned run encodes with its parent's);
-3. each split is encoded in chunks and appended to flat token files. Only training pairs are
-   filtered (empty side, too long, length ratio); other splits keep every line, in order.
-   Several training corpora (`seq2seq.data.corpora`) are encoded one after another into the
-   training split, a corpus's tag before each of its sources.
+3. each split is encoded into flat token files (`seq2seq.data.encode`: only training pairs are
+   filtered; several training corpora go one after another into the training split).
 """
 
 from __future__ import annotations
@@ -164,8 +162,7 @@ def prepare_data(
                 progress=progress,
                 given=tokenizers,
             )
-            built["build_seconds"] = time.perf_counter() - started
-            return built
+            return {**built, "build_seconds": time.perf_counter() - started}
 
         summary = build_into_place(directory=directory, build=build)
         tokenizers, splits = load_cache(directory=directory, summary=summary)

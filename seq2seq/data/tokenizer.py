@@ -161,7 +161,6 @@ class SentencePieceTokenizer:
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be positive, got {vocab_size}")
         sampled = 0 if max_sentences <= 0 else max(max_sentences, _MIN_SAMPLED_SENTENCES)
-        requested = vocab_size
         attempt_size = vocab_size
         # Passed only when there are any: a model without tags is trained as it always was.
         extra = {"user_defined_symbols": list(user_symbols)} if user_symbols else {}
@@ -210,11 +209,11 @@ class SentencePieceTokenizer:
                 attempt_size = int(too_high.group(2))
                 continue
             tokenizer = cls(model_proto=writer.getvalue())
-            if tokenizer.vocab_size < requested:
+            if tokenizer.vocab_size < vocab_size:
                 logger.warning(
                     "vocabulary size lowered from %d to %d: the training text (%d sentences) "
                     "supports no more %s pieces",
-                    requested,
+                    vocab_size,
                     tokenizer.vocab_size,
                     feed.count,
                     model_type,
