@@ -20,17 +20,13 @@ class ExportError(Exception):
 
 @dataclass(frozen=True)
 class ExportFormat:
-    """One format ``seq2seq-export`` writes.
-
-    Attributes:
-        writer: ``module:function``; it takes the model, its tokenizers, its run config and the
-            output folder, then ``overwrite``, ``trainer_state``, ``source`` and its
-            ``options`` as keywords, and returns the manifest written.
-        options: its own keyword options (``quantize``, ``opset``, ...).
-        packages: what it imports, all in the extra ``extra``.
-        limits: what it refuses that another format does, said when an option is refused.
-        usage: what to do with the folder written (``{output}``: its path), logged.
-    """
+    """One format ``seq2seq-export`` writes: its ``writer`` (``module:function``, which takes the
+    model, its tokenizers, its run config and the output folder, then ``overwrite``,
+    ``trainer_state``, ``source`` and its ``options`` as keywords, and returns the manifest
+    written), its own keyword ``options`` (``quantize``, ``opset``, ...), the ``packages`` it
+    imports (all in the extra ``extra``), what it refuses that another format does (``limits``,
+    said when an option is refused) and what to do with the folder written (``usage``, logged;
+    ``{output}``: its path)."""
 
     writer: str
     options: tuple[str, ...]

@@ -81,11 +81,8 @@ def package_name(metadata: dict[str, Any]) -> str:
 
 
 def check_sources_untagged(config: dict[str, Any]) -> None:
-    """Refuse a model trained on tagged sources only: Argos puts no tag before a source.
-
-    Raises:
-        ExportError: when every training corpus has a tag.
-    """
+    """Refuse (ExportError) a model trained on tagged sources only: Argos puts no tag before a
+    source."""
     corpora = (config.get("data") or {}).get("train")
     if isinstance(corpora, list) and corpora and all(c.get("tag") for c in corpora):
         raise ExportError("every training corpus has a tag, and Argos puts none before a "

@@ -186,21 +186,20 @@ def generation_config() -> dict[str, Any]:
             "max_new_tokens": MAX_NEW_TOKENS}
 
 
-def _vocabulary(tokenizer) -> dict[str, int]:
-    return {tokenizer.id_to_piece(token_id): token_id for token_id in range(tokenizer.vocab_size)}
+def _write_vocabulary(path: Path, tokenizer) -> None:
+    pieces = {tokenizer.id_to_piece(token_id): token_id for token_id in range(tokenizer.vocab_size)}
+    write_text(path, json.dumps(pieces, ensure_ascii=False) + "\n")
 
 
 def write_tokenizer(folder: Path, tokenizers, config: dict[str, Any]) -> None:
     """``MarianTokenizer``'s files: both sentencepiece models (Marian reads two even when they
     are one), the source vocabulary and, for separate models, the target's."""
-    source, target = tokenizers.src, tokenizers.target_model
     separate = not tokenizers.joint
-    if not separate:  # the manifest's writer wrote SOURCE_SPM, and TARGET_SPM if separate
-        write_bytes(folder / TARGET_SPM, target.to_bytes())
-    write_text(folder / SOURCE_VOCAB, json.dumps(_vocabulary(source), ensure_ascii=False) + "\n")
+    _write_vocabulary(folder / SOURCE_VOCAB, tokenizers.src)
     if separate:
-        write_text(folder / TARGET_VOCAB,
-                   json.dumps(_vocabulary(target), ensure_ascii=False) + "\n")
+        _write_vocabulary(folder / TARGET_VOCAB, tokenizers.target_model)
+    else:  # the manifest's writer wrote SOURCE_SPM, and TARGET_SPM for separate models
+        write_bytes(folder / TARGET_SPM, tokenizers.target_model.to_bytes())
     src_lang, tgt_lang = recorded_languages(config)
     tokenizer_config = {
         "tokenizer_class": "MarianTokenizer", "source_lang": src_lang, "target_lang": tgt_lang,

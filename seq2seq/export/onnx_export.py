@@ -318,8 +318,9 @@ def step_output_names(state_names) -> list[str]:
     return ["logits", "weights", *(f"new_{name}" for name in state_names)]
 
 
-def _observed_shapes(folder: Path, manifest: dict[str, Any], vocab_size: int):
+def _observed_shapes(folder: Path, manifest: dict[str, Any]):
     """Each graph's output shapes, by output name, at the traced and at the checking sizes."""
+    vocab_size = manifest["vocabulary"]["source_size"]
     model = OnnxModel(folder, manifest, num_threads=1, reuse_sessions=False)
     shapes: dict[str, dict[str, list[tuple[int, ...]]]] = {ENCODER_FILE: {}, STEP_FILE: {}}
     for sentences, length, rows in ((TRACE_SENTENCES, TRACE_LENGTH, TRACE_ROWS),
@@ -386,22 +387,14 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
                  quantize: str = "none", opset: int = DEFAULT_OPSET, overwrite: bool = False,
                  trainer_state: dict[str, Any] | None = None, source: str | None = None,
                  quantize_embeddings: bool = False) -> dict[str, Any]:
-    """Export ``model`` (with the tokenizers and run config it was trained with) to the folder
-    ``output``; returns the manifest written.
+    """Export ``model`` with the tokenizers and run config it was trained with to the folder
+    ``output`` (which must not exist, unless ``overwrite``); returns the manifest written, which
+    keeps ``config``, ``trainer_state`` and ``source``.
 
-    Args:
-        model: a :class:`~seq2seq.models.seq2seq.Seq2Seq` (any encoder, decoder and scorer
-            whose operations ONNX has), on the CPU.
-        tokenizers: its :class:`~seq2seq.data.tokenizer.Tokenizers`.
-        config: the run config (the manifest keeps it, for the data splits and the page).
-        output: the folder to write (it must not exist, unless ``overwrite``).
-        quantize: ``none`` (fp32 graphs) or ``int8``.
-        opset: the ONNX opset of the graphs.
-        overwrite: replace an existing ``output`` folder.
-        trainer_state: the trainer's summary, kept in the manifest.
-        source: what the model was read from, kept in the manifest.
-        quantize_embeddings: with ``quantize=int8``, the embedding tables in int8 too (the
-            page of ``format=web``: a download half as large).
+    ``model`` is a :class:`~seq2seq.models.seq2seq.Seq2Seq` on the CPU (any encoder, decoder and
+    scorer whose operations ONNX has). ``quantize`` is ``none`` (fp32 graphs) or ``int8``;
+    ``quantize_embeddings``, with int8, puts the embedding tables in int8 too (the page of
+    ``format=web``: a download half as large).
 
     Raises:
         ExportError: when a part of the model cannot be exported (its reason names the
@@ -422,7 +415,7 @@ def export_model(model: nn.Module, tokenizers, config: dict[str, Any], output: s
         if quantize == "int8":
             quantize_graphs(staging, embeddings=quantize_embeddings)
             try:  # the int8 graphs load, and encode and decode a step at two sizes
-                _observed_shapes(staging, manifest, manifest["vocabulary"]["source_size"])
+                _observed_shapes(staging, manifest)
             except Exception as error:  # onnxruntime's own error types
                 raise ExportError(f"the quantized graphs do not run: {_reason(error)}") from None
             manifest["export"]["int8_embeddings"] = quantize_embeddings
@@ -471,6 +464,5 @@ def _write_graphs(model: nn.Module, folder: Path, manifest: dict[str, Any], *,
     manifest["export"].update(opset=opset, onnx_version=onnx.__version__,
                               onnxruntime_version=onnxruntime.__version__)
     check_against_model(model, folder, manifest)
-    shapes = _observed_shapes(folder, manifest, src_vocab)
-    for name, observed in shapes.items():
+    for name, observed in _observed_shapes(folder, manifest).items():
         declare_open_axes(folder / name, open_axes[name], observed)

@@ -37,11 +37,8 @@ RUNTIME_FILES = {
 
 
 def runtime_folder() -> Path:
-    """The npm packages the page's runtime is copied from.
-
-    Raises:
-        ExportError: when one of :data:`RUNTIME_FILES` is not there, naming how to install it.
-    """
+    """The npm packages the page's runtime is copied from; an ExportError naming how to install
+    them when one of :data:`RUNTIME_FILES` is not there."""
     folder = Path(os.environ.get("SEQ2SEQ_WEB_RUNTIME") or RUNTIME_PACKAGES)
     missing = [path for path in RUNTIME_FILES.values() if not (folder / path).is_file()]
     if missing:
