@@ -41,9 +41,8 @@ class DecodeOptions:
     (:func:`described_options`).
 
     Raises:
-        ValueError: one line naming the option, for an unknown search, a non-positive size, a
-            sampling setting out of range, or what the search's own check refuses
-            (``nbest > beam_size`` with beam search).
+        ValueError: one line naming the option, for a value out of range here or in the
+            search's own check.
     """
 
     search: str = option(

@@ -19,9 +19,8 @@ FIRST_ID = 4                       # after the special pieces (pad, unk, bos, eo
 
 
 def decoding_workload(model, *, source_vocab_size: int, device: torch.device) -> precision.Workload:
-    """Greedy search of ``SENTENCES`` sources of ``SOURCE_PIECES`` pieces (ids drawn once from
-    a fixed seed) by ``model`` (a :class:`~seq2seq.models.interfaces.DecodingModel`), up to as
-    many output pieces, as a :class:`Workload` named by the model."""
+    """The module docstring's workload, for ``model``: ``SENTENCES`` sources of ``SOURCE_PIECES``
+    pieces (ids drawn once from a fixed seed), up to as many output pieces."""
     name = (f"greedy search of {precision.model_description(model)}, {SENTENCES} sources of "
             f"{SOURCE_PIECES} pieces")
 

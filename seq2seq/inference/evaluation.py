@@ -214,7 +214,6 @@ def split_files(
 
     Args:
         checkpoint_config: the ``config`` entry of a checkpoint (plain containers).
-        split: ``valid`` or ``test``.
         overrides: merged onto the stored ``data`` node first (e.g. another ``dir``).
 
     Raises:

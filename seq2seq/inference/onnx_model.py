@@ -80,11 +80,6 @@ class ExportedEncoded(NamedTuple):
         return self  # the graphs take the types they were exported with
 
 
-def _arrays(tensors) -> list[np.ndarray]:
-    # Contiguous CPU tensors become arrays over the same memory.
-    return [t.contiguous().numpy() for t in tensors]
-
-
 class OnnxModel(DecodingModel):
     """An exported folder's two graphs behind the searches' step interface: fp32 (or int8 weights
     where exported so), on the CPU only.
@@ -147,7 +142,8 @@ class OnnxModel(DecodingModel):
         """Logits (N, V) (the graph scores every piece; ``output_ids`` keeps K columns),
         attention weights (N, S) and the new state."""
         values = [prev_tokens, *encoded[:3], *(state[name] for name in self.state_names)]
-        outputs = self._run(self.step, dict(zip(self._step_inputs, _arrays(values), strict=True)))
+        arrays = [t.contiguous().numpy() for t in values]  # over the CPU tensors' memory
+        outputs = self._run(self.step, dict(zip(self._step_inputs, arrays, strict=True)))
         logits, weights, *new_state = (torch.from_numpy(array) for array in outputs)
         if output_ids is not None:
             logits = logits.index_select(-1, output_ids)
