@@ -69,15 +69,11 @@ def _settle(future: asyncio.Future, result=None, error: BaseException | None = N
 
 
 class DynamicBatcher:
-    """Collects concurrent requests for one model into shared decoding rounds.
-
-    Args:
-        translator: a :class:`~seq2seq.inference.translator.BaseTranslator` (or anything with
-            its ``translate`` and ``tokenizers``).
-        window_ms: how long a round keeps collecting after its first job arrived.
-        max_tokens: a round stops collecting once its jobs hold this many source pieces.
-        name: for the worker thread's name and the logs.
-    """
+    """Collects concurrent requests for one model into shared decoding rounds: a round keeps
+    collecting ``window_ms`` after its first job arrived, or until its jobs hold ``max_tokens``
+    source pieces. ``translator``: a :class:`~seq2seq.inference.translator.BaseTranslator` (or
+    anything with its ``translate`` and ``tokenizers``); ``name`` names the worker thread and
+    the logs."""
 
     def __init__(
         self, translator, *, window_ms: float = 5.0, max_tokens: int = 8000, name: str = "model"

@@ -117,17 +117,12 @@ async def _translations(translate: Translate, model: str, texts: list[str],
 def add_libretranslate_routes(app: FastAPI, translate: Translate,
                               languages: Mapping[str, tuple[str, str]], *,
                               beam_sizes: Mapping[str, int], max_beam_size: int) -> None:
-    """Add LibreTranslate's ``/translate``, ``/detect`` and ``/languages`` to ``app``.
-
-    Args:
-        app: the app of :func:`~seq2seq.serving.app.create_app`, whose handler answers
-            :class:`ApiError` with ``{"error": ...}``.
-        translate: its ``/v1/translate`` handler, ``await translate(TranslateRequest)``.
-        languages: model name -> (source code, target code) of the models whose languages are
-            known, in the order served; the others are not reachable here.
-        beam_sizes: model name -> its default beam size, widened for more ``alternatives``.
-        max_beam_size: the largest beam a request may have (``alternatives`` up to one less).
-    """
+    """Add LibreTranslate's ``/translate``, ``/detect`` and ``/languages`` to ``app`` (whose
+    handler answers :class:`ApiError` with ``{"error": ...}``), translating through its
+    ``/v1/translate`` handler ``translate``. ``languages``: model name -> (source code, target
+    code) of the models whose languages are known, in the order served (the others are not
+    reachable here); ``beam_sizes``: each model's default beam, widened for more
+    ``alternatives`` up to ``max_beam_size`` (so ``alternatives`` up to one less)."""
     pairs = dict(languages)
     router = APIRouter(tags=["LibreTranslate"])
 

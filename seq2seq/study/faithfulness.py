@@ -74,11 +74,8 @@ def probe_weights(probe: str, energies: Tensor, weights: Tensor) -> Tensor:
 
 
 class _Probed:
-    """Mixed in before an attention module: its ``normalize``'s weights replaced by a probe's.
-
-    Args:
-        probe: one of :data:`PROBES`; the others go to the attention module.
-    """
+    """Mixed in before an attention module: its ``normalize``'s weights replaced by those of
+    ``probe``, one of :data:`PROBES` (the other arguments go to the attention module)."""
 
     def __init__(self, *args, probe: str = "uniform", **kwargs) -> None:
         super().__init__(*args, **kwargs)
