@@ -8,8 +8,8 @@ scorer is run through it.
 """
 
 import math
-import textwrap
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +18,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-import seq2seq.models.attention as attention_module
 from seq2seq import CONFIG_DIR
 from seq2seq.models.attention import (
     AdditiveScorer,
@@ -36,9 +35,10 @@ from seq2seq.models.build import resolve_targets, split_attention_config
 from seq2seq.models.registry import SCORER
 
 ATTENTION_CONFIGS = CONFIG_DIR / "model" / "attention"
+DOCS_MODELS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 
-class CosineScorer(Scorer):  # e = scale * cos(q, W k); the example of the module docstring
+class CosineScorer(Scorer):  # e = scale * cos(q, W k); the example of docs/models.md
     def __init__(self, *, query_dim: int, key_dim: int, scale: float = 10.0):
         super().__init__()
         self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
@@ -708,8 +708,9 @@ def test_user_scorer_plugs_in_by_target():
     assert isinstance(scorer, CosineScorer) and scorer.scale == 5.0 and scorer.num_heads == 1
 
 
-def test_docstring_example_is_the_test_helper():
-    code = textwrap.dedent(attention_module.__doc__.split("::\n", 1)[1])
+def test_docs_example_is_the_test_helper():
+    section = DOCS_MODELS.read_text("utf-8").split("## Writing your own scorer", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {}
     exec(code, namespace)
     query, keys, mask = inputs(2, 3, 5, 6, 4, lengths=[5, 2])

@@ -20,24 +20,8 @@ The scorer contract:
   target in the parallel (teacher-forced) training path;
 - ``num_heads``: 1 for single-head scorers.
 
-A user-defined scorer takes a few lines; plug it in with
-``model.attention._target_=my_module.CosineScorer``::
-
-    import torch.nn.functional as F
-    from torch import nn
-    from seq2seq.models.attention_scorers import Scorer
-
-    class CosineScorer(Scorer):  # e = scale * cos(q, W k)
-        def __init__(self, *, query_dim: int, key_dim: int, scale: float = 10.0):
-            super().__init__()
-            self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
-            self.scale = scale  # cosines lie in [-1, 1]: unscaled, the softmax is nearly flat
-
-        def precompute_keys(self, keys):
-            return F.normalize(self.key_proj(keys), dim=-1)  # (B, S, Dq)
-
-        def score(self, query, keys):
-            return self.scale * F.normalize(query, dim=-1) @ keys.transpose(1, 2)  # (B, T, S)
+A user-defined scorer takes a few lines (docs/models.md#writing-your-own-scorer has one,
+e = scale * cos(q, W k)); plug it in with ``model.attention._target_=my_module.CosineScorer``.
 """
 
 import torch

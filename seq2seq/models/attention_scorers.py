@@ -1,7 +1,8 @@
 """The attention scorers: each maps a query and keys to energies, nothing else.
 
-The scorer contract and an example of a user-defined scorer are in :mod:`seq2seq.models.attention`;
-config files name these classes by registry name (:mod:`seq2seq.models.registry`).
+The scorer contract is in :mod:`seq2seq.models.attention`, an example of a user-defined scorer
+in docs/models.md#writing-your-own-scorer; config files name these classes by registry name
+(:mod:`seq2seq.models.registry`).
 """
 
 import math
