@@ -44,18 +44,8 @@ def get_setting(
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerSettings:
-    """How the sentencepiece model(s) are trained (the `tokenizer` config group).
-
-    Attributes:
-        model_type: "bpe" or "unigram".
-        vocab_size: Wanted pieces per model, lowered with a warning if the text supports fewer.
-        joint: One model for both sides (trained on source and target text) or one each.
-        character_coverage: Share of characters covered by the model.
-        max_training_sentences: Sentences sampled (per model) to train on.
-        seed: Seed of the sampling.
-        prune_target_vocabulary: With a joint model, give the target side (the output layer)
-            only the pieces seen in the training targets.
-    """
+    """How the sentencepiece model(s) are trained: the `tokenizer` config group, each field
+    described in docs/configuration.md."""
 
     model_type: str = "bpe"
     vocab_size: int = 8000
@@ -90,14 +80,8 @@ class TokenizerSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class FilterSettings:
-    """Which training pairs are dropped (the `data.filter` config node).
-
-    Attributes:
-        max_length: Pairs with more pieces than this on either side are dropped (None: no
-            limit).
-        max_length_ratio: Pairs whose longer side has more than this times the pieces of the
-            shorter are dropped (None: no limit).
-    """
+    """Which training pairs are dropped: the `data.filter` config node, each field described
+    in docs/configuration.md (None: no limit)."""
 
     max_length: int | None = 100
     max_length_ratio: float | None = 3.0

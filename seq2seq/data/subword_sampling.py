@@ -1,21 +1,14 @@
-"""Subword regularization: the training pairs segmented anew for every epoch.
-
-A model trained on one segmentation of each word learns that segmentation; drawn anew for each
-epoch (BPE-dropout for a bpe model, subword sampling for a unigram one, both sentencepiece's
-own ``enable_sampling``), it sees the same words cut in many ways, which regularizes it much as
-more data would (Kudo, 2018; Provilkov et al., 2020). Validation, test and translation keep the
-best segmentation.
+"""Subword regularization: the training pairs segmented anew for every epoch (BPE-dropout,
+Provilkov et al., 2020; subword sampling, Kudo, 2018). The method, why the whole epoch is drawn
+before batching, and the target drawn with ``<unk>`` that keeps its stored segmentation:
+docs/training.md#subword-regularization.
 
 :class:`SampledPairs` wraps the stored training pairs. At the start of an epoch it decodes them
 back to their (normalized) text and encodes them with sampling, in chunks, sentencepiece's
-generator seeded by the run's seed, the epoch and the chunk: the same epoch is drawn the same
-way in a resumed run. The whole epoch is drawn before batching, because batching needs each
-pair's length: a batch cut from lengths guessed before the draw came out a third padding on
-Multi30k. Where ours differs from plain sentencepiece sampling: a target sentence drawn with a
-piece outside the output layer (a pruned joint vocabulary) keeps its stored segmentation, so the
-model never learns to write ``<unk>``; and a sentence drawn longer than the data stage's length
-filter (``data.filter.max_length``) keeps its stored one, so the model trains on no longer
-sentences than it was prepared for (the location scorer's window, for one).
+generator seeded by the run's seed, the epoch and the chunk. A sentence drawn longer than the
+data stage's length filter (``data.filter.max_length``) keeps its stored segmentation too, so
+the model trains on no longer sentences than it was prepared for (the location scorer's window,
+for one).
 """
 
 from __future__ import annotations
