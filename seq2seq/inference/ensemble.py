@@ -122,12 +122,9 @@ def vocabulary_difference(first, other) -> str | None:
 
 
 def check_same_vocabularies(tokenizers: Sequence, names: Sequence[str]) -> None:
-    """Raise ValueError naming the first member whose vocabularies differ from the first's.
-
-    Args:
-        tokenizers: each member's :class:`~seq2seq.data.tokenizer.Tokenizers`.
-        names: how to call each member in the message (e.g. its checkpoint path).
-    """
+    """Raise ValueError naming the first member whose vocabularies (its
+    :class:`~seq2seq.data.tokenizer.Tokenizers` in ``tokenizers``) differ from the first's;
+    ``names`` are what the message calls the members (e.g. their checkpoint paths)."""
     for other, name in zip(tokenizers[1:], names[1:], strict=True):
         difference = vocabulary_difference(tokenizers[0], other)
         if difference is not None:

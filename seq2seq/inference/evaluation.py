@@ -115,11 +115,10 @@ def term_use(hypotheses: Sequence[str], constraints: Sequence[Sequence[str]]) ->
     in its sentence's hypothesis. Constrained search writes every phrase's pieces, so a miss is
     a phrase whose detokenized form differs from its text, or an empty source (never
     decoded)."""
-    found = required = 0
-    for hypothesis, phrases in zip(hypotheses, constraints, strict=True):
-        required += len(phrases)
-        found += sum(phrase in hypothesis for phrase in phrases)
-    return found, required
+    found = sum(phrase in hypothesis
+                for hypothesis, phrases in zip(hypotheses, constraints, strict=True)
+                for phrase in phrases)
+    return found, sum(len(phrases) for phrases in constraints)
 
 
 # A source piece counts as covered once its attention, summed over the target steps, reaches

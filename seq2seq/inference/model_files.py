@@ -102,10 +102,7 @@ def is_ctranslate2(payload: dict[str, Any]) -> bool:
 def read_exported(folder: str | os.PathLike) -> dict[str, Any]:
     """An exported folder as a payload like a checkpoint's: ``config``, ``tokenizers`` (in
     :func:`~seq2seq.checkpoint.tokenizers_to_payload`'s form) and ``exported`` (its folder and
-    manifest); no weights.
-
-    Raises:
-        CheckpointError: see :func:`read_manifest`.
+    manifest); no weights. A CheckpointError where :func:`read_manifest` refuses the folder.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)

@@ -85,8 +85,7 @@ class OnnxModel(DecodingModel):
     where exported so), on the CPU only.
 
     Args:
-        folder: the exported folder.
-        manifest: its manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
+        manifest: the folder's manifest (:func:`~seq2seq.inference.model_files.read_manifest`).
         num_threads: ONNX Runtime's threads per graph; None: ``torch.get_num_threads()``, which
             the ``num_threads`` option of the command-line tools sets.
         reuse_sessions: share the process's session of each graph file (False: load anew).

@@ -381,9 +381,7 @@ class Translator(BaseTranslator):
     @contextmanager
     def _decoding(self, options: DecodeOptions) -> Iterator[torch.Generator | None]:
         """The model in eval mode; a seeded sample's generator, seeded anew for the call."""
-        generator = None
-        if options.seeded:
-            generator = torch.Generator(self.device).manual_seed(options.seed)
+        generator = torch.Generator(self.device).manual_seed(options.seed) if options.seeded else None
         with eval_mode(self.model):
             yield generator
 
