@@ -82,9 +82,6 @@ def decide_precision(precision: str, device: torch.device, *,
     ``auto`` is bf16 on CUDA GPUs from Ampere on, and fp32 on older GPUs and MPS; on a CPU,
     the faster of fp32 and bf16 on ``workload`` as :mod:`seq2seq.precision` times it, even
     where torch has no bf16 matrix kernels for the CPU, which the reason then says.
-
-    Raises:
-        ValueError: for a value not in :data:`PRECISION_OPTIONS`.
     """
     if precision not in PRECISION_OPTIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_OPTIONS)}, "
@@ -109,11 +106,8 @@ def decide_precision(precision: str, device: torch.device, *,
 
 
 def select_device(name: str | torch.device = "auto", *, local_rank: int = 0) -> torch.device:
-    """``auto`` picks CUDA (this rank's GPU), then Apple MPS, then the CPU.
-
-    Raises:
-        ValueError: for an unknown device name, or CUDA/MPS asked for but not available.
-    """
+    """``auto`` picks CUDA (this rank's GPU), then Apple MPS, then the CPU; a ValueError for an
+    unknown device name, or CUDA/MPS asked for but not available."""
     if isinstance(name, torch.device):
         return name
     mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())

@@ -249,17 +249,12 @@ def choose_cpu_precision(
     identity: CpuIdentity | None = None,
     today: datetime.date | None = None,
 ) -> CpuPrecision:
-    """bf16 where ``workload`` runs at least ``workload.min_speedup`` times as fast in bf16 as in
-    fp32 on this CPU, else fp32: the cached ratio of ``identity`` and the workload if there is
-    one, else measured now and cached.
-
-    Args:
-        workload: what to time (None: :func:`product_workload` of the default shapes).
-        cache_path: the JSON file (default :func:`default_cache_path`). An unreadable one is
-            ignored with a warning and rewritten; one that cannot be written leaves the
-            measurement uncached.
-        identity: what the measurement holds for (default: this CPU, threads and torch).
-        today: the date recorded with a new measurement (default: today).
+    """bf16 where ``workload`` (None: :func:`product_workload` of the default shapes) runs at
+    least ``workload.min_speedup`` times as fast in bf16 as in fp32 on this CPU, else fp32: the
+    cached ratio of ``identity`` (None: this CPU, threads and torch) and the workload if there is
+    one, else measured now (on ``today``) and cached in ``cache_path`` (None:
+    :func:`default_cache_path`). An unreadable cache is ignored with a warning and rewritten; one
+    that cannot be written leaves the measurement uncached.
     """
     workload = workload or product_workload()
     path = Path(cache_path) if cache_path is not None else default_cache_path()

@@ -227,13 +227,9 @@ class DecodingRequest:
                    {key: str(cfg[key]) for key in ("constraints", "prefix") if cfg.get(key)})
 
     def open(self, paths: Sequence[str | Path], device: str):
-        """The model at ``paths`` (:func:`~seq2seq.inference.runtimes.open_model`) with this
-        request's translator settings, checked against what the request asks (:meth:`check`).
-
-        Raises:
-            CheckpointError: on a file or folder that does not make a model.
-            ValueError: on what the model cannot do, in one line.
-        """
+        """The model at ``paths`` (:func:`~seq2seq.inference.runtimes.open_model`, whose errors
+        it raises) with this request's translator settings, checked against what the request
+        asks (:meth:`check`)."""
         from seq2seq.inference.runtimes import open_model
 
         opened = open_model(list(paths), device, **self.translator_settings)
@@ -254,12 +250,8 @@ class DecodingRequest:
 
     def guidance(self, translator, *, input_lines: int | None) -> SentenceGuidance:
         """The sentences' guidance, every file checked first against ``translator``'s
-        vocabulary (:func:`check_line_file`); ``input_lines``: the input's line count where
-        known.
-
-        Raises:
-            ValueError: naming the file and the line; DataError on an unreadable file.
-        """
+        vocabulary (:func:`check_line_file`, whose errors it raises); ``input_lines``: the
+        input's line count where known."""
         for key, path in self.line_files.items():
             check_line_file(key, path, translator, input_lines)
         return SentenceGuidance(**{key: LineFile(key, path)

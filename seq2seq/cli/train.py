@@ -1,19 +1,8 @@
 """``python train.py [overrides]`` / ``seq2seq-train``: train a model.
 
-Examples::
-
-    python train.py                                   # Multi30k de-en, the default model
-    python train.py model/attention=dot model/encoder=lstm trainer.max_epochs=5
-    python train.py experiment=multi30k_luong_fast
-    python train.py --cfg job                         # print the composed config
-    python train.py hydra.run.dir=runs/a trainer.resume=auto   # continue runs/a
-    python train.py hydra.run.dir=runs/a trainer.overwrite=true  # start runs/a over
-
-A folder that already holds a run is refused without one of those two (nothing in it changes).
-
-Several GPUs or machines (each rank reads its own shard of every batch list)::
-
-    torchrun --standalone --nproc_per_node=4 train.py hydra.run.dir=runs/ddp
+Examples, the run folder (one that holds a run is refused, nothing in it changed, without
+``trainer.resume=auto`` or ``trainer.overwrite=true``) and torchrun on several GPUs or
+machines (each rank reads its own shard of every batch list): docs/training.md.
 """
 
 from __future__ import annotations
