@@ -62,13 +62,13 @@ def set_up_decoding(num_threads: int | None) -> None:
     set_num_threads(num_threads)
 
 
-def check_group_overrides(overrides: Sequence[str], config_dir: str | Path = CONFIG_DIR) -> None:
+def check_group_overrides(overrides: Sequence[str]) -> None:
     """Exit with a one-line error when a command line sets a config group to null
     (``model/attention=null``): Hydra refuses it with its own traceback before any of our code
     runs. ``~group`` removes a group; a preset's ``override /group: null`` still works."""
     for override in overrides:
         key, equals, value = override.lstrip("+").partition("=")
-        if not equals or key.startswith("~") or not (Path(config_dir) / key).is_dir():
+        if not equals or key.startswith("~") or not (CONFIG_DIR / key).is_dir():
             continue
         if any(choice.strip().lower() == "null" for choice in value.split(",")):
             fail(f"{key}=null: a config group cannot be set to null on the command line; "

@@ -61,10 +61,11 @@ def tune(translator, sources, references, beam_sizes, length_penalties, *,
 
 def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
     by_key = {(c["beam_size"], c["length_penalty"]): c for c in cells}
-    width = 24
-    header = f"{'beam':>5} | " + " | ".join(
-        f"{f'lp={lp:g}':^{width}}" for lp in length_penalties
-    )
+
+    def row(first: object, texts: Sequence[str]) -> str:
+        return f"{first:>5} | " + " | ".join(f"{text:^24}" for text in texts)
+
+    header = row("beam", [f"lp={lp:g}" for lp in length_penalties])
     lines = [
         "BLEU, length ratio (r: output/reference length) and sentences/s per beam size (rows) "
         "and length penalty (columns)",
@@ -72,14 +73,9 @@ def format_table(cells: Sequence[dict], beam_sizes, length_penalties) -> str:
         "-" * len(header),
     ]
     for beam_size in beam_sizes:
-        texts = []
-        for lp in length_penalties:
-            cell = by_key[beam_size, lp]
-            text = (f"{cell['bleu']:6.2f} r{cell['length_ratio']:.3f} "
-                    f"({cell['sentences_per_second']:7.1f})")
-            texts.append(f"{text:^{width}}")
-        row = " | ".join(texts)
-        lines.append(f"{beam_size:>5} | {row}")
+        row_cells = [by_key[beam_size, lp] for lp in length_penalties]
+        lines.append(row(beam_size, [f"{c['bleu']:6.2f} r{c['length_ratio']:.3f} "
+                                     f"({c['sentences_per_second']:7.1f})" for c in row_cells]))
     if 1 in beam_sizes:
         lines.append("beam 1 is greedy search: the length penalty does not change it, it was "
                      "translated once and stands in every column")
@@ -162,12 +158,10 @@ def run(cfg: DictConfig) -> dict:
         if cfg.src is not None:
             src_path, ref_path = Path(cfg.src), Path(cfg.ref)
             try:
-                test_src, test_ref = split_files(opened.config, "test")
+                test_files = split_files(opened.config, "test")
             except DataError:
-                test_src = test_ref = None
-            if test_src is not None and (
-                _same_file(src_path, test_src) or _same_file(ref_path, test_ref)
-            ):
+                test_files = ()
+            if any(map(_same_file, (src_path, ref_path), test_files)):
                 fail("these are the checkpoint's test files: tuning on the test split is not "
                      "allowed")
         else:
