@@ -36,9 +36,8 @@ class Evaluation:
         generation_seconds: the translation alone (tokenize, search, detokenize).
         attention: with ``attention_stats=True``, what the best hypotheses' attention says
             (:func:`attention_statistics`); else None.
-        term_use_rate: with ``constraints``, the share of the phrases asked for that appear,
-            as written, in the hypotheses (:func:`term_use`); None without constraints or
-            when they ask for no phrase.
+        term_use_rate: the share of the phrases ``constraints`` asked for that
+            :func:`term_use` finds; None where they ask for none.
         required_phrases: how many phrases ``constraints`` asked for, all sentences together.
     """
 
