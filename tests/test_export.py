@@ -571,3 +571,23 @@ def test_an_exported_model_keeps_to_constraints_and_prefixes(trained_checkpoint,
     checkpoint = load_translator(trained_checkpoint, device="cpu")
     assert [n[0].text for n in steered] == [n[0].text for n in checkpoint.translate(
         LINES, beam2, prefixes=prefixes, constraints=constraints)]
+
+
+def test_a_nan_in_an_exported_folder_s_scores_fails_its_check():
+    """The folder's check against the model takes the largest difference over all pairs; a
+    NaN anywhere (not only in the first pair) is the largest."""
+    from seq2seq.export.folder import largest_log_prob_difference, model_log_probs
+
+    model, tokenizers = random_transformer_model(vocab=39), copy_tokenizers()
+
+    def score(sources, targets, *, nan_at=None):
+        log_probs = model_log_probs(model, sources, targets)
+        if nan_at is not None:
+            log_probs[nan_at][0] = np.nan
+        return log_probs
+
+    assert largest_log_prob_difference(model, tokenizers, score, whose="ours",
+                                       tolerance=1e-6) == 0.0
+    with pytest.raises(ExportError, match=r"ours log-probabilities differ .* by nan"):
+        largest_log_prob_difference(model, tokenizers, lambda s, t: score(s, t, nan_at=1),
+                                    whose="ours", tolerance=1e-6)

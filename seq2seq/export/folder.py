@@ -121,9 +121,9 @@ def largest_log_prob_difference(model: nn.Module, tokenizers, score, *, whose: s
     """
     sources, targets = random_pairs(tokenizers)
     got = score(sources, targets)
-    worst = max(float(np.abs(np.asarray(theirs) - ours).max())
-                for theirs, ours in zip(got, model_log_probs(model, sources, targets),
-                                        strict=True))
+    worst = float(np.max([np.abs(np.asarray(theirs) - ours).max()  # a NaN wins, as it must
+                          for theirs, ours in zip(got, model_log_probs(model, sources, targets),
+                                                  strict=True)]))
     if tolerance is not None and not worst <= tolerance:
         raise ExportError(f"{whose} log-probabilities differ from the model's by "
                           f"{worst:.2g}: the folder is not the model")
