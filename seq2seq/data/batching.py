@@ -270,12 +270,9 @@ class TokenBucketSampler(Sampler[list[int]]):
         count = len(self._costs)
         cap = self.max_sentences if self.max_sentences is not None else max(count, 1)
         if count == 0:
-            batches: list[np.ndarray] = []
+            windows: list[np.ndarray] = []
         elif not self.shuffle:
-            ordered = self._sort_order(np.arange(count))
-            batches = cut_sorted(
-                ordered, self._costs[ordered], max_tokens=self.max_tokens, max_sentences=cap
-            )
+            windows = [np.arange(count)]  # inference: all pairs sorted by length at once
         else:
             generator = np.random.default_rng([self.seed, epoch])
             if self.mix is None:
@@ -288,14 +285,14 @@ class TokenBucketSampler(Sampler[list[int]]):
                 mean_cost = float(self._costs[drawn].mean())
             pairs_per_batch = min(cap, max(1, int(self.max_tokens / mean_cost)))
             window = self.bucket_size * pairs_per_batch
-            batches = []
-            for start in range(0, len(permutation), window):
-                ordered = self._sort_order(permutation[start : start + window])
-                batches.extend(
-                    cut_sorted(
-                        ordered, self._costs[ordered], max_tokens=self.max_tokens, max_sentences=cap
-                    )
-                )
+            windows = [permutation[start : start + window]
+                       for start in range(0, len(permutation), window)]
+        batches: list[np.ndarray] = []
+        for indices in windows:
+            ordered = self._sort_order(indices)
+            batches.extend(cut_sorted(ordered, self._costs[ordered], max_tokens=self.max_tokens,
+                                      max_sentences=cap))
+        if self.shuffle and batches:
             batches = [batches[position] for position in generator.permutation(len(batches))]
         self._cached_epoch = epoch
         self._cached_batches = batches
