@@ -91,12 +91,8 @@ def measure_coverage(tokenizers: Tokenizers,
     """Counts, per side, the training sentences with pieces ``tokenizers`` lack, and collects
     those pieces, in one pass over the files (streamed, never held whole).
 
-    Args:
-        tokenizers: The trained model's tokenizers.
-        files: (source file, target file) of each training corpus.
-
-    Raises:
-        DataError: On a missing file, invalid UTF-8 or different line counts.
+    ``files``: (source file, target file) of each training corpus; DataError as
+    `iter_parallel_chunks` raises it.
     """
     src_base, tgt_base = tokenizers.src, tokenizers.target_model
     kept = None
