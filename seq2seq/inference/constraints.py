@@ -41,8 +41,9 @@ MAX_PHRASES = 62
 
 
 def pad_phrases(constraints: Sequence[Sequence[Sequence[int]]], device) -> tuple[Tensor, Tensor]:
-    """Each sentence's phrases (lists of piece ids) as one tensor, refusing an empty one, one
-    holding PAD, BOS or EOS (never generated, or ending a hypothesis) and too many.
+    """Each sentence's phrases (lists of piece ids) as one tensor, refusing an empty phrase,
+    one holding PAD, BOS or EOS (never generated, or ending a hypothesis) and more than
+    :data:`MAX_PHRASES` in a sentence.
 
     Shape:
         - output: phrases (B, P, L) int64, -1 after a phrase's end and for missing phrases;

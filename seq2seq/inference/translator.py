@@ -276,8 +276,8 @@ class BaseTranslator(ABC):
         constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[list[Translation]]:
         """Translate sentences of raw text (no line breaks inside): per sentence, in input
-        order, up to ``nbest`` translations, best first; an empty or blank sentence gets its
-        one empty translation whatever its prefix and constraints.
+        order, up to ``nbest`` translations, best first; an empty or blank sentence gets one
+        empty translation (score 0.0, no attention) whatever its prefix and constraints.
 
         Args:
             return_attention: keep the attention weights (a little slower; off for scoring).
