@@ -197,10 +197,8 @@ def check_config(config: Any, key: str = "") -> None:
 
 
 def settings_from_dict(cls: type, values: Mapping[str, Any], key: str) -> Any:
-    """Build dataclass ``cls`` from a config node, naming the key of any bad or unknown entry.
-
-    Nested dataclass fields are built from nested nodes the same way.
-    """
+    """Build dataclass ``cls`` (and its dataclass fields) from a config node, naming the key of
+    any bad or unknown entry."""
     if not isinstance(values, Mapping):
         raise ConfigError(f"{key}: expected a group of settings, got {values!r}")
     fields = {field.name: field for field in dataclasses.fields(cls)}

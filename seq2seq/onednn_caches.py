@@ -18,19 +18,15 @@ MATMUL_SETUP_CACHE = 1
 
 
 def bound_onednn_caches(*, kernels: int | None = TRAINING_ONEDNN_CACHE) -> None:
-    """Bound the two per-shape caches behind torch's CPU matrix products.
+    """Bound the two per-shape caches behind torch's CPU matrix products, which grow with each
+    new batch shape (docs/training.md#memory-on-the-cpu), each only where the user has not set
+    its variable. Both are read when first used: this must run before the first matrix product
+    of the process.
 
-    Each bound is set only when the user has not set its variable. Both are read when first
-    used, so this must run before the first matrix product of the process.
-
-    - ``kernels`` (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``; None leaves oneDNN's 1,024): oneDNN
-      compiles a kernel per operation and shape, and training sees a new batch shape at nearly
-      every step, so an unbounded cache grows the memory; too small a bound recompiles the
-      step-by-step decoder's kernels. Decoding keeps the default.
-    - matrix product set-ups (``LRU_CACHE_CAPACITY``, read by torch's oneDNN bindings; set to
-      :data:`MATMUL_SETUP_CACHE`): torch keeps a set-up object per bf16 matrix product and
-      shape, which grew bf16 training's memory with every new batch shape; the kernels
-      themselves stay in oneDNN's cache.
+    ``kernels``: oneDNN's compiled kernels (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``; None leaves
+    oneDNN's 1,024, as decoding does: too small a bound recompiles the step-by-step decoder's
+    kernels). The bf16 products' set-ups (``LRU_CACHE_CAPACITY``, read by torch's oneDNN
+    bindings) are bounded to :data:`MATMUL_SETUP_CACHE`; the kernels stay in oneDNN's cache.
     """
     if kernels is not None:
         os.environ.setdefault(ONEDNN_CACHE_ENV, str(kernels))

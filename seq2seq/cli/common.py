@@ -129,12 +129,8 @@ def without_sweeps(overrides: Sequence[str]) -> list[str]:
 
 
 def compose(config_name: str, overrides: Sequence[str] = ()):
-    """The config Hydra composes for one run of ``config_name`` with ``overrides`` (the
-    ``hydra`` node included), composed with Hydra's compose API.
-
-    Raises:
-        HydraException, OmegaConfBaseException: what Hydra raises when it cannot compose it.
-    """
+    """The config Hydra composes for one run of ``config_name`` with ``overrides``, the
+    ``hydra`` node included; Hydra's exception where it cannot compose it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -112,9 +112,7 @@ def group_prefix(path: Path) -> str:
     """The package a group option's keys go under: ``trainer.`` for trainer/default.yaml,
     ``model.attention.`` for model/attention/dot.yaml, nothing for a global preset."""
     relative = path.relative_to(CONFIG_DIR)
-    if len(relative.parts) == 1:
-        return ""
-    if "# @package _global_" in path.read_text(encoding="utf-8"):
+    if len(relative.parts) == 1 or "# @package _global_" in path.read_text(encoding="utf-8"):
         return ""
     return ".".join(relative.parts[:-1]) + "."
 

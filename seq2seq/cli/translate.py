@@ -46,7 +46,7 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def format_translations(n_best: Sequence[Translation], *, nbest: int) -> list[str]:
-    """The output lines of one input sentence (see the module docstring for the format)."""
+    """The output lines of one input sentence (docs/evaluate-translate.md, "n-best")."""
     if nbest == 1:
         return [one_line(n_best[0].text)]
     lines = [f"{t.score:.4f}\t{one_line(t.text)}" for t in n_best[:nbest]]
