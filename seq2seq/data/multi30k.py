@@ -171,16 +171,13 @@ def fetch_multi30k(
     tgt_lang: str,
     splits: Mapping[str, str | None],
 ) -> dict[str, tuple[Path, Path]]:
-    """Makes the requested Multi30k splits available locally for one language pair.
-
-    `base_url` and `directory` are as for `fetch_file`.
+    """Makes the requested Multi30k splits available locally for one language pair; returns
+    our split name -> (source file, target file), verified. `base_url` and `directory` are as
+    for `fetch_file`.
 
     Args:
         splits: Our split name -> Multi30k split name, e.g. {"train": "train",
             "valid": "val", "test": "test_2016_flickr"}; a None value leaves that split out.
-
-    Returns:
-        Our split name -> (source file, target file), verified.
 
     Raises:
         DataError: On an unknown or repeated language, an unknown split, a failed download or a

@@ -470,11 +470,8 @@ class Trainer:
         log.info("parameters identical on all %d ranks", self.context.world_size)
 
     def _optimizer_step(self, tokens: int) -> bool:
-        """Clip, set the lr and step; skip the update on a NaN/inf gradient.
-
-        Returns:
-            Whether the update was made (every rank gets the same answer: the gradients it
-            judges were all-reduced first).
+        """Clip, set the lr and step; skip the update on a NaN/inf gradient. Returns whether
+        the update was made (the same on every rank: the gradients it judges were all-reduced).
 
         Raises:
             TrainingError: after ``max_consecutive_nonfinite`` skipped updates in a row.

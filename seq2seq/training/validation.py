@@ -109,11 +109,9 @@ class Validator:
 
     def evaluate(self, model, device: torch.device, hyp_path: Path | None = None):
         """Score ``model`` (in eval mode) without reporting: the validation of a model that is
-        not the one being trained, e.g. the average of the last checkpoints.
-
-        Returns:
-            ``(scores, hypotheses, translator)``: loss, ppl, BLEU, chrF (and their signatures)
-            and seconds; the detokenized translations, also written to ``hyp_path`` if given.
+        not the one being trained, e.g. the average of the last checkpoints. Returns
+        ``(scores, hypotheses, translator)``: loss, ppl, BLEU, chrF (and their signatures) and
+        seconds; the detokenized translations, also written to ``hyp_path`` if given.
         """
         started = time.perf_counter()
         loss = self.loss(model, device)
