@@ -188,7 +188,8 @@ class TokenBucketSampler(Sampler[list[int]]):
         world_size: int = 1,
         mix: CorpusMix | None = None,
     ) -> None:
-        """
+        """A sampler over the pairs whose lengths are given (``rank`` of ``world_size``).
+
         Args:
             src_lengths: Source pieces per pair, without eos.
             tgt_lengths: Target pieces per pair, without bos/eos.

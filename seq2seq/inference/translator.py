@@ -381,7 +381,8 @@ class Translator(BaseTranslator):
     @contextmanager
     def _decoding(self, options: DecodeOptions) -> Iterator[torch.Generator | None]:
         """The model in eval mode; a seeded sample's generator, seeded anew for the call."""
-        generator = torch.Generator(self.device).manual_seed(options.seed) if options.seeded else None
+        generator = (torch.Generator(self.device).manual_seed(options.seed)
+                     if options.seeded else None)
         with eval_mode(self.model):
             yield generator
 

@@ -160,12 +160,13 @@ def score_run(
         "ref": str(ref_path),
         "ref_sha256": sha256_lines(references),
         "sentences": len(sources),
-        **{key: evaluation.scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+        **{key: evaluation.scores[key]
+           for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
-        **{f"attention_{name}": value
-           for name, value in evaluation.attention._asdict().items()},  # ATTENTION_STATS
+        # ATTENTION_STATS, from AttentionStatistics' fields (in its order)
+        **{f"attention_{name}": value for name, value in evaluation.attention._asdict().items()},
         "parameters": translator.parameter_count,  # a tied embedding counted once
         "position_counts": counts.tolist(),
         "faithfulness": faithfulness,
