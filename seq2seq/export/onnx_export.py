@@ -40,8 +40,8 @@ from seq2seq.models.interfaces import EncodedSource
 DEFAULT_OPSET = 20
 # Sizes of the example batch the graphs are traced with, and of the batch they are checked
 # with: different from each other and from any size a model is likely to have, so that no
-# open size is mistaken for a fixed one.
-TRACE_SENTENCES, TRACE_ROWS, TRACE_LENGTH = 3, 7, 11
+# open size is mistaken for a fixed one; short, as the exporter unrolls an RNN over it.
+TRACE_SENTENCES, TRACE_ROWS, TRACE_LENGTH = 3, 7, 5
 CHECK_SENTENCES, CHECK_ROWS, CHECK_LENGTH = 5, 13, 9
 CHECK_STEPS = 4
 # Steps decoded before the step graph is traced: a cache that grows is traced at this length
