@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from seq2seq.data.text_files import DataError
-from seq2seq.data.tokenizer import SentencePieceTokenizer
+from seq2seq.data.tokenizer import SentencePieceTokenizer, SubsetTokenizer
 from seq2seq.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Pairs = Callable[..., list[tuple[str, str]]]
@@ -65,6 +65,17 @@ def test_decode_skips_pad_and_bos_and_stops_at_eos(
         torch.tensor([PAD_ID, *ids[0]]),
     ]
     assert tokenizer.decode(decoder_output) == [sentences[0], sentences[1], sentences[0]]
+
+
+def test_a_subset_decodes_as_its_base_and_refuses_ids_outside_it(
+    tokenizer: SentencePieceTokenizer, sentences: list[str]
+) -> None:
+    ids = tokenizer.encode(sentences[:2])
+    subset = SubsetTokenizer(base=tokenizer, kept_ids=sorted({i for line in ids for i in line}))
+    assert subset.decode(subset.encode(sentences[:2])) == tokenizer.decode(ids)
+    for outside in (-1, subset.vocab_size):  # -1 would otherwise be the last kept piece
+        with pytest.raises(IndexError, match=f"id {outside} outside the vocabulary"):
+            subset.decode([[5, outside]])
 
 
 def test_unknown_characters_map_to_unk(tokenizer: SentencePieceTokenizer) -> None:
