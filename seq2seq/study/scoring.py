@@ -18,6 +18,7 @@ from typing import Any
 from seq2seq.atomic import write_text
 from seq2seq.device import decide_precision, select_device
 from seq2seq.inference.decode_options import DecodeOptions
+from seq2seq.inference.evaluation import AttentionStatistics
 from seq2seq.study.positions import position_counts
 
 log = logging.getLogger("seq2seq.compare")
@@ -29,8 +30,7 @@ CACHE_VERSION = 3  # 2: the attention's backward moves and coverage; 3: position
 SCORED_OPTIONS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
 # The attention statistics of an evaluation, in the order the scores, the report's table and
 # its CSV and JSON give them.
-ATTENTION_STATS = ("attention_entropy", "attention_max_weight", "attention_backward_moves",
-                   "attention_coverage")
+ATTENTION_STATS = tuple(f"attention_{name}" for name in AttentionStatistics._fields)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def score_run(
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
-        # ATTENTION_STATS, from AttentionStatistics' fields (in its order)
+        # ATTENTION_STATS
         **{f"attention_{name}": value for name, value in evaluation.attention._asdict().items()},
         "parameters": translator.parameter_count,  # a tied embedding counted once
         "position_counts": counts.tolist(),
