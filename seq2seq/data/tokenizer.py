@@ -409,7 +409,8 @@ class SubsetTokenizer:
 
     def decode(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         kept, size = self.kept_ids, self.vocab_size  # a negative id must not wrap around
-        return self.base.decode([[int(kept[_checked_id(t, size)]) for t in ids] for ids in batch_ids])
+        return self.base.decode([[int(kept[_checked_id(t, size)]) for t in ids]
+                                 for ids in batch_ids])
 
     def decode_pieces(self, batch_pieces: Sequence[Sequence[str]]) -> list[str]:
         return self.base.decode_pieces(batch_pieces)

@@ -42,7 +42,7 @@ DEFAULT_OPSET = 20
 # with: different from each other and from any size a model is likely to have, so that no
 # open size is mistaken for a fixed one; short, as the exporter unrolls an RNN over it.
 TRACE_SENTENCES, TRACE_ROWS, TRACE_LENGTH = 3, 7, 5
-CHECK_SENTENCES, CHECK_ROWS, CHECK_LENGTH = 5, 13, 9
+CHECK_SENTENCES, CHECK_ROWS, CHECK_LENGTH = 11, 13, 9
 CHECK_STEPS = 4
 # Steps decoded before the step graph is traced: a cache that grows is traced at this length
 # (0 and 1 would be taken as fixed sizes); the check starts from an empty one.

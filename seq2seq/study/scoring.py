@@ -165,8 +165,7 @@ def score_run(
         "generation_seconds": evaluation.generation_seconds,
         "sentences_per_second": evaluation.sentences_per_second,
         "device": str(translator.device),
-        # ATTENTION_STATS
-        **{f"attention_{name}": value for name, value in evaluation.attention._asdict().items()},
+        **dict(zip(ATTENTION_STATS, evaluation.attention, strict=True)),
         "parameters": translator.parameter_count,  # a tied embedding counted once
         "position_counts": counts.tolist(),
         "faithfulness": faithfulness,

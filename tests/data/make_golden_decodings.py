@@ -41,15 +41,15 @@ HERE = Path(__file__).resolve().parent
 CHECKPOINT = HERE / "golden_copy_gru.pt"
 GOLDEN = HERE / "golden_decodings.json"
 SENTENCES = [*sentences(6, seed=11), ""]  # copy-task sentences, and an empty line
+PREFIXES = ["one two", "", "cat", "", "big house", "", ""]
 # name -> (DecodeOptions fields, per-sentence prefixes or None, per-sentence constraints or None)
 CASES = {
     "greedy": ({"beam_size": 1}, None, None),
     "beam5_nbest5": ({"beam_size": 5, "nbest": 5}, None, None),
     "beam5_constraints": ({"beam_size": 5, "nbest": 2},
                           None, [["green dog"], [], ["moon"], ["red", "sun"], [], [], []]),
-    "beam5_prefixes": ({"beam_size": 5, "nbest": 2},
-                       ["one two", "", "cat", "", "big house", "", ""], None),
-    "greedy_prefixes": ({"beam_size": 1}, ["one two", "", "cat", "", "big house", "", ""], None),
+    "beam5_prefixes": ({"beam_size": 5, "nbest": 2}, PREFIXES, None),
+    "greedy_prefixes": ({"beam_size": 1}, PREFIXES, None),
     "sample_seeded": ({"search": "sample", "beam_size": 1, "nbest": 3, "seed": 7,
                        "temperature": 1.5}, None, None),
 }
