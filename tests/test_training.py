@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -475,10 +476,21 @@ def test_two_process_gloo_torchrun_keeps_ranks_identical(tiny_train_config, tmp_
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}"]
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+    with subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        try:  # about 10 s alone
+            stdout, stderr = process.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            # A hang: SIGABRT has faulthandler print where each rank's threads wait, for the
+            # failure message (torchrun starts the ranks in sessions of their own).
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+            for pid in (*map(int, children.split()), process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGABRT)
+            stdout, stderr = process.communicate(timeout=60)
+            pytest.fail(f"torchrun hung; its output and stacks:\n{(stdout + stderr)[-8000:]}")
+    output = stdout + stderr
+    assert process.returncode == 0, output[-3000:]
     assert "parameters identical on all 2 ranks" in output
     log_text = (run_dir / "train.log").read_text()
     batches = int(re.search(r"training: (\d+) batches per epoch per rank", log_text).group(1))

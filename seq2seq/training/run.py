@@ -9,6 +9,7 @@ model settings (:mod:`seq2seq.training.finetune`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from collections.abc import Sequence
@@ -161,8 +162,7 @@ def _check_train_corpora(config: dict) -> None:
 def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict:
     """Train the model ``cfg`` describes, in ``run_dir``; returns the final numbers.
 
-    ``overrides``: the command line's, which a fine-tuning run holds against its parent's model
-    settings.
+    ``overrides``: the command line's (a fine-tuning run holds them against its parent's).
 
     Returns:
         ``best_bleu``, ``best_step``, ``steps``; with ``trainer.average_last`` and an averaged
@@ -193,11 +193,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
         tokenizers = prepared.tokenizers
 
         seed_everything(settings.seed)
-        model = speed_up(build_model(
-            config["model"],
-            src_vocab_size=tokenizers.src.vocab_size,
-            tgt_vocab_size=tokenizers.tgt.vocab_size,
-        )).to(context.device)
+        model = speed_up(build_model(config["model"], src_vocab_size=tokenizers.src.vocab_size,
+                                     tgt_vocab_size=tokenizers.tgt.vocab_size)).to(context.device)
         if parent is not None:  # its weights (with rows for added pieces), parts frozen
             finetune.load_parent_weights(model, parent.checkpoint["model"])
             parent = None  # its tensors are not needed any more
@@ -272,8 +269,11 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict
             log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)", resume_path,
                      trainer.state.step, trainer.state.epoch + 1, trainer.state.batches_in_epoch)
         state = trainer.fit()
-        # Every rank is done communicating before any tears the process group down (a rank
-        # exiting while another still tore down its gloo threads was seen to abort).
+        # DistributedDataParallel is freed while every rank is in the group (a rank freeing it
+        # after the other had exited hung in its destructor, 3 runs in 61 of a 2-rank torchrun),
+        # and every rank is done before any tears the group down (one was seen to abort then).
+        del trainer
+        gc.collect()  # the wrapper's reference cycles too
         context.barrier()
         result = {"best_bleu": state.best_bleu, "best_step": state.best_step, "steps": state.step}
         if settings.average_last:  # averaged_bleu, better_checkpoint
