@@ -65,9 +65,10 @@ def identity_normalized(tokenizers: Tokenizers) -> Tokenizers:
 
 def main() -> None:
     torch.set_num_threads(1)
-    tokenizers = identity_normalized(conftest.copy_tokenizers())
-    text = conftest.sentences(conftest.COPY_SPLIT_SIZES["train"], seed=0)
-    assert tokenizers.src.encode(text) == conftest.copy_tokenizers().src.encode(text)
+    original = conftest.copy_tokenizers()
+    tokenizers = identity_normalized(original)
+    text = sentences(conftest.COPY_SPLIT_SIZES["train"], seed=0)
+    assert tokenizers.src.encode(text) == original.src.encode(text)
     conftest.copy_tokenizers = lambda: tokenizers  # what build_copy_checkpoint trains and saves
     with tempfile.TemporaryDirectory() as folder:
         made = build_copy_checkpoint(Path(folder), train_steps=300, name="best.pt")
